@@ -1,0 +1,1 @@
+"""Human-interface and explanation tools that users extend (terminal labeling, clips, Captum)."""

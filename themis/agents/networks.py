@@ -1,0 +1,94 @@
+"""Network building blocks: plain MLPs and ensembles of MLPs evaluated in one batched matmul.
+
+An ensemble of ``E`` MLPs is stored as weights of shape ``(E, in, out)`` so that all members run
+in one ``torch.baddbmm`` call per layer. SAC's double Q critic (``E = 2``) and the reward ensemble
+(``E = ensemble_size``) both use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def mlp(input_dim: int, hidden_dim: int, output_dim: int, hidden_depth: int,
+        activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """A multilayer perceptron ``input_dim -> hidden_dim x hidden_depth -> output_dim``."""
+    if hidden_depth == 0:
+        return nn.Sequential(nn.Linear(input_dim, output_dim))
+    layers: list[nn.Module] = [nn.Linear(input_dim, hidden_dim), activation()]
+    for _ in range(hidden_depth - 1):
+        layers += [nn.Linear(hidden_dim, hidden_dim), activation()]
+    layers.append(nn.Linear(hidden_dim, output_dim))
+    return nn.Sequential(*layers)
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied at once.
+
+    Args:
+        ensemble_size: number of members ``E``.
+        in_features: input width.
+        out_features: output width.
+
+    Shapes:
+        input ``(E, B, in_features)`` or ``(B, in_features)`` (shared by all members);
+        output ``(E, B, out_features)``.
+    """
+
+    def __init__(self, ensemble_size: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.ensemble_size = ensemble_size
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(ensemble_size, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(ensemble_size, 1, out_features))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise each member like ``nn.Linear``: U(-1/sqrt(in), 1/sqrt(in))."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            return torch.matmul(x, self.weight) + self.bias
+        return torch.baddbmm(self.bias, x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"ensemble_size={self.ensemble_size}, in={self.in_features}, out={self.out_features}"
+
+
+class EnsembleMLP(nn.Module):
+    """``E`` MLPs with identical architecture, evaluated together.
+
+    Args:
+        ensemble_size: number of members ``E``.
+        input_dim, hidden_dim, output_dim, hidden_depth: architecture of each member.
+        activation: hidden activation class.
+        output_activation: optional module applied to the output (e.g. ``nn.Tanh``).
+
+    Shapes:
+        input ``(E, B, input_dim)`` or ``(B, input_dim)``; output ``(E, B, output_dim)``.
+    """
+
+    def __init__(self, ensemble_size: int, input_dim: int, hidden_dim: int, output_dim: int,
+                 hidden_depth: int, activation: type[nn.Module] = nn.ReLU,
+                 output_activation: type[nn.Module] | None = None) -> None:
+        super().__init__()
+        self.ensemble_size = ensemble_size
+        dims = [input_dim] + [hidden_dim] * hidden_depth + [output_dim]
+        layers: list[nn.Module] = []
+        for i in range(len(dims) - 1):
+            layers.append(EnsembleLinear(ensemble_size, dims[i], dims[i + 1]))
+            if i < len(dims) - 2:
+                layers.append(activation())
+        if output_activation is not None:
+            layers.append(output_activation())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)

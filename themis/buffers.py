@@ -1,0 +1,202 @@
+"""Replay buffer with episode bookkeeping: uniform sampling, relabeling and segment pairs.
+
+The buffer is preallocated (float32) and circular. Besides the usual transition fields it keeps
+the true environment reward (for synthetic teachers and evaluation of the reward model) and, per
+transition, the episode it belongs to and its time step in that episode, so that fixed-length
+segments for preference queries are cut straight out of the buffer without a second copy of the
+trajectories (BPref keeps one inside its reward model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+
+class ReplayBufferSamples(NamedTuple):
+    """A batch of transitions (Stable-Baselines3 style). Shapes: ``(B, ...)``; rewards ``(B,)``."""
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    next_observations: torch.Tensor
+    rewards: torch.Tensor
+    not_dones: torch.Tensor
+
+
+class SegmentPairs(NamedTuple):
+    """``n`` pairs of ``segment``-step segments (query candidates or queries).
+
+    Shapes: observations ``(n, 2, segment, obs_dim)``, actions ``(n, 2, segment, action_dim)``,
+    true_rewards ``(n, 2, segment)``, starts ``(n, 2)`` (buffer index of each segment's first
+    step). Index 0 of the second axis is segment 1, index 1 is segment 2.
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    true_rewards: np.ndarray
+    starts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def take(self, idx: np.ndarray) -> SegmentPairs:
+        """The pairs at positions ``idx`` (an index array or boolean mask)."""
+        return SegmentPairs(*(field[idx] for field in self))
+
+
+class ReplayBuffer:
+    """Circular replay buffer of ``capacity`` transitions.
+
+    Args:
+        obs_shape: shape of one observation.
+        action_dim: size of one action vector.
+        capacity: maximum number of stored transitions; older ones are overwritten.
+        device: where sampled batches are placed.
+
+    Stored per transition: ``obs, action, next_obs`` (float32), ``reward`` (what the agent is
+    trained on: true reward or the learned reward after :meth:`relabel`), ``true_reward``,
+    ``not_done`` (0 only on termination, not on time-limit truncation), ``episode`` and ``t``.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
+                 device: torch.device) -> None:
+        if capacity <= 0:
+            raise ValueError(f"replay buffer capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.device = device
+        self.obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self.next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.true_rewards = np.zeros(capacity, dtype=np.float32)
+        self.not_dones = np.zeros(capacity, dtype=np.float32)
+        self.episode = np.full(capacity, -1, dtype=np.int64)
+        self.t = np.zeros(capacity, dtype=np.int64)
+        self.ptr = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, next_obs: np.ndarray,
+            terminated: bool, episode: int, t: int, true_reward: float | None = None) -> None:
+        """Store one transition; ``t`` is its time step within episode number ``episode``."""
+        i = self.ptr
+        self.obs[i] = obs
+        self.actions[i] = action
+        self.next_obs[i] = next_obs
+        self.rewards[i] = reward
+        self.true_rewards[i] = reward if true_reward is None else true_reward
+        self.not_dones[i] = 0.0 if terminated else 1.0
+        self.episode[i] = episode
+        self.t[i] = t
+        self.ptr = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """Uniform indices into the stored transitions, shape ``(batch_size,)``."""
+        return rng.integers(0, self.size, size=batch_size)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
+        """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
+        idx = self.sample_indices(batch_size, rng)
+        fields = (self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],
+                  self.not_dones[idx])
+        return ReplayBufferSamples(*(torch.from_numpy(f).to(self.device) for f in fields))
+
+    # ---------------------------------------------------------------- relabel
+    def relabel(self, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                chunk_size: int = 16384, start: int = 0, stop: int | None = None) -> None:
+        """Overwrite the stored rewards with ``reward_fn(obs, action)``.
+
+        PEBBLE (Lee et al. 2021, Sec. 4.2) relabels every stored transition each time the reward
+        model changes, so that off-policy updates use one consistent reward. Slots
+        ``[start, stop)`` of the storage (default: everything stored) are relabelled in chunks
+        of ``chunk_size``; the storage order does not matter, so this is correct after the buffer
+        has wrapped around.
+
+        Args:
+            reward_fn: maps ``obs (n, *obs_shape)`` and ``actions (n, action_dim)`` to ``(n,)``.
+            chunk_size: transitions per call of ``reward_fn``.
+            start, stop: storage slots to relabel.
+        """
+        stop = self.size if stop is None else stop
+        for lo in range(start, stop, chunk_size):
+            hi = min(lo + chunk_size, stop)
+            self.rewards[lo:hi] = reward_fn(self.obs[lo:hi], self.actions[lo:hi])
+
+    # --------------------------------------------------------------- segments
+    def segment_starts(self, segment: int, min_episode: int = 0) -> np.ndarray:
+        """Storage slots where a whole ``segment``-step segment of one episode begins.
+
+        A slot ``i`` qualifies when slot ``i + segment - 1`` (mod capacity) holds the same
+        episode, ``segment - 1`` steps later, and the episode number is at least ``min_episode``.
+        """
+        if self.size < segment:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.arange(self.size)
+        ends = (starts + segment - 1) % self.capacity
+        ok = ends < self.size
+        ok &= self.episode[starts] == self.episode[ends]
+        ok &= self.t[ends] - self.t[starts] == segment - 1
+        ok &= self.episode[starts] >= min_episode
+        return starts[ok]
+
+    def sample_segment_pairs(self, n: int, segment: int, rng: np.random.Generator,
+                             min_episode: int = 0) -> SegmentPairs:
+        """Draw ``n`` pairs of segments uniformly from the stored episodes.
+
+        Raises:
+            ValueError: no stored episode is at least ``segment`` steps long.
+        """
+        starts = self.segment_starts(segment, min_episode)
+        if len(starts) == 0:
+            raise ValueError(
+                f"no stored episode has {segment} consecutive steps; lower `segment` "
+                f"(now {segment}) or collect more steps before asking for preferences"
+            )
+        chosen = starts[rng.integers(0, len(starts), size=(n, 2))]
+        idx = (chosen[..., None] + np.arange(segment)) % self.capacity  # (n, 2, segment)
+        return SegmentPairs(self.obs[idx], self.actions[idx], self.true_rewards[idx], chosen)
+
+    # ------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """The stored part of the buffer as NumPy arrays (for snapshots)."""
+        n = self.size
+        return {
+            "capacity": self.capacity, "ptr": self.ptr, "size": n,
+            "obs": self.obs[:n].copy(), "next_obs": self.next_obs[:n].copy(),
+            "actions": self.actions[:n].copy(), "rewards": self.rewards[:n].copy(),
+            "true_rewards": self.true_rewards[:n].copy(), "not_dones": self.not_dones[:n].copy(),
+            "episode": self.episode[:n].copy(), "t": self.t[:n].copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output into this (possibly larger) buffer.
+
+        Raises:
+            ValueError: observation or action shapes differ, or the data does not fit.
+        """
+        n = int(state["size"])
+        if state["obs"].shape[1:] != self.obs.shape[1:] or \
+                state["actions"].shape[1:] != self.actions.shape[1:]:
+            raise ValueError(
+                f"snapshot holds observations {state['obs'].shape[1:]} and actions "
+                f"{state['actions'].shape[1:]}, but this environment has "
+                f"{self.obs.shape[1:]} and {self.actions.shape[1:]}"
+            )
+        if n > self.capacity:
+            raise ValueError(f"snapshot holds {n} transitions, more than capacity {self.capacity}")
+        if n == state["capacity"] and state["ptr"] != 0:
+            # Unroll a wrapped buffer so the oldest transition comes first.
+            order = np.roll(np.arange(n), -int(state["ptr"]))
+        else:
+            order = np.arange(n)
+        for key in ("obs", "next_obs", "actions", "rewards", "true_rewards", "not_dones",
+                    "episode", "t"):
+            getattr(self, key)[:n] = state[key][order]
+        self.size = n
+        self.ptr = n % self.capacity

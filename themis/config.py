@@ -1,0 +1,152 @@
+"""Typed configuration schema (Hydra structured configs) and validation.
+
+Every knob of a Themis run is a field here, under BPref's key names, so that a typo
+(``num_trian_steps=5``) or a wrong type (``num_train_steps=abc``) fails when Hydra composes the
+config, before anything runs. :func:`validate` then checks values and combinations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from themis.agents.sac import SACConfig
+from themis.sampling import resolve_feed_type
+from themis.teachers import validate_teacher_params
+from themis.utils import ConfigError
+
+
+@dataclass
+class AgentConfig(SACConfig):
+    """The ``agent`` config group (``agent=sac``)."""
+
+    name: str = "sac"
+    """Agent to use; ``sac`` for Box action spaces."""
+
+
+@dataclass
+class TrainConfig:
+    """Schema of ``config/train_themis.yaml`` and ``config/pretrain_themis.yaml``."""
+
+    # --- experiment
+    domain: str = "Control"
+    """Environment family: Control (MuJoCo) or Classic (gymnasium classic control)."""
+    env: str = "HalfCheetah-v5"
+    """Environment name within the domain (short or full gymnasium id)."""
+    seed: int = 0
+    device: str = "auto"
+    """auto (CUDA when present), cpu or cuda."""
+    torch_threads: int = 0
+    """PyTorch intra-op threads; 0 keeps PyTorch's default."""
+
+    # --- schedule (environment steps)
+    num_train_steps: int = 100_000
+    """Total environment steps, pretraining included."""
+    replay_buffer_capacity: int = 0
+    """Replay buffer size; 0 means num_train_steps."""
+    num_seed_steps: int = 1000
+    """Steps of uniformly random actions at the start."""
+    num_unsup_steps: int = 5000
+    """Steps of unsupervised pretraining on the state-entropy reward (PEBBLE)."""
+    topK: int = 5
+    """k of the k-NN state-entropy estimate."""
+    entropy_pool_size: int = 10_000
+    """Replay states sampled as k-NN references for each batch."""
+    reset_update: int = 100
+    """Gradient updates right after the critic reset that ends pretraining (BPref)."""
+
+    # --- preference learning
+    learn_reward: bool = True
+    """Train SAC on the learned reward (true) or on the environment reward (false)."""
+    num_interact: int = 5000
+    """Environment steps between feedback rounds."""
+    max_feedback: int = 1000
+    """Total queries the teacher may be asked."""
+    reward_batch: int = 100
+    """Queries per feedback round."""
+    segment: int = 50
+    """Steps per segment of a query."""
+    large_batch: int = 10
+    """Candidate multiplier for the non-uniform samplers."""
+    feed_type: Any = 0
+    """Query sampler, 0-5 or its name (only 0 = uniform so far)."""
+    query_pool_episodes: int = 100
+    """Queries are cut from the most recent this-many episodes."""
+    ensemble_size: int = 3
+    reward_lr: float = 3e-4
+    reward_update: int = 50
+    """Maximum reward-model epochs per feedback round (stops early at 97 % train accuracy)."""
+    reward_train_batch: int = 128
+    reward_hidden_dim: int = 256
+    reward_hidden_depth: int = 3
+
+    # --- teacher (B-Pref)
+    teacher_beta: float = -1.0
+    """-1: perfectly rational; > 0: Bradley–Terry rationality."""
+    teacher_gamma: float = 1.0
+    teacher_eps_mistake: float = 0.0
+    teacher_eps_skip: float = 0.0
+    teacher_eps_equal: float = 0.0
+    human_teacher: bool = False
+    xplain_action: bool = False
+    xplain_state: bool = False
+
+    # --- evaluation, logging, snapshots
+    eval_frequency: int = 10_000
+    num_eval_episodes: int = 5
+    log_frequency: int = 5000
+    """Steps between console lines."""
+    save_snapshot: bool = True
+    """pretrain: write snapshot.pt at the end of pretraining."""
+    pretrained_snapshot: str | None = None
+    """train: start from a snapshot written by themis_pretrain.sh."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+
+def register_configs() -> None:
+    """Register the schema with Hydra's ConfigStore (name ``train_schema``)."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+
+
+def validate(cfg: Any) -> None:
+    """Check values and combinations Hydra's type checks cannot see.
+
+    Raises:
+        ConfigError: with one line naming the key, the problem and the fix.
+    """
+    positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact", "max_feedback",
+                "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",
+                "reward_train_batch", "reward_hidden_dim", "eval_frequency",
+                "num_eval_episodes", "log_frequency", "query_pool_episodes"]
+    for key in positive:
+        if cfg[key] <= 0:
+            raise ConfigError(f"{key}={cfg[key]} must be positive")
+    for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
+                "torch_threads"]:
+        if cfg[key] < 0:
+            raise ConfigError(f"{key}={cfg[key]} must be >= 0")
+    if cfg.reward_lr <= 0:
+        raise ConfigError(f"reward_lr={cfg.reward_lr} must be positive")
+    if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
+        raise ConfigError(
+            f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
+            f"must be smaller than num_train_steps ({cfg.num_train_steps})"
+        )
+    if cfg.learn_reward and cfg.max_feedback < cfg.reward_batch:
+        raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
+                          f"reward_batch={cfg.reward_batch}; raise max_feedback")
+    try:
+        resolve_feed_type(cfg.feed_type)
+        validate_teacher_params(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
+                                cfg.teacher_eps_skip, cfg.teacher_eps_equal)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for key in ("human_teacher", "xplain_action", "xplain_state"):
+        if cfg[key]:
+            raise ConfigError(f"{key}=true is not supported yet; set {key}=false")
+    if cfg.agent.name != "sac":
+        raise ConfigError(f"agent={cfg.agent.name} is not supported yet; use agent=sac")

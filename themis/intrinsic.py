@@ -1,0 +1,112 @@
+"""State-entropy intrinsic reward for unsupervised pretraining (PEBBLE, Lee et al. 2021, Eq. 3).
+
+The particle-based entropy estimate (Singh et al. 2003; Liu & Abbeel 2021, APT) rewards a state by
+its distance to its k-th nearest neighbour among the visited states:
+``r_int(s) = ||s - s^{kNN}||₂``, normalised by a running estimate of its standard deviation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches (Chan, Golub & LeVeque 1979).
+
+    Batches are merged with the parallel-variance formula
+    ``M2 = M2_a + M2_b + δ² n_a n_b / (n_a + n_b)``, in float64, so the statistics equal those of
+    the concatenated data up to rounding.
+
+    Args:
+        shape: shape of one sample.
+        epsilon: initial pseudo-count, avoids dividing by zero before the first update.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4) -> None:
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        self.count = epsilon
+
+    def update(self, batch: np.ndarray | torch.Tensor) -> None:
+        """Merge a batch of shape ``(n, *shape)`` into the statistics."""
+        if isinstance(batch, torch.Tensor):
+            batch = batch.detach().cpu().double().numpy()
+        batch = np.asarray(batch, dtype=np.float64)
+        n = batch.shape[0]
+        if n == 0:
+            return
+        b_mean, b_var = batch.mean(0), batch.var(0)
+        delta = b_mean - self.mean
+        total = self.count + n
+        m2 = self.var * self.count + b_var * n + delta**2 * self.count * n / total
+        self.mean = self.mean + delta * n / total
+        self.var = m2 / total
+        self.count = total
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(self.var)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.mean = np.asarray(state["mean"], dtype=np.float64)
+        self.var = np.asarray(state["var"], dtype=np.float64)
+        self.count = float(state["count"])  # type: ignore[arg-type]
+
+
+def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int) -> torch.Tensor:
+    """Euclidean distance from each row of ``x`` to its ``k``-th nearest row of ``pool``.
+
+    Args:
+        x: ``(B, d)`` query points.
+        pool: ``(N, d)`` reference points, ``N >= k``.
+        k: neighbour rank, 1-based (``k = 1`` is the nearest).
+
+    Returns:
+        ``(B,)`` distances.
+
+    Raises:
+        ValueError: the pool has fewer than ``k`` points.
+    """
+    if pool.shape[0] < k:
+        raise ValueError(f"k-NN with k={k} needs at least {k} reference points, got {len(pool)}")
+    dists = torch.cdist(x, pool, compute_mode="donot_use_mm_for_euclid_dist")
+    return dists.topk(k, dim=1, largest=False).values[:, -1]
+
+
+class StateEntropyReward:
+    """Intrinsic reward ``knn_distance(s', sample of replay states, k) / running std``.
+
+    Args:
+        k: neighbour rank (``topK``).
+        pool_size: replay states drawn as the reference sample for each batch.
+    """
+
+    def __init__(self, k: int = 5, pool_size: int = 10_000) -> None:
+        self.k = k
+        self.pool_size = pool_size
+        self.stats = RunningMeanStd()
+
+    def __call__(self, next_obs: torch.Tensor, replay_obs: np.ndarray,
+                 rng: np.random.Generator) -> torch.Tensor:
+        """Normalised state-entropy reward for a batch.
+
+        Args:
+            next_obs: ``(B, obs_dim)`` states to reward.
+            replay_obs: ``(N, obs_dim)`` stored observations to sample the reference pool from.
+            rng: generator for the pool sample.
+
+        Returns:
+            ``(B,)`` rewards on ``next_obs``'s device.
+        """
+        n = len(replay_obs)
+        idx = rng.choice(n, size=self.pool_size, replace=False) if n > self.pool_size \
+            else np.arange(n)
+        pool = torch.as_tensor(replay_obs[idx], device=next_obs.device)
+        with torch.no_grad():
+            dist = knn_distance(next_obs.flatten(1), pool.flatten(1), self.k)
+        self.stats.update(dist)
+        return dist / float(self.stats.std + 1e-8)

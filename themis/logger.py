@@ -1,0 +1,117 @@
+"""Run logging: console lines, CSV files a person can open, and a learning-curve plot."""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from termcolor import colored
+from tqdm import tqdm
+
+
+class CSVLog:
+    """Append rows to a CSV file; the columns are fixed by the first row.
+
+    Args:
+        path: the file (created with a header; appended to if it exists with one).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fieldnames: list[str] | None = None
+        self._file: TextIO | None = None
+        if path.exists() and path.stat().st_size > 0:
+            with path.open() as f:
+                self._fieldnames = next(csv.reader(f))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        if self._file is None:
+            new = self._fieldnames is None
+            if new:
+                self._fieldnames = list(row)
+            self._file = self.path.open("a", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self._fieldnames,
+                                          extrasaction="ignore")
+            if new:
+                self._writer.writeheader()
+        self._writer.writerow({k: _plain(v) for k, v in row.items()})
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _plain(value: Any) -> Any:
+    """Convert tensors and NumPy scalars to plain Python numbers for CSV."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else value
+    return value
+
+
+class Logger:
+    """Owns ``train.csv``, ``eval.csv`` and ``reward.csv`` in the run dir; prints console lines.
+
+    Agents never see the logger: the Workspace hands it metric dicts.
+    """
+
+    def __init__(self, run_dir: Path, stream: TextIO = sys.stdout) -> None:
+        self.run_dir = run_dir
+        self.stream = stream
+        self.train = CSVLog(run_dir / "train.csv")
+        self.eval = CSVLog(run_dir / "eval.csv")
+        self.reward = CSVLog(run_dir / "reward.csv")
+
+    def info(self, message: str, color: str | None = None) -> None:
+        tqdm.write(colored(message, color) if color else message, file=self.stream)
+        self.stream.flush()
+
+    def console(self, kind: str, row: Mapping[str, Any]) -> None:
+        """One line such as ``train | step 5000 | fps 180 | episode_reward -12.3 | ...``."""
+        parts = [colored(f"{kind:5s}", "yellow" if kind == "train" else "green")]
+        for key, value in row.items():
+            value = _plain(value)
+            if isinstance(value, float):
+                value = f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
+            parts.append(f"{key} {value}")
+        self.info(" | ".join(parts))
+
+    def close(self) -> None:
+        for log in (self.train, self.eval, self.reward):
+            log.close()
+
+
+def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
+    """Plot mean true eval return (and total feedback) against environment steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.read_csv(eval_csv)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(df["step"], df["episode_reward"], marker="o", color="tab:blue", label="true return")
+    if "episode_reward_std" in df:
+        ax.fill_between(df["step"], df["episode_reward"] - df["episode_reward_std"],
+                        df["episode_reward"] + df["episode_reward_std"], alpha=0.2,
+                        color="tab:blue")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("mean true episode return (eval)")
+    ax.grid(alpha=0.3)
+    if "total_feedback" in df:
+        ax2 = ax.twinx()
+        ax2.plot(df["step"], df["total_feedback"], color="tab:orange", linestyle="--",
+                 label="total feedback")
+        ax2.set_ylabel("queries asked", color="tab:orange")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)

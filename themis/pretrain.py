@@ -1,0 +1,29 @@
+"""Hydra entry point of ``./themis_pretrain.sh``: seed + unsupervised phase, then a snapshot.
+
+The snapshot (``snapshot.pt`` in the run dir: agent, replay buffer, step) is the input of
+``./themis_train.sh pretrained_snapshot=PATH``, which skips straight to reward learning.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from themis.train import build_workspace, register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../config", config_name="pretrain_themis")
+def main(cfg: DictConfig) -> None:
+    ws = build_workspace(cfg)
+    ws.run(until=ws.pretrain_end)
+    path = ws.save_snapshot()
+    ws.logger.info(f"snapshot written: {path}\n"
+                   f"continue with: ./themis_train.sh pretrained_snapshot={path.resolve()}",
+                   "cyan")
+    ws.logger.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Ensemble reward model r̂(s, a) (Christiano et al. 2017; PEBBLE, Lee et al. 2021, Sec. 4.2).
+
+Each member is an MLP ``(obs, action) -> r`` with a tanh output, as in BPref. Members are
+evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from themis.agents.networks import EnsembleMLP
+
+
+class RewardEnsemble(nn.Module):
+    """``ensemble_size`` reward networks over the concatenated ``(observation, action)``.
+
+    Args:
+        obs_dim: flat observation size.
+        action_dim: action vector size.
+        ensemble_size: number of members ``E`` (>= 1).
+        hidden_dim: hidden width (BPref: 256).
+        hidden_depth: hidden layers (BPref: 3).
+
+    Shapes:
+        :meth:`forward`: ``obs (E, B, obs_dim)`` or ``(B, obs_dim)`` with matching actions
+        -> per-member rewards ``(E, B)``.
+
+    Raises:
+        ValueError: ``ensemble_size < 1``.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, ensemble_size: int = 3,
+                 hidden_dim: int = 256, hidden_depth: int = 3) -> None:
+        super().__init__()
+        if ensemble_size < 1:
+            raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.ensemble_size = ensemble_size
+        self.hidden_dim = hidden_dim
+        self.hidden_depth = hidden_depth
+        self.net = EnsembleMLP(ensemble_size, obs_dim + action_dim, hidden_dim, 1, hidden_depth,
+                               activation=nn.LeakyReLU, output_activation=nn.Tanh)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+    def segment_returns(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Predicted returns of segments for every member.
+
+        Shapes: ``obs (E, n, H, obs_dim)`` (member-specific batches) or ``(n, H, obs_dim)``
+        (shared) -> ``(E, n)``.
+        """
+        *lead, horizon, _ = obs.shape
+        flat_obs = obs.reshape(*lead[:-1], lead[-1] * horizon, -1)
+        flat_act = action.reshape(*lead[:-1], lead[-1] * horizon, -1)
+        rewards = self(flat_obs, flat_act)  # (E, n*H)
+        return rewards.reshape(self.ensemble_size, lead[-1], horizon).sum(-1)
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray, action: np.ndarray, chunk_size: int = 16384) -> np.ndarray:
+        """Ensemble-mean reward for a batch, as used to relabel the replay buffer.
+
+        Shapes: ``obs (n, obs_dim)``, ``action (n, action_dim)`` -> ``(n,)`` float32.
+        """
+        return self.predict_members(obs, action, chunk_size).mean(0)
+
+    @torch.no_grad()
+    def predict_members(self, obs: np.ndarray, action: np.ndarray,
+                        chunk_size: int = 16384) -> np.ndarray:
+        """Per-member rewards, ``(E, n)`` float32."""
+        device = self.device
+        out = []
+        for lo in range(0, len(obs), chunk_size):
+            o = torch.as_tensor(obs[lo:lo + chunk_size], dtype=torch.float32, device=device)
+            a = torch.as_tensor(action[lo:lo + chunk_size], dtype=torch.float32, device=device)
+            out.append(self(o, a).cpu())
+        if not out:
+            return np.zeros((self.ensemble_size, 0), dtype=np.float32)
+        return torch.cat(out, dim=1).numpy()
+
+    @torch.no_grad()
+    def preference_probabilities(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """Each member's Bradley–Terry probability that segment 2 is preferred.
+
+        Shapes: ``obs (n, 2, H, obs_dim)``, ``action (n, 2, H, action_dim)`` -> ``(E, n)``.
+        """
+        o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        a = torch.as_tensor(action, dtype=torch.float32, device=self.device)
+        r1 = self.segment_returns(o[:, 0], a[:, 0])
+        r2 = self.segment_returns(o[:, 1], a[:, 1])
+        return torch.sigmoid(r2 - r1).cpu().numpy()
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, stored in checkpoints so they can be rebuilt anywhere."""
+        return {"obs_dim": self.obs_dim, "action_dim": self.action_dim,
+                "ensemble_size": self.ensemble_size, "hidden_dim": self.hidden_dim,
+                "hidden_depth": self.hidden_depth}

@@ -1,0 +1,143 @@
+"""Synthetic teachers that answer preference queries (B-Pref, Lee et al. 2021, Sec. 3.1).
+
+A teacher looks at the true rewards of two segments and says which is better. B-Pref's
+"scripted teachers" model human irrationality with five knobs; the oracle teacher is the one with
+all of them off (beta = -1, gamma = 1, every eps = 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TeacherPreset:
+    """A named B-Pref teacher (its config-group file holds the same values)."""
+
+    beta: float = -1.0
+    gamma: float = 1.0
+    eps_mistake: float = 0.0
+    eps_skip: float = 0.0
+    eps_equal: float = 0.0
+
+
+PRESETS: Mapping[str, TeacherPreset] = {
+    "oracle": TeacherPreset(),
+    "mistake": TeacherPreset(eps_mistake=0.1),
+    "noisy": TeacherPreset(beta=1.0),
+    "skip": TeacherPreset(eps_skip=0.1),
+    "myopic": TeacherPreset(gamma=0.9),
+    "equal": TeacherPreset(eps_equal=0.1),
+}
+
+
+def validate_teacher_params(beta: float, gamma: float, eps_mistake: float, eps_skip: float,
+                            eps_equal: float) -> None:
+    """Check B-Pref teacher parameters.
+
+    Raises:
+        ValueError: an eps outside [0, 1], gamma outside (0, 1], or beta equal to 0 or < -1
+            (beta must be -1 for a rational teacher or > 0 for Bradley–Terry rationality).
+    """
+    for name, eps in (("teacher_eps_mistake", eps_mistake), ("teacher_eps_skip", eps_skip),
+                      ("teacher_eps_equal", eps_equal)):
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError(f"{name}={eps} is outside [0, 1]")
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"teacher_gamma={gamma} is outside (0, 1]")
+    if not (beta == -1 or beta > 0):
+        raise ValueError(f"teacher_beta={beta}: use -1 (perfectly rational) or a value > 0")
+
+
+class SyntheticTeacher:
+    """B-Pref's scripted teacher.
+
+    Given true per-step rewards of segment 1 and 2 it:
+
+    1. skips the pair when neither (undiscounted) return exceeds ``eps_skip * margin``;
+    2. weights step ``t`` of an ``H``-step segment by ``gamma^(H-1-t)`` (myopia);
+    3. answers 1.0 (segment 2 preferred) with probability sigmoid(beta (R₂ − R₁)) for
+       ``beta > 0`` (Bradley–Terry), or deterministically by the larger return for ``beta = -1``;
+    4. flips a non-equal answer with probability ``eps_mistake``;
+    5. answers 0.5 when the returns differ by less than ``eps_equal * margin``.
+
+    ``margin`` (:meth:`set_margin`) is the mean true return of recent episodes scaled to one
+    segment. B-Pref's train_PEBBLE.py multiplies the thresholds by eps twice after the first
+    round; Themis uses ``eps * margin`` throughout.
+
+    Args:
+        beta: rationality (-1 = perfectly rational).
+        gamma: myopia discount in (0, 1].
+        eps_mistake, eps_skip, eps_equal: probabilities / fractions in [0, 1].
+        rng: random generator (a fresh default one if omitted).
+
+    Raises:
+        ValueError: parameters out of range (see :func:`validate_teacher_params`).
+    """
+
+    def __init__(self, beta: float = -1, gamma: float = 1, eps_mistake: float = 0,
+                 eps_skip: float = 0, eps_equal: float = 0,
+                 rng: np.random.Generator | None = None) -> None:
+        validate_teacher_params(beta, gamma, eps_mistake, eps_skip, eps_equal)
+        self.beta = float(beta)
+        self.gamma = float(gamma)
+        self.eps_mistake = float(eps_mistake)
+        self.eps_skip = float(eps_skip)
+        self.eps_equal = float(eps_equal)
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.margin = 0.0
+
+    @classmethod
+    def from_preset(cls, name: str, rng: np.random.Generator | None = None) -> SyntheticTeacher:
+        """Build one of :data:`PRESETS` by name.
+
+        Raises:
+            ValueError: unknown preset name.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown teacher preset {name!r}; choose from {sorted(PRESETS)}")
+        p = PRESETS[name]
+        return cls(p.beta, p.gamma, p.eps_mistake, p.eps_skip, p.eps_equal, rng=rng)
+
+    def set_margin(self, margin: float) -> None:
+        """Set the return scale the skip and equal thresholds are fractions of."""
+        self.margin = float(margin)
+
+    def label(self, rewards_1: np.ndarray, rewards_2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Answer a batch of queries.
+
+        Args:
+            rewards_1, rewards_2: true per-step rewards, shape ``(batch, segment)``.
+
+        Returns:
+            ``(keep, labels)``: ``keep (batch,)`` bool, False where the pair is skipped;
+            ``labels (n_kept,)`` float32 in {0.0, 0.5, 1.0} for the kept pairs (1.0 = segment 2
+            preferred).
+        """
+        r1 = np.asarray(rewards_1, dtype=np.float64)
+        r2 = np.asarray(rewards_2, dtype=np.float64)
+        if r1.shape != r2.shape or r1.ndim != 2:
+            raise ValueError(f"rewards must both be (batch, segment), got {r1.shape}, {r2.shape}")
+        sum1, sum2 = r1.sum(1), r2.sum(1)
+        keep = np.maximum(sum1, sum2) > self.eps_skip * self.margin if self.eps_skip > 0 \
+            else np.ones(len(r1), dtype=bool)
+        r1, r2, sum1, sum2 = r1[keep], r2[keep], sum1[keep], sum2[keep]
+
+        horizon = r1.shape[1]
+        weights = self.gamma ** np.arange(horizon - 1, -1, -1, dtype=np.float64)
+        ret1, ret2 = r1 @ weights, r2 @ weights
+        if self.beta > 0:
+            p2 = 1.0 / (1.0 + np.exp(-self.beta * (ret2 - ret1)))
+            labels = (self.rng.random(len(p2)) < p2).astype(np.float32)
+        else:
+            labels = np.where(ret2 > ret1, 1.0, np.where(ret1 > ret2, 0.0, 0.5)).astype(np.float32)
+
+        if self.eps_mistake > 0:
+            flip = (self.rng.random(len(labels)) < self.eps_mistake) & (labels != 0.5)
+            labels[flip] = 1.0 - labels[flip]
+        if self.eps_equal > 0:
+            labels[np.abs(sum1 - sum2) < self.eps_equal * self.margin] = 0.5
+        return keep, labels

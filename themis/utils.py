@@ -1,0 +1,85 @@
+"""Small helpers shared by the agents and the Workspace (pytorch_sac / drqv2 tradition)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message says what is wrong and how to fix it."""
+
+
+def set_seed_everywhere(seed: int) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA) random number generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def get_device(device: str = "auto") -> torch.device:
+    """Resolve a device spelling into a ``torch.device``.
+
+    Args:
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        ConfigError: CUDA is asked for explicitly but is not available, or the spelling is unknown.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device={device} but CUDA is not available on this machine; "
+                "use device=cpu or device=auto"
+            )
+        return torch.device(device)
+    raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Set PyTorch's intra-op threads; ``0`` keeps the default (``THEMIS_THREADS`` overrides)."""
+    num_threads = int(os.environ.get("THEMIS_THREADS", num_threads))
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+
+
+@contextlib.contextmanager
+def eval_mode(*models: nn.Module) -> Iterator[None]:
+    """Put modules in eval mode inside the block and restore their previous modes after it."""
+    prev = [m.training for m in models]
+    for m in models:
+        m.train(False)
+    try:
+        yield
+    finally:
+        for m, mode in zip(models, prev, strict=True):
+            m.train(mode)
+
+
+@torch.no_grad()
+def polyak_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.Tensor],
+                  tau: float) -> None:
+    """Soft target update ``target <- (1 - tau) * target + tau * param`` (SAC, Haarnoja 2018).
+
+    Uses one fused ``torch._foreach_lerp_`` call instead of a Python loop over tensors.
+    """
+    targets = list(target_params)
+    torch._foreach_lerp_(targets, list(params), tau)
+
+
+def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Convert a NumPy array to a tensor on ``device`` without copying on CPU when possible."""
+    tensor = torch.as_tensor(array)
+    return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor

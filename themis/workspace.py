@@ -1,0 +1,382 @@
+"""The Workspace: env, replay buffer, agent, reward model, teacher, logger and the PEBBLE loop.
+
+The loop in :meth:`Workspace.run` follows PEBBLE's Algorithm 1 (Lee, Smith & Abbeel, ICML 2021):
+
+1. ``num_seed_steps`` of uniformly random actions;
+2. ``num_unsup_steps`` of unsupervised pretraining: SAC on the state-entropy reward;
+3. the critic is reset and the first feedback round is asked (uniform sampling);
+4. every ``num_interact`` steps, while ``total_feedback < max_feedback``: sample queries, ask
+   the teacher, train the reward ensemble on all labels, relabel the whole replay buffer;
+5. every step: one SAC update on the (relabelled) replay buffer.
+
+With ``learn_reward=false`` the same loop trains SAC on the environment reward (no queries).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from themis.agents import SACConfig, make_agent, select_agent
+from themis.buffers import ReplayBuffer
+from themis.config import validate
+from themis.envs import episode_limit, get_domain, make_env
+from themis.intrinsic import StateEntropyReward
+from themis.logger import Logger, plot_learning_curve
+from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.sampling import SAMPLERS, needs_large_batch, resolve_feed_type
+from themis.teachers import SyntheticTeacher
+from themis.utils import (ConfigError, eval_mode, get_device, set_num_threads,
+                          set_seed_everywhere)
+
+SNAPSHOT_VERSION = 1
+
+
+class Workspace:
+    """Everything one run owns.
+
+    Args:
+        cfg: a composed :class:`themis.config.TrainConfig`.
+        run_dir: where CSVs, checkpoints and plots go (created if missing).
+
+    Raises:
+        ConfigError: invalid configuration, unknown domain/env, missing snapshot.
+    """
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        validate(cfg)
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        set_num_threads(cfg.torch_threads)
+        set_seed_everywhere(cfg.seed)
+        self.device = get_device(cfg.device)
+        self.rng = np.random.default_rng(cfg.seed)
+
+        # --- environments
+        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed)
+        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000)
+        self.env_id = get_domain(cfg.domain).resolve(cfg.env)
+        self.max_episode_steps = episode_limit(self.env)
+        if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:
+            raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
+                              f"({self.max_episode_steps} steps) of {self.env_id}")
+        obs_space, action_space = self.env.observation_space, self.env.action_space
+        self.agent_name = select_agent(action_space)
+        obs_shape = tuple(obs_space.shape or ())
+        self.obs_dim = int(np.prod(obs_shape))
+        self.action_dim = int(np.prod(action_space.shape or ()))
+
+        # --- agent, replay buffer, intrinsic reward
+        agent_cfg = SACConfig(**{k: v for k, v in cfg.agent.items() if k != "name"})
+        self.agent = make_agent(self.agent_name, self.obs_dim, self.action_dim, self.device,
+                                agent_cfg)
+        capacity = cfg.replay_buffer_capacity or cfg.num_train_steps
+        self.buffer = ReplayBuffer(obs_shape, self.action_dim, capacity, self.device)
+        self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size)
+
+        # --- reward learning from preferences
+        self.sampler_name = resolve_feed_type(cfg.feed_type)
+        self.reward_model: RewardEnsemble | None = None
+        if cfg.learn_reward:
+            self.reward_model = RewardEnsemble(self.obs_dim, self.action_dim, cfg.ensemble_size,
+                                               cfg.reward_hidden_dim,
+                                               cfg.reward_hidden_depth).to(self.device)
+            self.reward_trainer = RewardTrainer(self.reward_model, cfg.reward_lr,
+                                                cfg.reward_train_batch,
+                                                np.random.default_rng(cfg.seed + 1))
+            self.dataset = PreferenceDataset(cfg.max_feedback, cfg.segment, self.obs_dim,
+                                             self.action_dim)
+            self.teacher = SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma,
+                                            cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
+                                            cfg.teacher_eps_equal,
+                                            rng=np.random.default_rng(cfg.seed + 2))
+
+        # --- counters and logs
+        self.step = 0
+        self.episode = 0
+        self.total_feedback = 0
+        self.labeled_feedback = 0
+        self.feedback_rounds = 0
+        self.reward_accuracy = float("nan")
+        self.pretraining_done = False
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
+        self.last_episode_reward = float("nan")
+        self.metrics: dict[str, torch.Tensor] = {}
+        self.logger = Logger(self.run_dir)
+        self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
+
+        if cfg.pretrained_snapshot:
+            self.load_snapshot(Path(cfg.pretrained_snapshot))
+
+    # ================================================================== main loop
+    def run(self, until: int | None = None) -> None:
+        """Run the PEBBLE loop from the current step up to ``until`` (default: the end)."""
+        cfg = self.cfg
+        until = cfg.num_train_steps if until is None else until
+        self.logger.info(
+            f"Themis | {self.env_id} | agent {self.agent_name} (action space "
+            f"{self.env.action_space}) | reward: "
+            f"{'learned from ' + self._teacher_name() if cfg.learn_reward else 'environment'}"
+            f" | device {self.device} | run dir {self.run_dir}", "cyan")
+        obs, _ = self.env.reset(seed=cfg.seed + self.episode)
+        episode_reward, episode_step = 0.0, 0
+        interact_count = 0
+        start_time = last_log_time = time.time()
+        last_log_step = self.step
+        bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True,
+                   disable=None, leave=False)
+        while self.step < until:
+            # -------------------------------------------------------- act
+            if self.step < cfg.num_seed_steps:
+                action = self.env.action_space.sample()
+            else:
+                with eval_mode(self.agent.actor):
+                    action = self.agent.act(obs, sample=True)
+
+            # ------------------------------------------------------ learn
+            if self.step >= cfg.num_seed_steps:
+                if not self.pretraining_done and self.step >= self.pretrain_end:
+                    self.end_pretraining()
+                    interact_count = 0
+                if not self.pretraining_done:
+                    self.unsupervised_update()
+                else:
+                    if (cfg.learn_reward and interact_count >= cfg.num_interact
+                            and self.total_feedback < cfg.max_feedback):
+                        self.feedback_round()
+                        interact_count = 0
+                    self.metrics = self.agent.update(
+                        self.buffer.sample(cfg.agent.batch_size, self.rng), self.step)
+
+            # ------------------------------------------------------- step
+            next_obs, true_reward, terminated, truncated, _ = self.env.step(action)
+            self.buffer.add(obs, action, self._stored_reward(obs, action, true_reward),
+                            next_obs, terminated, self.episode, episode_step, true_reward)
+            episode_reward += float(true_reward)
+            episode_step += 1
+            obs = next_obs
+            self.step += 1
+            interact_count += 1
+            bar.update(1)
+
+            if terminated or truncated:
+                self.last_episode_reward = episode_reward
+                self.recent_returns.append(episode_reward)
+                self.logger.train.write({
+                    "step": self.step, "episode": self.episode,
+                    "episode_reward": episode_reward, "episode_length": episode_step,
+                    "total_feedback": self.total_feedback,
+                    "labeled_feedback": self.labeled_feedback,
+                    "reward_accuracy": self.reward_accuracy,
+                    "phase": self.phase,
+                    "duration": time.time() - start_time,
+                    **{k: float(v) for k, v in self.metrics.items()},
+                })
+                self.episode += 1
+                obs, _ = self.env.reset()
+                episode_reward, episode_step = 0.0, 0
+
+            if self.step % cfg.log_frequency == 0:
+                now = time.time()
+                fps = (self.step - last_log_step) / max(now - last_log_time, 1e-9)
+                last_log_step, last_log_time = self.step, now
+                self.logger.console("train", {
+                    "step": self.step, "phase": self.phase, "fps": fps,
+                    "episode_reward": self.last_episode_reward,
+                    "total_feedback": self.total_feedback,
+                    "reward_acc": self.reward_accuracy,
+                })
+            if self.step % cfg.eval_frequency == 0 or self.step == cfg.num_train_steps:
+                self.evaluate()
+                self.save_checkpoints()
+        bar.close()
+
+    @property
+    def phase(self) -> str:
+        if self.step < self.cfg.num_seed_steps:
+            return "seed"
+        return "unsup" if not self.pretraining_done else "reward" if self.cfg.learn_reward \
+            else "true_reward"
+
+    def _teacher_name(self) -> str:
+        c = self.cfg
+        return (f"synthetic teacher (beta={c.teacher_beta}, gamma={c.teacher_gamma}, "
+                f"eps_mistake={c.teacher_eps_mistake}, eps_skip={c.teacher_eps_skip}, "
+                f"eps_equal={c.teacher_eps_equal})")
+
+    def _stored_reward(self, obs: np.ndarray, action: np.ndarray, true_reward: float) -> float:
+        """The reward written to the replay buffer for a new transition.
+
+        With ``learn_reward`` the agent never sees the true reward: before the reward model is
+        trained the slot holds 0 (pretraining uses the intrinsic reward and everything is
+        relabelled when it ends), afterwards the current ensemble-mean prediction.
+        """
+        if not self.cfg.learn_reward:
+            return float(true_reward)
+        if self.reward_model is None or self.feedback_rounds == 0:
+            return 0.0
+        with torch.no_grad():
+            o = torch.as_tensor(obs, dtype=torch.float32, device=self.device).reshape(1, -1)
+            a = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, -1)
+            return float(self.reward_model(o, a).mean())
+
+    # ============================================================ phases of PEBBLE
+    def unsupervised_update(self) -> None:
+        """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3)."""
+        batch = self.buffer.sample(self.cfg.agent.batch_size, self.rng)
+        intrinsic = self.state_entropy(batch.next_observations,
+                                       self.buffer.obs[: len(self.buffer)], self.rng)
+        self.metrics = self.agent.update(batch._replace(rewards=intrinsic), self.step)
+
+    def end_pretraining(self) -> None:
+        """First feedback round, relabel, critic reset and ``reset_update`` updates (BPref)."""
+        cfg = self.cfg
+        if cfg.learn_reward:  # otherwise the stored rewards are the true ones already
+            self.feedback_round(first=True)
+        self.agent.reset_critic()
+        for _ in range(cfg.reset_update):
+            self.agent.update(self.buffer.sample(cfg.agent.batch_size, self.rng), self.step)
+        self.pretraining_done = True
+        self.logger.info(f"step {self.step}: pretraining done, critic reset", "cyan")
+
+    def feedback_round(self, first: bool = False) -> None:
+        """Ask the teacher one batch of queries, retrain the reward model, relabel the buffer."""
+        cfg = self.cfg
+        assert self.reward_model is not None
+        n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
+        if n_queries <= 0:
+            return
+        sampler = "uniform" if first else self.sampler_name
+        n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
+        min_episode = max(0, self.episode - cfg.query_pool_episodes + 1)
+        candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
+                                                      min_episode)
+        queries = candidates.take(SAMPLERS[sampler](candidates, self.reward_model, n_queries,
+                                                    self.rng))
+
+        # --- ask the teacher (margin: recent mean return scaled to one segment, B-Pref)
+        if self.recent_returns and self.max_episode_steps:
+            self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
+                                    / self.max_episode_steps)
+        keep, labels = self.teacher.label(queries.true_rewards[:, 0], queries.true_rewards[:, 1])
+        answered = queries.take(keep)
+        self.total_feedback += len(queries)
+        self.labeled_feedback += int(keep.sum())
+
+        # --- accuracy of the current model on the fresh labels (a held-out estimate)
+        heldout = float("nan")
+        if self.feedback_rounds > 0 and len(answered):
+            heldout = self.reward_trainer.accuracy(answered.observations, answered.actions,
+                                                   labels)
+        if len(answered):
+            self.dataset.add(answered, labels)
+        self.feedback_rounds += 1
+        stats = None
+        if len(self.dataset):
+            stats = self.reward_trainer.train(self.dataset, cfg.reward_update)
+            self.reward_accuracy = stats.accuracy
+            self.relabel()
+        row = {
+            "step": self.step, "round": self.feedback_rounds, "sampler": sampler,
+            "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
+            "heldout_accuracy": heldout,
+            "train_accuracy": stats.accuracy if stats else float("nan"),
+            "train_loss": stats.loss if stats else float("nan"),
+            "epochs": stats.epochs if stats else 0,
+        }
+        self.logger.reward.write(row)
+        self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
+
+    def relabel(self) -> None:
+        """Relabel every stored transition with the ensemble-mean reward (PEBBLE, Sec. 4.2)."""
+        assert self.reward_model is not None
+        with eval_mode(self.reward_model):
+            self.buffer.relabel(self.reward_model.predict)
+
+    # ============================================================== evaluation
+    def evaluate(self) -> float:
+        """Mean true return of ``num_eval_episodes`` episodes with the mean action."""
+        returns = []
+        for i in range(self.cfg.num_eval_episodes):
+            obs, _ = self.eval_env.reset(seed=self.cfg.seed + 10_000 + i)
+            done, ret = False, 0.0
+            while not done:
+                with eval_mode(self.agent.actor):
+                    action = self.agent.act(obs, sample=False)
+                obs, reward, terminated, truncated, _ = self.eval_env.step(action)
+                ret += float(reward)
+                done = terminated or truncated
+            returns.append(ret)
+        row = {"step": self.step, "episode": self.episode,
+               "episode_reward": float(np.mean(returns)),
+               "episode_reward_std": float(np.std(returns)),
+               "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
+               "reward_accuracy": self.reward_accuracy}
+        self.logger.eval.write(row)
+        self.logger.console("eval", row)
+        return row["episode_reward"]
+
+    # ====================================================== checkpoints/snapshots
+    def save_checkpoints(self) -> None:
+        """Write agent and reward-model checkpoints and the preference dataset."""
+        ckpt = self.run_dir / "checkpoints"
+        ckpt.mkdir(exist_ok=True)
+        torch.save({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
+                   ckpt / "agent.pt")
+        if self.reward_model is not None:
+            torch.save({"model": self.reward_model.state_dict(),
+                        "config": self.reward_model.config(), "step": self.step,
+                        "env": self.env_id}, ckpt / "reward_model.pt")
+            self.dataset.save(self.run_dir / "preferences.npz")
+
+    def save_snapshot(self, path: Path | None = None) -> Path:
+        """Snapshot after pretraining: agent, replay buffer, counters and entropy statistics."""
+        path = path or self.run_dir / "snapshot.pt"
+        torch.save({
+            "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
+            "step": self.step, "episode": self.episode,
+            "agent_name": self.agent_name, "agent": self.agent.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "state_entropy_stats": self.state_entropy.stats.state_dict(),
+        }, path)
+        return path
+
+    def load_snapshot(self, path: Path) -> None:
+        """Continue from a pretraining snapshot.
+
+        Raises:
+            ConfigError: the file is missing or was written for another env or shape.
+        """
+        if not path.is_file():
+            raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
+                              "./themis_pretrain.sh first or drop the option")
+        snap = torch.load(path, map_location=self.device, weights_only=False)
+        if snap.get("env") != self.env_id:
+            raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
+                              f"not {self.env_id}")
+        try:
+            self.agent.load_state_dict(snap["agent"])
+            self.buffer.load_state_dict(snap["buffer"])
+        except ValueError as e:
+            raise ConfigError(f"pretrained_snapshot={path}: {e}") from None
+        self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+        self.step = int(snap["step"])
+        self.episode = int(snap["episode"]) + 1
+        self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
+
+    def finish(self) -> None:
+        """Final checkpoint, learning-curve PNG, closing of the logs."""
+        self.save_checkpoints()
+        self.logger.close()
+        eval_csv = self.run_dir / "eval.csv"
+        if eval_csv.exists():
+            method = "PEBBLE" if self.cfg.learn_reward else "SAC, true reward"
+            plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
+                                                title=f"{self.env_id} ({method})")
+        self.logger.info(f"done: {self.run_dir}", "cyan")

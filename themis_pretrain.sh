@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Themis pretraining launcher: every argument is a Hydra override, e.g.
+#   ./themis_pretrain.sh env=HalfCheetah-v5 seed=1
+#   ./themis_pretrain.sh -m seed=0,1,2        # a sweep
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+python="python3"
+if [ -x "$here/.venv/bin/python" ]; then
+  python="$here/.venv/bin/python"
+fi
+export MUJOCO_GL="${MUJOCO_GL:-egl}"
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+exec "$python" -m themis.pretrain "$@"
