@@ -8,6 +8,9 @@ python="python3"
 if [ -x "$here/.venv/bin/python" ]; then
   python="$here/.venv/bin/python"
 fi
-export MUJOCO_GL="${MUJOCO_GL:-egl}"
+# Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere.
+if [ -z "${MUJOCO_GL:-}" ]; then
+  if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
+fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m themis.pretrain "$@"

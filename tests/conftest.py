@@ -1,0 +1,40 @@
+"""Shared fixtures: repository paths and a helper to compose Themis configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("MUJOCO_GL", "egl" if os.path.exists("/dev/nvidia0") else "osmesa")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture
+def compose():
+    """Compose ``config/<name>.yaml`` with overrides, as the launchers would."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from themis.config import register_configs
+
+    register_configs()
+
+    def _compose(overrides: list[str] | None = None, name: str = "train_themis"):
+        with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
+            return hydra_compose(config_name=name, overrides=overrides or [])
+
+    return _compose
+
+
+# Tiny settings for end-to-end runs on Pendulum (200-step episodes).
+TINY_PENDULUM = [
+    "domain=Classic", "env=Pendulum-v1", "num_train_steps=1200", "num_seed_steps=200",
+    "num_unsup_steps=200", "num_interact=300", "max_feedback=30", "reward_batch=10",
+    "segment=20", "eval_frequency=600", "num_eval_episodes=1", "log_frequency=400",
+    "agent.hidden_dim=32", "agent.batch_size=32", "reward_hidden_dim=32",
+    "reward_update=5", "entropy_pool_size=256", "reset_update=5",
+]

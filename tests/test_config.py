@@ -1,0 +1,89 @@
+"""Configuration: every key composes; typos, wrong types and bad values fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from themis.config import TrainConfig, validate
+from themis.utils import ConfigError
+
+BPREF_KEYS = {
+    "env": "Hopper-v5", "seed": "3", "device": "cpu", "num_train_steps": "5000",
+    "num_seed_steps": "100", "num_unsup_steps": "200", "topK": "3", "num_interact": "1000",
+    "max_feedback": "200", "reward_batch": "20", "segment": "25", "ensemble_size": "5",
+    "reward_lr": "0.001", "reward_update": "10", "large_batch": "4", "feed_type": "0",
+    "teacher_beta": "1.0", "teacher_gamma": "0.9", "teacher_eps_mistake": "0.1",
+    "teacher_eps_skip": "0.1", "teacher_eps_equal": "0.1", "learn_reward": "false",
+    "human_teacher": "false", "xplain_action": "false", "xplain_state": "false",
+    "eval_frequency": "500", "num_eval_episodes": "2",
+}
+
+
+def test_defaults_compose_and_validate(compose):
+    cfg = compose()
+    validate(cfg)
+    assert cfg.domain == "Control" and cfg.env == "HalfCheetah-v5"
+    assert cfg.agent.name == "sac"
+    assert cfg.teacher_beta == -1 and cfg.teacher_eps_mistake == 0
+
+
+def test_every_bpref_key_composes_from_the_command_line(compose):
+    cfg = compose([f"{k}={v}" for k, v in BPREF_KEYS.items()])
+    for key, value in BPREF_KEYS.items():
+        assert str(cfg[key]).lower() == value.lower(), key
+    validate(cfg)
+
+
+def test_schema_has_every_bpref_key():
+    fields = set(OmegaConf.structured(TrainConfig).keys())
+    assert set(BPREF_KEYS) <= fields
+
+
+@pytest.mark.parametrize("preset,key,value", [
+    ("oracle", "teacher_beta", -1.0), ("mistake", "teacher_eps_mistake", 0.1),
+    ("noisy", "teacher_beta", 1.0), ("skip", "teacher_eps_skip", 0.1),
+    ("myopic", "teacher_gamma", 0.9), ("equal", "teacher_eps_equal", 0.1),
+])
+def test_teacher_presets(compose, preset, key, value):
+    cfg = compose([f"teacher={preset}"])
+    assert cfg[key] == value
+    # a preset's field stays overridable
+    assert compose([f"teacher={preset}", f"{key}=0.5"])[key] == 0.5
+
+
+def test_typo_fails_with_the_key_name(compose):
+    with pytest.raises(ConfigCompositionException, match="num_trian_steps"):
+        compose(["num_trian_steps=10"])
+
+
+def test_wrong_type_fails(compose):
+    with pytest.raises(ConfigCompositionException, match="num_train_steps"):
+        compose(["num_train_steps=abc"])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("feed_type=7", "feed_type=7 is unknown"),
+    ("feed_type=2", "not supported yet"),
+    ("teacher_eps_mistake=1.5", "outside \\[0, 1\\]"),
+    ("teacher_gamma=0", "outside \\(0, 1\\]"),
+    ("teacher_beta=0", "teacher_beta"),
+    ("ensemble_size=0", "ensemble_size=0 must be positive"),
+    ("num_train_steps=-5", "must be positive"),
+    ("max_feedback=50", "max_feedback=50 is smaller than reward_batch=100"),
+    ("human_teacher=true", "human_teacher=true is not supported yet"),
+    ("xplain_action=true", "not supported yet"),
+    ("xplain_state=true", "not supported yet"),
+    ("num_unsup_steps=200000", "must be smaller than num_train_steps"),
+])
+def test_bad_values_are_rejected_before_training(compose, override, message):
+    cfg = compose([override])
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_pretrain_config_composes(compose):
+    cfg = compose(name="pretrain_themis")
+    validate(cfg)
+    assert cfg.num_unsup_steps > 0

@@ -1,0 +1,77 @@
+"""Domain registry and agent selection."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from themis.agents import SAC, select_agent
+from themis.envs import get_domain, make_env
+from themis.utils import ConfigError, get_device
+
+
+def test_control_domain_makes_halfcheetah():
+    env = make_env("Control", "HalfCheetah-v5", seed=0)
+    assert env.spec.id == "HalfCheetah-v5"
+    assert env.observation_space.shape == (17,)
+    assert np.all(env.action_space.low == -1) and np.all(env.action_space.high == 1)
+
+
+def test_actions_are_rescaled_to_unit_box():
+    env = make_env("Classic", "Pendulum-v1", seed=0)
+    assert np.all(env.action_space.high == 1.0)
+    obs, *_ = env.step(np.array([1.0], dtype=np.float32))  # maps to the true bound 2.0
+    assert obs.shape == (3,)
+
+
+def test_unknown_env_lists_close_matches():
+    with pytest.raises(ConfigError, match="close matches: HalfCheetah-v5"):
+        get_domain("Control").resolve("HalfCheeta-v5")
+    with pytest.raises(ConfigError, match="not an environment of domain=Control"):
+        make_env("Control", "CartPole-v1")
+
+
+def test_unknown_domain():
+    with pytest.raises(ConfigError, match="domain=Contrl is unknown .did you mean Control"):
+        make_env("Contrl", "HalfCheetah-v5")
+
+
+def test_select_agent():
+    assert select_agent(gym.spaces.Box(-1, 1, (3,))) == "sac"
+    with pytest.raises(ValueError, match="Discrete"):
+        select_agent(gym.spaces.Discrete(4))
+
+
+def test_device_fallback():
+    assert get_device("cpu").type == "cpu"
+    assert get_device("auto").type in ("cpu", "cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            get_device("cuda")
+
+
+def test_sac_actions_in_bounds_and_state_dict_round_trip():
+    agent = SAC(4, 2, torch.device("cpu"))
+    obs = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    actions = agent.act(obs, sample=True)
+    assert actions.shape == (10, 2) and np.all(np.abs(actions) <= 1)
+    other = SAC(4, 2, torch.device("cpu"))
+    other.load_state_dict(agent.state_dict())
+    np.testing.assert_allclose(other.act(obs, sample=False), agent.act(obs, sample=False))
+    with pytest.raises(ValueError, match="obs_dim=4"):
+        SAC(5, 2, torch.device("cpu")).load_state_dict(agent.state_dict())
+
+
+def test_squashed_gaussian_log_prob_matches_change_of_variables():
+    torch.manual_seed(0)
+    agent = SAC(3, 2, torch.device("cpu"))
+    obs = torch.randn(4096, 3)
+    action, log_prob = agent.actor.sample(obs)
+    mu, log_std = agent.actor(obs)
+    u = torch.atanh(action.clamp(-1 + 1e-6, 1 - 1e-6))
+    normal = torch.distributions.Normal(mu, log_std.exp())
+    reference = (normal.log_prob(u) - torch.log(1 - action.pow(2) + 1e-6)).sum(-1)
+    ok = action.abs().max(-1).values < 0.99  # away from the saturation where clamping bites
+    torch.testing.assert_close(log_prob[ok], reference[ok], rtol=1e-3, atol=1e-3)

@@ -1,0 +1,67 @@
+"""Synthetic teachers: the oracle, and the B-Pref knobs following their formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from themis.teachers import PRESETS, SyntheticTeacher
+
+
+def test_oracle_prefers_higher_return_and_ties_are_equal():
+    r1 = np.array([[1.0, 2.0], [0.0, 0.0], [5.0, -1.0]])
+    r2 = np.array([[0.0, 0.0], [1.0, 0.5], [3.0, 1.0]])
+    keep, labels = SyntheticTeacher().label(r1, r2)
+    assert keep.all()
+    np.testing.assert_array_equal(labels, [0.0, 1.0, 0.5])
+
+
+def test_mistake_flips_about_eps_of_labels():
+    rng = np.random.default_rng(0)
+    r1, r2 = rng.normal(size=(20000, 10)), rng.normal(size=(20000, 10))
+    _, oracle = SyntheticTeacher().label(r1, r2)
+    _, noisy = SyntheticTeacher(eps_mistake=0.1, rng=rng).label(r1, r2)
+    assert abs((oracle != noisy).mean() - 0.1) < 0.01
+
+
+def test_equal_within_margin_and_skip_below_threshold():
+    r1 = np.array([[1.0], [1.0], [-3.0]])
+    r2 = np.array([[1.05], [3.0], [-2.0]])
+    teacher = SyntheticTeacher(eps_equal=0.1, eps_skip=0.5)
+    teacher.set_margin(2.0)  # equal below |diff| < 0.2, skip when max return <= 1.0
+    keep, labels = teacher.label(r1, r2)
+    np.testing.assert_array_equal(keep, [True, True, False])
+    np.testing.assert_array_equal(labels, [0.5, 1.0])
+
+
+def test_myopic_weighting_changes_the_order():
+    # segment 1 earns early, segment 2 a little less but late
+    r1 = np.array([[10.0, 0.0, 0.0, 0.0]])
+    r2 = np.array([[0.0, 0.0, 0.0, 9.0]])
+    assert SyntheticTeacher(gamma=1.0).label(r1, r2)[1][0] == 0.0  # 10 > 9
+    # gamma^(H-1-t) weights [0.125, 0.25, 0.5, 1]: 1.25 < 9, the late segment wins
+    assert SyntheticTeacher(gamma=0.5).label(r1, r2)[1][0] == 1.0
+    assert SyntheticTeacher(gamma=0.9).label(r1, r2)[1][0] == 1.0  # 7.29 < 9
+
+
+def test_bradley_terry_teacher_follows_the_sigmoid():
+    rng = np.random.default_rng(3)
+    n = 40000
+    r1 = np.zeros((n, 1))
+    r2 = np.full((n, 1), 0.5)
+    _, labels = SyntheticTeacher(beta=2.0, rng=rng).label(r1, r2)
+    assert labels.mean() == pytest.approx(1 / (1 + np.exp(-1.0)), abs=0.01)
+
+
+@pytest.mark.parametrize("kwargs", [{"eps_mistake": 1.5}, {"eps_skip": -0.1}, {"gamma": 0.0},
+                                    {"gamma": 1.1}, {"beta": 0.0}, {"beta": -2.0}])
+def test_out_of_range_parameters_are_rejected(kwargs):
+    with pytest.raises(ValueError):
+        SyntheticTeacher(**kwargs)
+
+
+def test_presets():
+    assert set(PRESETS) == {"oracle", "mistake", "noisy", "skip", "myopic", "equal"}
+    assert SyntheticTeacher.from_preset("mistake").eps_mistake == 0.1
+    with pytest.raises(ValueError, match="unknown teacher preset"):
+        SyntheticTeacher.from_preset("perfect")
