@@ -108,3 +108,25 @@ def test_state_dict_round_trip_of_a_wrapped_buffer():
     assert other.obs[10, 0] == 15
     with pytest.raises(ValueError, match="observations"):
         ReplayBuffer((3,), 1, 20, torch.device("cpu")).load_state_dict(buf.state_dict())
+
+
+def test_new_transitions_are_labelled_before_they_can_be_sampled():
+    buf = ReplayBuffer((1,), 1, capacity=128, device=torch.device("cpu"))
+    fill(buf, 100, episode_len=10)
+
+    calls = []
+
+    def reward_fn(obs, act):
+        calls.append(len(obs))
+        return -obs[:, 0]
+
+    buf.relabel(reward_fn)
+    rng = np.random.default_rng(0)
+    for i in range(100, 400):  # wraps around; the reward passed to add() is ignored
+        fill(buf, 1, episode_len=10, start=i)
+        batch = buf.sample(8, rng)
+        torch.testing.assert_close(batch.rewards, -batch.observations[:, 0])
+    stored = buf.obs[: len(buf), 0]
+    buf._label_pending()
+    np.testing.assert_array_equal(buf.rewards[: len(buf)], -stored)
+    assert len(calls) < 150  # batched: far fewer calls than the 300 added transitions

@@ -8,7 +8,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT, TINY_PENDULUM
 
 TINY_CHEETAH = [
@@ -41,6 +40,9 @@ def test_train_launcher_writes_logs_checkpoints_and_plot(tmp_path):
     assert rounds["step"].tolist() == [600, 1100, 1600, 2100]
     train = pd.read_csv(run / "train.csv")
     assert train["episode_length"].eq(1000).all()
+    # SAC metrics have columns from the first (seed-phase) row on, filled once updates start
+    assert train["critic_loss"].isna().iloc[0] and train["critic_loss"].notna().iloc[-1]
+    assert train["phase"].tolist()[-1] == "reward"
     assert "step 2500" in proc.stdout  # periodic console line
 
 

@@ -34,7 +34,7 @@ def test_unknown_env_lists_close_matches():
 
 
 def test_unknown_domain():
-    with pytest.raises(ConfigError, match="domain=Contrl is unknown .did you mean Control"):
+    with pytest.raises(ConfigError, match=r"domain=Contrl is unknown .did you mean Control"):
         make_env("Contrl", "HalfCheetah-v5")
 
 

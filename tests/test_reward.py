@@ -107,7 +107,7 @@ def test_dataset_rejects_bad_labels_and_overflow(tmp_path):
     data = PreferenceDataset(2, 3, 1, 1)
     pairs = SegmentPairs(np.zeros((1, 2, 3, 1)), np.zeros((1, 2, 3, 1)), np.zeros((1, 2, 3)),
                          np.zeros((1, 2), dtype=np.int64))
-    with pytest.raises(ValueError, match="0, 0.5 or 1"):
+    with pytest.raises(ValueError, match=r"0, 0\.5 or 1"):
         data.add(pairs, np.array([0.3]))
     data.add(pairs, np.array([0.5]))
     data.add(pairs, np.array([1.0]))

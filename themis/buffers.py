@@ -59,6 +59,11 @@ class ReplayBuffer:
     Stored per transition: ``obs, action, next_obs`` (float32), ``reward`` (what the agent is
     trained on: true reward or the learned reward after :meth:`relabel`), ``true_reward``,
     ``not_done`` (0 only on termination, not on time-limit truncation), ``episode`` and ``t``.
+
+    Once :attr:`reward_fn` is set (by :meth:`relabel`), the reward passed to :meth:`add` is
+    ignored: new transitions are labelled by ``reward_fn`` lazily, in one batch, the first time
+    a sample could contain one of them. No sample ever holds an unlabelled reward, and the
+    reward model runs once per few dozen steps instead of once per step.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
@@ -77,6 +82,8 @@ class ReplayBuffer:
         self.t = np.zeros(capacity, dtype=np.int64)
         self.ptr = 0
         self.size = 0
+        self.reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+        self._pending = 0  # newest transitions whose reward reward_fn has not computed yet
 
     def __len__(self) -> int:
         return self.size
@@ -95,6 +102,15 @@ class ReplayBuffer:
         self.t[i] = t
         self.ptr = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+        if self.reward_fn is not None:
+            self._pending = min(self._pending + 1, self.capacity)
+
+    def _label_pending(self) -> None:
+        """Compute the rewards of transitions added since the last labelling."""
+        if self._pending and self.reward_fn is not None:
+            idx = (self.ptr - np.arange(self._pending, 0, -1)) % self.capacity
+            self.rewards[idx] = self.reward_fn(self.obs[idx], self.actions[idx])
+        self._pending = 0
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Uniform indices into the stored transitions, shape ``(batch_size,)``."""
@@ -103,29 +119,31 @@ class ReplayBuffer:
     def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
         """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
         idx = self.sample_indices(batch_size, rng)
+        if self._pending and np.any((self.ptr - 1 - idx) % self.capacity < self._pending):
+            self._label_pending()
         fields = (self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],
                   self.not_dones[idx])
         return ReplayBufferSamples(*(torch.from_numpy(f).to(self.device) for f in fields))
 
     # ---------------------------------------------------------------- relabel
     def relabel(self, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                chunk_size: int = 16384, start: int = 0, stop: int | None = None) -> None:
-        """Overwrite the stored rewards with ``reward_fn(obs, action)``.
+                chunk_size: int = 16384) -> None:
+        """Overwrite every stored reward with ``reward_fn(obs, action)`` and keep using it.
 
         PEBBLE (Lee et al. 2021, Sec. 4.2) relabels every stored transition each time the reward
-        model changes, so that off-policy updates use one consistent reward. Slots
-        ``[start, stop)`` of the storage (default: everything stored) are relabelled in chunks
-        of ``chunk_size``; the storage order does not matter, so this is correct after the buffer
-        has wrapped around.
+        model changes, so that off-policy updates use one consistent reward. All stored slots
+        are relabelled in chunks of ``chunk_size``; the storage order does not matter, so this is
+        correct after the buffer has wrapped around. Later transitions are labelled by
+        ``reward_fn`` too (see the class docstring).
 
         Args:
             reward_fn: maps ``obs (n, *obs_shape)`` and ``actions (n, action_dim)`` to ``(n,)``.
             chunk_size: transitions per call of ``reward_fn``.
-            start, stop: storage slots to relabel.
         """
-        stop = self.size if stop is None else stop
-        for lo in range(start, stop, chunk_size):
-            hi = min(lo + chunk_size, stop)
+        self.reward_fn = reward_fn
+        self._pending = 0
+        for lo in range(0, self.size, chunk_size):
+            hi = min(lo + chunk_size, self.size)
             self.rewards[lo:hi] = reward_fn(self.obs[lo:hi], self.actions[lo:hi])
 
     # --------------------------------------------------------------- segments
@@ -165,6 +183,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """The stored part of the buffer as NumPy arrays (for snapshots)."""
+        self._label_pending()
         n = self.size
         return {
             "capacity": self.capacity, "ptr": self.ptr, "size": n,

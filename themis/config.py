@@ -42,7 +42,7 @@ class TrainConfig:
     """PyTorch intra-op threads; 0 keeps PyTorch's default."""
 
     # --- schedule (environment steps)
-    num_train_steps: int = 100_000
+    num_train_steps: int = 80_000
     """Total environment steps, pretraining included."""
     replay_buffer_capacity: int = 0
     """Replay buffer size; 0 means num_train_steps."""
@@ -115,6 +115,9 @@ def register_configs() -> None:
 def validate(cfg: Any) -> None:
     """Check values and combinations Hydra's type checks cannot see.
 
+    Args:
+        cfg: a composed ``DictConfig`` or a :class:`TrainConfig`.
+
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
     """
@@ -123,12 +126,12 @@ def validate(cfg: Any) -> None:
                 "reward_train_batch", "reward_hidden_dim", "eval_frequency",
                 "num_eval_episodes", "log_frequency", "query_pool_episodes"]
     for key in positive:
-        if cfg[key] <= 0:
-            raise ConfigError(f"{key}={cfg[key]} must be positive")
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
                 "torch_threads"]:
-        if cfg[key] < 0:
-            raise ConfigError(f"{key}={cfg[key]} must be >= 0")
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
     if cfg.reward_lr <= 0:
         raise ConfigError(f"reward_lr={cfg.reward_lr} must be positive")
     if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
@@ -146,7 +149,7 @@ def validate(cfg: Any) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for key in ("human_teacher", "xplain_action", "xplain_state"):
-        if cfg[key]:
+        if getattr(cfg, key):
             raise ConfigError(f"{key}=true is not supported yet; set {key}=false")
     if cfg.agent.name != "sac":
         raise ConfigError(f"agent={cfg.agent.name} is not supported yet; use agent=sac")

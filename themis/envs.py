@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -23,7 +24,8 @@ def _rescale_box_actions(env: gym.Env) -> gym.Env:
     if isinstance(space, gym.spaces.Box) and np.all(np.isfinite(space.low)) and \
             np.all(np.isfinite(space.high)) and \
             (np.any(space.low != -1.0) or np.any(space.high != 1.0)):
-        env = gym.wrappers.RescaleAction(env, min_action=-1.0, max_action=1.0)
+        env = gym.wrappers.RescaleAction(env, min_action=np.float32(-1.0),
+                                         max_action=np.float32(1.0))
     return env
 
 
@@ -44,7 +46,7 @@ class Domain:
     entry_points: tuple[str, ...]
     id_prefix: str = ""
     wrap: Callable[[gym.Env], gym.Env] = _rescale_box_actions
-    make_kwargs: dict[str, object] = field(default_factory=dict)
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
     setup: Callable[[], None] | None = None
 
     def env_ids(self) -> list[str]:
@@ -54,7 +56,7 @@ class Domain:
         ids = []
         for env_id, spec in gym.registry.items():
             entry = spec.entry_point if isinstance(spec.entry_point, str) else \
-                f"{spec.entry_point.__module__}:{spec.entry_point.__qualname__}"
+                f"{getattr(spec.entry_point, '__module__', '')}:"
             if entry.startswith(self.entry_points):
                 ids.append(env_id)
         return sorted(ids)

@@ -34,7 +34,7 @@ class CSVLog:
             if new:
                 self._fieldnames = list(row)
             self._file = self.path.open("a", newline="")
-            self._writer = csv.DictWriter(self._file, fieldnames=self._fieldnames,
+            self._writer = csv.DictWriter(self._file, fieldnames=self._fieldnames or list(row),
                                           extrasaction="ignore")
             if new:
                 self._writer.writeheader()

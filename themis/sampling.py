@@ -28,7 +28,7 @@ FEED_TYPES: Mapping[int, str] = {
 
 def uniform(candidates: SegmentPairs, reward_model: RewardEnsemble, k: int,
             rng: np.random.Generator) -> np.ndarray:
-    """Pick ``k`` candidates uniformly at random without replacement (BPref ``uniform_sampling``)."""
+    """Pick ``k`` candidates uniformly without replacement (BPref ``uniform_sampling``)."""
     return rng.choice(len(candidates), size=min(k, len(candidates)), replace=False)
 
 

@@ -24,7 +24,7 @@ def run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def build_workspace(cfg: DictConfig):  # noqa: ANN201 - Workspace imported lazily
+def build_workspace(cfg: DictConfig):
     """Create the Workspace; a bad config ends the program with one line and exit code 2."""
     from themis.workspace import Workspace
 

@@ -79,6 +79,18 @@ def polyak_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.
     torch._foreach_lerp_(targets, list(params), tau)
 
 
+def make_adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (one kernel for all parameters; CPU and CUDA).
+
+    Falls back to the multi-tensor implementation where the fused one is unavailable.
+    """
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
 def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """Convert a NumPy array to a tensor on ``device`` without copying on CPU when possible."""
     tensor = torch.as_tensor(array)

@@ -17,22 +17,22 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
+
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from themis.agents import SACConfig, make_agent, select_agent
+from themis.agents import make_agent, select_agent
 from themis.buffers import ReplayBuffer
-from themis.config import validate
+from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
 from themis.intrinsic import StateEntropyReward
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.sampling import SAMPLERS, needs_large_batch, resolve_feed_type
 from themis.teachers import SyntheticTeacher
-from themis.utils import (ConfigError, eval_mode, get_device, set_num_threads,
-                          set_seed_everywhere)
+from themis.utils import ConfigError, eval_mode, get_device, set_num_threads, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
 
@@ -48,7 +48,11 @@ class Workspace:
         ConfigError: invalid configuration, unknown domain/env, missing snapshot.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: DictConfig | TrainConfig, run_dir: Path) -> None:
+        if isinstance(cfg, DictConfig):
+            # A plain dataclass: attribute access in the hot loop costs nanoseconds, not µs.
+            cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+        assert isinstance(cfg, TrainConfig)
         validate(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -73,9 +77,8 @@ class Workspace:
         self.action_dim = int(np.prod(action_space.shape or ()))
 
         # --- agent, replay buffer, intrinsic reward
-        agent_cfg = SACConfig(**{k: v for k, v in cfg.agent.items() if k != "name"})
         self.agent = make_agent(self.agent_name, self.obs_dim, self.action_dim, self.device,
-                                agent_cfg)
+                                cfg.agent)
         capacity = cfg.replay_buffer_capacity or cfg.num_train_steps
         self.buffer = ReplayBuffer(obs_shape, self.action_dim, capacity, self.device)
         self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size)
@@ -155,10 +158,15 @@ class Workspace:
                         self.buffer.sample(cfg.agent.batch_size, self.rng), self.step)
 
             # ------------------------------------------------------- step
-            next_obs, true_reward, terminated, truncated, _ = self.env.step(action)
-            self.buffer.add(obs, action, self._stored_reward(obs, action, true_reward),
-                            next_obs, terminated, self.episode, episode_step, true_reward)
-            episode_reward += float(true_reward)
+            next_obs, reward, terminated, truncated, _ = self.env.step(action)
+            true_reward = float(reward)
+            # With learn_reward the agent never sees the true reward: the slot holds 0 until
+            # the first feedback round relabels the buffer (pretraining uses the intrinsic
+            # reward), and the reward model labels every later transition (lazily, in batches).
+            stored_reward = 0.0 if cfg.learn_reward else true_reward
+            self.buffer.add(obs, action, stored_reward, next_obs, terminated, self.episode,
+                            episode_step, true_reward)
+            episode_reward += true_reward
             episode_step += 1
             obs = next_obs
             self.step += 1
@@ -176,7 +184,9 @@ class Workspace:
                     "reward_accuracy": self.reward_accuracy,
                     "phase": self.phase,
                     "duration": time.time() - start_time,
-                    **{k: float(v) for k, v in self.metrics.items()},
+                    # fixed columns (NaN before the first update): the CSV header is the first row
+                    **{k: float(self.metrics[k]) if k in self.metrics else float("nan")
+                       for k in self.agent.METRICS},
                 })
                 self.episode += 1
                 obs, _ = self.env.reset()
@@ -209,22 +219,6 @@ class Workspace:
         return (f"synthetic teacher (beta={c.teacher_beta}, gamma={c.teacher_gamma}, "
                 f"eps_mistake={c.teacher_eps_mistake}, eps_skip={c.teacher_eps_skip}, "
                 f"eps_equal={c.teacher_eps_equal})")
-
-    def _stored_reward(self, obs: np.ndarray, action: np.ndarray, true_reward: float) -> float:
-        """The reward written to the replay buffer for a new transition.
-
-        With ``learn_reward`` the agent never sees the true reward: before the reward model is
-        trained the slot holds 0 (pretraining uses the intrinsic reward and everything is
-        relabelled when it ends), afterwards the current ensemble-mean prediction.
-        """
-        if not self.cfg.learn_reward:
-            return float(true_reward)
-        if self.reward_model is None or self.feedback_rounds == 0:
-            return 0.0
-        with torch.no_grad():
-            o = torch.as_tensor(obs, dtype=torch.float32, device=self.device).reshape(1, -1)
-            a = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(1, -1)
-            return float(self.reward_model(o, a).mean())
 
     # ============================================================ phases of PEBBLE
     def unsupervised_update(self) -> None:
@@ -276,6 +270,7 @@ class Workspace:
                                                    labels)
         if len(answered):
             self.dataset.add(answered, labels)
+            self.dataset.save(self.run_dir / "preferences.npz")  # labels are on disk at once
         self.feedback_rounds += 1
         stats = None
         if len(self.dataset):

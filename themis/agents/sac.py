@@ -20,7 +20,7 @@ from torch import nn
 
 from themis.agents.networks import EnsembleMLP, mlp
 from themis.buffers import ReplayBufferSamples
-from themis.utils import polyak_update
+from themis.utils import make_adam, polyak_update
 
 _LOG2 = math.log(2.0)
 
@@ -118,6 +118,9 @@ class SAC:
     :meth:`reset_critic`, :meth:`state_dict`, :meth:`load_state_dict`.
     """
 
+    METRICS = ("critic_loss", "q_mean", "actor_loss", "entropy", "alpha_loss", "alpha")
+    """Names of the metrics :meth:`update` can return."""
+
     def __init__(self, obs_dim: int, action_dim: int, device: torch.device,
                  cfg: SACConfig | None = None) -> None:
         self.cfg = cfg = cfg or SACConfig()
@@ -129,8 +132,8 @@ class SAC:
                                            cfg.log_std_min, cfg.log_std_max).to(device)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device,
                                       requires_grad=True)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.actor_lr)
+        self.alpha_optimizer = make_adam([self.log_alpha], cfg.alpha_lr)
         self.reset_critic()
         self.training = True
 
@@ -175,7 +178,7 @@ class SAC:
                                     cfg.hidden_depth).to(self.device)
         self.critic_target = copy.deepcopy(self.critic)
         self.critic_target.requires_grad_(False)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.critic_optimizer = make_adam(self.critic.parameters(), cfg.critic_lr)
 
     def update_critic(self, batch: ReplayBufferSamples) -> dict[str, torch.Tensor]:
         """One TD step on ``Q(s,a) -> r + gamma * (1 - d) * (min Q'(s',a') - alpha log pi)``."""

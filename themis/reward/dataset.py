@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,21 @@ class PreferenceDataset:
         return self._tensors
 
     def save(self, path: str | Path) -> None:
-        """Write the labelled pairs to a compressed ``.npz`` file (no pickled objects)."""
+        """Write the labelled pairs to an ``.npz`` file (no pickled objects), atomically.
+
+        The file is written beside ``path`` and renamed over it, so a crash mid-write leaves
+        the previous version intact.
+        """
+        path = Path(path)
         n = self.size
-        np.savez_compressed(path, format_version=np.array(1), observations=self.observations[:n],
-                            actions=self.actions[:n], true_rewards=self.true_rewards[:n],
-                            labels=self.labels[:n])
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as f:
+            np.savez(f, format_version=np.array(1), observations=self.observations[:n],
+                     actions=self.actions[:n], true_rewards=self.true_rewards[:n],
+                     labels=self.labels[:n])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size

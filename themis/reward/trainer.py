@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
+from themis.utils import make_adam
 
 
 def bradley_terry_loss(returns_1: torch.Tensor, returns_2: torch.Tensor,
@@ -57,7 +58,7 @@ class RewardTrainer:
                  rng: np.random.Generator | None = None) -> None:
         self.model = model
         self.batch_size = batch_size
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
 
     def train_epoch(self, dataset: PreferenceDataset) -> tuple[float, float]:
@@ -69,7 +70,9 @@ class RewardTrainer:
         n, ens = len(dataset), self.model.ensemble_size
         perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
         perms = perms.to(self.model.device)
-        total_loss, correct, counted = 0.0, 0.0, 0.0
+        total_loss = torch.zeros((), device=obs.device)
+        correct = torch.zeros((), device=obs.device)
+        counted = torch.zeros((), device=obs.device)
         for lo in range(0, n, self.batch_size):
             idx = perms[:, lo:lo + self.batch_size]  # (E, b)
             o, a, y = obs[idx], act[idx], labels[idx]  # (E, b, 2, H, d), (E, b)
@@ -79,13 +82,13 @@ class RewardTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            with torch.no_grad():
+            with torch.no_grad():  # accumulate on the device: no host sync per minibatch
                 strict = y != 0.5
-                correct += (((r2 > r1) == (y > 0.5)) & strict).sum().item()
-                counted += strict.sum().item()
-                total_loss += loss.item() * idx.shape[1]
-        accuracy = correct / counted if counted else 1.0
-        return total_loss / (n * ens), accuracy
+                correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
+                counted += strict.sum()
+                total_loss += loss.detach() * idx.shape[1]
+        accuracy = correct.item() / counted.item() if counted.item() else 1.0
+        return total_loss.item() / (n * ens), accuracy
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
               target_accuracy: float = 0.97) -> RewardTrainStats:
@@ -96,13 +99,14 @@ class RewardTrainer:
         """
         if len(dataset) == 0:
             raise ValueError("cannot train the reward model on an empty preference dataset")
-        loss, acc, epoch = float("nan"), 0.0, 0
+        loss, acc, epochs = float("nan"), 0.0, 0
         self.model.train()
-        for epoch in range(1, max_epochs + 1):
+        while epochs < max_epochs:
             loss, acc = self.train_epoch(dataset)
+            epochs += 1
             if acc > target_accuracy:
                 break
-        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epoch)
+        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
 
     @torch.no_grad()
     def accuracy(self, observations: np.ndarray, actions: np.ndarray,
