@@ -65,7 +65,6 @@ def test_wrong_type_fails(compose):
 
 @pytest.mark.parametrize("override,message", [
     ("feed_type=7", "feed_type=7 is unknown"),
-    ("feed_type=2", "not supported yet"),
     ("teacher_eps_mistake=1.5", "outside \\[0, 1\\]"),
     ("teacher_gamma=0", "outside \\(0, 1\\]"),
     ("teacher_beta=0", "teacher_beta"),
@@ -81,6 +80,11 @@ def test_bad_values_are_rejected_before_training(compose, override, message):
     cfg = compose([override])
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
+
+
+@pytest.mark.parametrize("feed_type", ["0", "1", "2", "3", "4", "5", "kcenter_entropy"])
+def test_every_feed_type_validates(compose, feed_type):
+    validate(compose([f"feed_type={feed_type}"]))
 
 
 def test_pretrain_config_composes(compose):

@@ -40,10 +40,25 @@ def test_train_launcher_writes_logs_checkpoints_and_plot(tmp_path):
     assert rounds["step"].tolist() == [600, 1100, 1600, 2100]
     train = pd.read_csv(run / "train.csv")
     assert train["episode_length"].eq(1000).all()
-    # SAC metrics have columns from the first (seed-phase) row on, filled once updates start
-    assert train["critic_loss"].isna().iloc[0] and train["critic_loss"].notna().iloc[-1]
+    # SAC metrics have fixed columns (updates start at step 300, before the first episode ends)
+    assert train[["critic_loss", "actor_loss", "alpha"]].notna().all().all()
     assert train["phase"].tolist()[-1] == "reward"
     assert "step 2500" in proc.stdout  # periodic console line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feed_type,teacher", [("4", "mistake"), ("5", "skip")])
+def test_samplers_and_teachers_run_end_to_end(tmp_path, feed_type, teacher):
+    proc = launch("themis_train.sh", *TINY_PENDULUM, f"feed_type={feed_type}",
+                  f"teacher={teacher}", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert rounds["sampler"].tolist()[0] == "uniform"  # the first round is always uniform
+    assert set(rounds["sampler"].tolist()[1:]) == {
+        {"4": "kcenter_disagreement", "5": "kcenter_entropy"}[feed_type]}
+    assert rounds["total_feedback"].iloc[-1] == 30
+    evals = pd.read_csv(tmp_path / "eval.csv")
+    assert {"skip_fraction", "equal_fraction", "oracle_agreement"} <= set(evals.columns)
 
 
 @pytest.mark.slow

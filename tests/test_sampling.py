@@ -1,4 +1,4 @@
-"""Query samplers registry (uniform so far) and feed_type spelling."""
+"""Query samplers on constructed inputs whose answer is known."""
 
 from __future__ import annotations
 
@@ -7,30 +7,148 @@ import pytest
 
 from themis.buffers import SegmentPairs
 from themis.reward import RewardEnsemble
-from themis.sampling import FEED_TYPES, resolve_feed_type, uniform
+from themis.sampling import (
+    FEED_TYPES,
+    SAMPLERS,
+    disagreement,
+    entropy,
+    entropy_scores,
+    kcenter,
+    kcenter_disagreement,
+    kcenter_entropy,
+    kcenter_greedy,
+    pair_features,
+    resolve_feed_type,
+    uniform,
+)
+
+
+class FixedProbabilities:
+    """A stand-in reward model whose members' P[segment 2 preferred] are given."""
+
+    def __init__(self, p: np.ndarray) -> None:
+        self.p = p  # (E, n)
+
+    def preference_probabilities(self, obs, act):
+        assert len(obs) == self.p.shape[1]
+        return self.p
+
+
+def make_pairs(n: int, horizon: int = 3, obs_dim: int = 2, seed: int = 0) -> SegmentPairs:
+    rng = np.random.default_rng(seed)
+    return SegmentPairs(rng.normal(size=(n, 2, horizon, obs_dim)).astype(np.float32),
+                        np.zeros((n, 2, horizon, 1), np.float32), np.zeros((n, 2, horizon)),
+                        np.zeros((n, 2), dtype=np.int64))
+
+
+def no_labels(d: int) -> np.ndarray:
+    return np.zeros((0, d), dtype=np.float32)
+
+
+def brute_force_kcenter(candidates: np.ndarray, selected: np.ndarray, k: int) -> list[int]:
+    """B-Pref's KCenterGreedy: recompute every distance each round."""
+    picks: list[int] = []
+    for _ in range(k):
+        ref = np.concatenate([selected, candidates[picks]])
+        best, best_i = -1.0, -1
+        for i in range(len(candidates)):
+            if i in picks:
+                continue
+            d = np.sqrt(((ref - candidates[i]) ** 2).sum(1)).min()
+            if d > best:
+                best, best_i = d, i
+        picks.append(best_i)
+    return picks
 
 
 def test_uniform_picks_k_distinct_candidates_evenly():
-    n = 20
-    pairs = SegmentPairs(np.zeros((n, 2, 3, 1)), np.zeros((n, 2, 3, 1)), np.zeros((n, 2, 3)),
-                         np.zeros((n, 2), dtype=np.int64))
+    pairs = make_pairs(20)
     rng = np.random.default_rng(0)
-    counts = np.zeros(n)
+    counts = np.zeros(20)
     for _ in range(2000):
-        idx = uniform(pairs, RewardEnsemble(1, 1, 1, 4, 1), 5, rng)
-        assert len(set(idx.tolist())) == 5 and idx.max() < n
+        idx = uniform(pairs, None, no_labels(12), 5, rng)
+        assert len(set(idx.tolist())) == 5 and idx.max() < 20
         counts[idx] += 1
     assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
 
 
+def test_disagreement_picks_the_highest_std_pairs():
+    p = np.array([[0.5, 0.1, 0.9, 0.5, 0.2],
+                  [0.5, 0.9, 0.1, 0.6, 0.2],
+                  [0.5, 0.5, 0.5, 0.4, 0.2]])
+    idx = disagreement(make_pairs(5), FixedProbabilities(p), no_labels(12), 2, None)
+    assert sorted(idx.tolist()) == [1, 2]  # std ~0.33 each; pair 3 has 0.08, pairs 0, 4 zero
+
+
+def test_entropy_picks_the_most_uncertain_pairs():
+    p = np.array([[0.5, 0.99, 0.6, 0.01, 0.3]] * 3)
+    idx = entropy(make_pairs(5), FixedProbabilities(p), no_labels(12), 2, None)
+    assert idx.tolist() == [0, 2]  # closest to 0.5 first
+    scores = entropy_scores(make_pairs(5), FixedProbabilities(p))
+    assert scores[0] == pytest.approx(np.log(2))
+
+
+@pytest.mark.parametrize("m", [0, 1, 15])
+def test_kcenter_matches_brute_force(m):
+    rng = np.random.default_rng(m)
+    cand = rng.normal(size=(60, 4)).astype(np.float32)
+    sel = rng.normal(size=(m, 4)).astype(np.float32)
+    ours = kcenter_greedy(cand, sel, 10)
+    assert len(set(ours.tolist())) == 10
+    if m == 0:
+        # no labelled pairs: start from the candidate farthest from the mean
+        first = int(np.argmax(((cand - cand.mean(0)) ** 2).sum(1)))
+        assert ours[0] == first
+        assert ours.tolist() == [first, *brute_force_kcenter(cand, cand[[first]], 9)]
+    else:
+        assert ours.tolist() == brute_force_kcenter(cand, sel, 10)
+
+
+def test_kcenter_picks_the_farthest_point_first():
+    cand = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [5.0, 0.0]], dtype=np.float32)
+    sel = np.array([[0.0, 0.0]], dtype=np.float32)
+    assert kcenter_greedy(cand, sel, 2).tolist() == [2, 3]
+    with pytest.raises(ValueError, match="cannot pick 5 of 4"):
+        kcenter_greedy(cand, sel, 5)
+
+
+def test_kcenter_sampler_uses_both_segments_and_avoids_labelled_pairs():
+    pairs = make_pairs(30, seed=1)
+    feats = pair_features(pairs.observations)
+    assert feats.shape == (30, 2 * 3 * 2)
+    # pairs 0-9 are already labelled (duplicated in the labelled set): k-center avoids them
+    idx = kcenter(pairs, None, feats[:10], 10, None)
+    assert not set(idx.tolist()) & set(range(10))
+
+
+@pytest.mark.parametrize("sampler", [kcenter_disagreement, kcenter_entropy])
+def test_kcenter_variants_choose_from_the_top_half(sampler):
+    n = 40
+    pairs = make_pairs(n, seed=2)
+    # pairs 0-19: members split (0.3 / 0.7 / 0.5) -> high std and high entropy;
+    # pairs 20-39: all members say 0.99 -> zero std, low entropy. Only 0-19 are in the top half.
+    p = np.tile(np.where(np.arange(n) < 20, 0.5, 0.99), (3, 1))
+    p[0, :20] = 0.3
+    p[1, :20] = 0.7
+    idx = sampler(pairs, FixedProbabilities(p), no_labels(12), 8, None)
+    assert len(set(idx.tolist())) == 8
+    assert idx.max() < 20
+
+
+def test_every_sampler_runs_on_a_real_ensemble():
+    pairs = make_pairs(50)
+    model = RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8, hidden_depth=1)
+    labelled = pair_features(make_pairs(7, seed=3).observations)
+    for name, sampler in SAMPLERS.items():
+        idx = sampler(pairs, model, labelled, 10, np.random.default_rng(0))
+        assert len(idx) == 10 and len(set(idx.tolist())) == 10, name
+
+
 def test_feed_type_spellings():
-    assert resolve_feed_type(0) == "uniform"
-    assert resolve_feed_type("0") == "uniform"
-    assert resolve_feed_type("uniform") == "uniform"
-    assert FEED_TYPES[5] == "kcenter_entropy"
+    assert [resolve_feed_type(i) for i in range(6)] == list(FEED_TYPES.values())
+    assert resolve_feed_type("2") == "entropy"
+    assert resolve_feed_type("kcenter_entropy") == "kcenter_entropy"
     with pytest.raises(ValueError, match="feed_type=7 is unknown"):
         resolve_feed_type(7)
     with pytest.raises(ValueError, match="unknown"):
         resolve_feed_type("random")
-    with pytest.raises(ValueError, match="not supported yet"):
-        resolve_feed_type("entropy")

@@ -141,3 +141,35 @@ class SyntheticTeacher:
         if self.eps_equal > 0:
             labels[np.abs(sum1 - sum2) < self.eps_equal * self.margin] = 0.5
         return keep, labels
+
+
+class TeacherStats:
+    """Running counts of how a teacher answered: skips, ties and agreement with the oracle.
+
+    ``total`` counts every query asked (skipped ones included, as B-Pref's ``total_feedback``).
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.skipped = 0
+        self.equal = 0
+        self.agree = 0
+        self.compared = 0
+
+    def update(self, keep: np.ndarray, labels: np.ndarray, oracle_labels: np.ndarray) -> None:
+        """Add one round: ``keep (batch,)``; ``labels`` and ``oracle_labels`` for kept pairs."""
+        self.total += len(keep)
+        self.skipped += int((~keep).sum())
+        self.equal += int((labels == 0.5).sum())
+        strict = (labels != 0.5) & (oracle_labels != 0.5)
+        self.agree += int((labels == oracle_labels)[strict].sum())
+        self.compared += int(strict.sum())
+
+    def as_dict(self) -> dict[str, float]:
+        """Fractions: skipped of asked, equal of answered, oracle agreement of strict answers."""
+        answered = self.total - self.skipped
+        return {
+            "skip_fraction": self.skipped / self.total if self.total else float("nan"),
+            "equal_fraction": self.equal / answered if answered else float("nan"),
+            "oracle_agreement": self.agree / self.compared if self.compared else float("nan"),
+        }

@@ -30,11 +30,18 @@ from themis.envs import episode_limit, get_domain, make_env
 from themis.intrinsic import StateEntropyReward
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
-from themis.sampling import SAMPLERS, needs_large_batch, resolve_feed_type
-from themis.teachers import SyntheticTeacher
+from themis.sampling import (
+    SAMPLERS,
+    needs_large_batch,
+    pair_features,
+    resolve_feed_type,
+    uses_labelled_features,
+)
+from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode, get_device, set_num_threads, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
+ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
 
 
 class Workspace:
@@ -106,6 +113,7 @@ class Workspace:
         self.total_feedback = 0
         self.labeled_feedback = 0
         self.feedback_rounds = 0
+        self.teacher_stats = TeacherStats()
         self.reward_accuracy = float("nan")
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
@@ -251,17 +259,24 @@ class Workspace:
         min_episode = max(0, self.episode - cfg.query_pool_episodes + 1)
         candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
                                                       min_episode)
-        queries = candidates.take(SAMPLERS[sampler](candidates, self.reward_model, n_queries,
-                                                    self.rng))
+        labelled = pair_features(self.dataset.observations[: len(self.dataset)]) \
+            if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
+        picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng)
+        queries = candidates.take(picks)
 
         # --- ask the teacher (margin: recent mean return scaled to one segment, B-Pref)
         if self.recent_returns and self.max_episode_steps:
             self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
                                     / self.max_episode_steps)
-        keep, labels = self.teacher.label(queries.true_rewards[:, 0], queries.true_rewards[:, 1])
+        rewards_1, rewards_2 = queries.true_rewards[:, 0], queries.true_rewards[:, 1]
+        keep, labels = self.teacher.label(rewards_1, rewards_2)
         answered = queries.take(keep)
-        self.total_feedback += len(queries)
+        self.total_feedback += len(queries)  # skipped queries count, as in B-Pref
         self.labeled_feedback += int(keep.sum())
+        oracle_labels = ORACLE.label(rewards_1[keep], rewards_2[keep])[1]
+        round_stats = TeacherStats()
+        for stats in (round_stats, self.teacher_stats):
+            stats.update(keep, labels, oracle_labels)
 
         # --- accuracy of the current model on the fresh labels (a held-out estimate)
         heldout = float("nan")
@@ -272,18 +287,20 @@ class Workspace:
             self.dataset.add(answered, labels)
             self.dataset.save(self.run_dir / "preferences.npz")  # labels are on disk at once
         self.feedback_rounds += 1
-        stats = None
+        fit = None
         if len(self.dataset):
-            stats = self.reward_trainer.train(self.dataset, cfg.reward_update)
-            self.reward_accuracy = stats.accuracy
+            fit = self.reward_trainer.train(self.dataset, cfg.reward_update)
+            self.reward_accuracy = fit.accuracy
             self.relabel()
         row = {
             "step": self.step, "round": self.feedback_rounds, "sampler": sampler,
             "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
+            "skipped": round_stats.skipped, "equal": round_stats.equal,
+            "oracle_agreement": round_stats.as_dict()["oracle_agreement"],
             "heldout_accuracy": heldout,
-            "train_accuracy": stats.accuracy if stats else float("nan"),
-            "train_loss": stats.loss if stats else float("nan"),
-            "epochs": stats.epochs if stats else 0,
+            "train_accuracy": fit.accuracy if fit else float("nan"),
+            "train_loss": fit.loss if fit else float("nan"),
+            "epochs": fit.epochs if fit else 0,
         }
         self.logger.reward.write(row)
         self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
@@ -312,7 +329,7 @@ class Workspace:
                "episode_reward": float(np.mean(returns)),
                "episode_reward_std": float(np.std(returns)),
                "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
-               "reward_accuracy": self.reward_accuracy}
+               "reward_accuracy": self.reward_accuracy, **self.teacher_stats.as_dict()}
         self.logger.eval.write(row)
         self.logger.console("eval", row)
         return row["episode_reward"]

@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Summarise a Hydra sweep: final true return per setting, as a table and learning curves.
+
+    python scripts/summarize.py multirun/2026-11-22/16-30-00
+    python scripts/summarize.py SWEEP_DIR --out results/ --reps 5000
+
+Every run dir below SWEEP_DIR that holds ``eval.csv`` and ``.hydra/overrides.yaml`` is one run;
+its *setting* is its command-line overrides minus ``seed``. For each setting the table gives the
+number of runs, mean and std of the final eval return, and the interquartile mean (IQM) with a
+95 % stratified-bootstrap confidence interval (Agarwal et al. 2021, via rliable). Written:
+``summary.md``, ``summary.csv`` and ``learning_curves.png`` in ``--out`` (default SWEEP_DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+IGNORED_KEYS = {"seed"}
+
+
+def find_runs(sweep_dir: Path) -> pd.DataFrame:
+    """One row per run: its setting label, seed, run dir and the eval curve.
+
+    Raises:
+        FileNotFoundError: no run with an ``eval.csv`` below ``sweep_dir``.
+    """
+    rows = []
+    for eval_csv in sorted(sweep_dir.rglob("eval.csv")):
+        run_dir = eval_csv.parent
+        overrides_file = run_dir / ".hydra" / "overrides.yaml"
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        pairs = [o.split("=", 1) for o in overrides if "=" in o]
+        setting = ",".join(f"{k}={v}" for k, v in pairs if k.lstrip("+~") not in IGNORED_KEYS)
+        seed = next((v for k, v in pairs if k == "seed"), "0")
+        curve = pd.read_csv(eval_csv)
+        if curve.empty:
+            continue
+        rows.append({"setting": setting or "(defaults)", "seed": seed, "run_dir": str(run_dir),
+                     "final_return": float(curve["episode_reward"].iloc[-1]),
+                     "final_step": int(curve["step"].iloc[-1]),
+                     "total_feedback": int(curve["total_feedback"].iloc[-1]), "curve": curve})
+    if not rows:
+        raise FileNotFoundError(f"no run with an eval.csv below {sweep_dir}")
+    return pd.DataFrame(rows)
+
+
+def iqm_with_ci(scores: np.ndarray, reps: int, seed: int = 0) -> tuple[float, float, float]:
+    """IQM of ``scores (n_runs,)`` and its 95 % bootstrap CI (rliable; Agarwal et al. 2021)."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    np.random.seed(seed)  # rliable draws its bootstrap samples from NumPy's global generator
+    point, interval = rly.get_interval_estimates(
+        {"x": scores.reshape(-1, 1)}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps)
+    return float(point["x"][0]), float(interval["x"][0, 0]), float(interval["x"][1, 0])
+
+
+def summarize(runs: pd.DataFrame, reps: int) -> pd.DataFrame:
+    """The results table: one row per setting."""
+    table = []
+    for setting, group in runs.groupby("setting", sort=True):
+        scores = group["final_return"].to_numpy()
+        iqm, lo, hi = iqm_with_ci(scores, reps)
+        table.append({"setting": setting, "runs": len(scores), "final_step":
+                      int(group["final_step"].max()), "mean": scores.mean(),
+                      "std": scores.std(ddof=1) if len(scores) > 1 else 0.0,
+                      "iqm": iqm, "iqm_ci_low": lo, "iqm_ci_high": hi,
+                      "total_feedback": int(group["total_feedback"].mean())})
+    return pd.DataFrame(table)
+
+
+def plot_curves(runs: pd.DataFrame, out_png: Path) -> None:
+    """Mean ± std eval return over seeds against steps, one line per setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for setting, group in runs.groupby("setting", sort=True):
+        curves = pd.concat([c.set_index("step")["episode_reward"] for c in group["curve"]], axis=1)
+        mean, std = curves.mean(axis=1), curves.std(axis=1).fillna(0.0)
+        ax.plot(mean.index, mean.values, label=f"{setting} (n={len(group)})")
+        ax.fill_between(mean.index, mean - std, mean + std, alpha=0.15)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("true eval return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """The table as GitHub Markdown (no extra dependency)."""
+    header = ["setting", "runs", "final step", "mean", "std", "IQM [95% CI]", "feedback"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in table.itertuples():
+        lines.append(f"| {r.setting} | {r.runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
+                     f"{r.iqm:.1f} [{r.iqm_ci_low:.1f}, {r.iqm_ci_high:.1f}] | "
+                     f"{r.total_feedback} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: sweep)")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications")
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        print(f"summarize: {args.sweep_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        runs = find_runs(args.sweep_dir)
+    except FileNotFoundError as e:
+        print(f"summarize: {e}", file=sys.stderr)
+        return 2
+    out = args.out or args.sweep_dir
+    out.mkdir(parents=True, exist_ok=True)
+    table = summarize(runs, args.reps)
+    table.to_csv(out / "summary.csv", index=False)
+    markdown = to_markdown(table)
+    (out / "summary.md").write_text(markdown)
+    plot_curves(runs, out / "learning_curves.png")
+    print(markdown)
+    print(f"written: {out / 'summary.md'}, {out / 'summary.csv'}, {out / 'learning_curves.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
