@@ -7,13 +7,15 @@
 Every run dir below SWEEP_DIR that holds ``eval.csv`` and ``.hydra/overrides.yaml`` is one run;
 its *setting* is its command-line overrides minus ``seed``. For each setting the table gives the
 number of runs, mean and std of the final eval return, and the interquartile mean (IQM) with a
-95 % stratified-bootstrap confidence interval (Agarwal et al. 2021, via rliable). Written:
-``summary.md``, ``summary.csv`` and ``learning_curves.png`` in ``--out`` (default SWEEP_DIR).
+95 % stratified-bootstrap confidence interval (Agarwal et al. 2021, via rliable). Written
+to ``--out`` (default SWEEP_DIR): ``summary.md``, ``summary.csv``, ``learning_curves.png`` (all
+settings, mean ± std over seeds) and ``curves/<setting>.png`` (one plot per setting, every seed).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -27,26 +29,33 @@ IGNORED_KEYS = {"seed"}
 def find_runs(sweep_dir: Path) -> pd.DataFrame:
     """One row per run: its setting label, seed, run dir and the eval curve.
 
+    A run's setting is made of the overrides that differ between runs of the sweep (``seed``
+    excluded), so overrides shared by every job (``num_train_steps=...``) do not clutter labels.
+
     Raises:
-        FileNotFoundError: no run with an ``eval.csv`` below ``sweep_dir``.
+        FileNotFoundError: no run with a non-empty ``eval.csv`` below ``sweep_dir``.
     """
-    rows = []
+    found = []
     for eval_csv in sorted(sweep_dir.rglob("eval.csv")):
         run_dir = eval_csv.parent
         overrides_file = run_dir / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
-        pairs = [o.split("=", 1) for o in overrides if "=" in o]
-        setting = ",".join(f"{k}={v}" for k, v in pairs if k.lstrip("+~") not in IGNORED_KEYS)
-        seed = next((v for k, v in pairs if k == "seed"), "0")
+        pairs = dict(o.split("=", 1) for o in overrides or [] if "=" in o)
         curve = pd.read_csv(eval_csv)
-        if curve.empty:
-            continue
-        rows.append({"setting": setting or "(defaults)", "seed": seed, "run_dir": str(run_dir),
+        if not curve.empty:
+            found.append((run_dir, pairs, curve))
+    if not found:
+        raise FileNotFoundError(f"no run with an eval.csv below {sweep_dir}")
+    keys = sorted({k for _, pairs, _ in found for k in pairs} - IGNORED_KEYS)
+    varying = [k for k in keys if len({pairs.get(k) for _, pairs, _ in found}) > 1]
+    rows = []
+    for run_dir, pairs, curve in found:
+        setting = ",".join(f"{k}={pairs[k]}" for k in varying if k in pairs)
+        rows.append({"setting": setting or "(defaults)", "seed": pairs.get("seed", "0"),
+                     "run_dir": str(run_dir),
                      "final_return": float(curve["episode_reward"].iloc[-1]),
                      "final_step": int(curve["step"].iloc[-1]),
                      "total_feedback": int(curve["total_feedback"].iloc[-1]), "curve": curve})
-    if not rows:
-        raise FileNotFoundError(f"no run with an eval.csv below {sweep_dir}")
     return pd.DataFrame(rows)
 
 
@@ -97,6 +106,34 @@ def plot_curves(runs: pd.DataFrame, out_png: Path) -> None:
     plt.close(fig)
 
 
+def plot_setting_curves(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """One PNG per setting in ``out_dir``: every seed's eval curve and their mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for setting, group in runs.groupby("setting", sort=True):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for seed, curve in zip(group["seed"], group["curve"], strict=True):
+            ax.plot(curve["step"], curve["episode_reward"], alpha=0.4, label=f"seed {seed}")
+        curves = pd.concat([c.set_index("step")["episode_reward"] for c in group["curve"]], axis=1)
+        ax.plot(curves.index, curves.mean(axis=1), color="black", linewidth=2, label="mean")
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("true eval return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / (re.sub(r"[^A-Za-z0-9_.=,-]+", "_", setting) + ".png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def to_markdown(table: pd.DataFrame) -> str:
     """The table as GitHub Markdown (no extra dependency)."""
     header = ["setting", "runs", "final step", "mean", "std", "IQM [95% CI]", "feedback"]
@@ -129,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     markdown = to_markdown(table)
     (out / "summary.md").write_text(markdown)
     plot_curves(runs, out / "learning_curves.png")
+    plot_setting_curves(runs, out / "curves")
     print(markdown)
-    print(f"written: {out / 'summary.md'}, {out / 'summary.csv'}, {out / 'learning_curves.png'}")
+    print(f"written: {out / 'summary.md'}, {out / 'summary.csv'}, {out / 'learning_curves.png'}, "
+          f"{out / 'curves'}/<setting>.png")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,13 @@ TINY_PENDULUM = [
     "agent.hidden_dim=32", "agent.batch_size=32", "reward_hidden_dim=32",
     "reward_update=5", "entropy_pool_size=256", "reset_update=5",
 ]
+
+
+def launch(script: str, *overrides: str, timeout: int = 600,
+           threads: str | None = "1") -> subprocess.CompletedProcess:
+    """Run ``./<script> overrides...`` from the repository root, as a user would."""
+    env = dict(os.environ)
+    if threads is not None:
+        env["THEMIS_THREADS"] = threads
+    return subprocess.run([str(ROOT / script), *overrides], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)

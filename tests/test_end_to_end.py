@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
-from conftest import ROOT, TINY_PENDULUM
+from conftest import ROOT, TINY_PENDULUM, launch
 
 TINY_CHEETAH = [
     "num_train_steps=2500", "num_seed_steps=300", "num_unsup_steps=300", "num_interact=500",
@@ -16,12 +15,6 @@ TINY_CHEETAH = [
     "num_eval_episodes=1", "log_frequency=500", "agent.hidden_dim=32", "agent.batch_size=32",
     "reward_hidden_dim=32", "reward_update=5", "entropy_pool_size=256", "reset_update=5",
 ]
-
-
-def launch(script: str, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "THEMIS_THREADS": "1"}
-    return subprocess.run([str(ROOT / script), *overrides], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
 
 
 @pytest.mark.slow

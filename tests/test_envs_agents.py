@@ -75,3 +75,22 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
     reference = (normal.log_prob(u) - torch.log(1 - action.pow(2) + 1e-6)).sum(-1)
     ok = action.abs().max(-1).values < 0.99  # away from the saturation where clamping bites
     torch.testing.assert_close(log_prob[ok], reference[ok], rtol=1e-3, atol=1e-3)
+
+
+def test_mujoco_warnings_are_logged_once_not_written_to_cwd(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from themis import envs
+
+    monkeypatch.chdir(tmp_path)
+    envs._seen_mujoco_warnings.clear()
+    caplog.set_level(logging.DEBUG, logger="themis.envs")
+    for _ in range(2):
+        envs.make_env("Control", "HalfCheetah-v5", seed=0).close()
+    messages = [r.getMessage() for r in caplog.records if r.name == "themis.envs"]
+    assert len(messages) == len(set(messages))
+    import mujoco
+
+    if int(mujoco.__version__.split(".")[0]) >= 4:  # gymnasium's model uses a deprecated attribute
+        assert any("settotalmass" in m for m in messages)
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()

@@ -39,7 +39,7 @@ class TrainConfig:
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
     torch_threads: int = 0
-    """PyTorch intra-op threads; 0 keeps PyTorch's default."""
+    """PyTorch intra-op threads; 0 = PyTorch default (in a local -m sweep: cores // n_jobs)."""
 
     # --- schedule (environment steps)
     num_train_steps: int = 80_000

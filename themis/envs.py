@@ -8,6 +8,7 @@ Adding a domain is one entry in :data:`DOMAINS`.
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,28 @@ import gymnasium as gym
 import numpy as np
 
 from themis.utils import ConfigError
+
+log = logging.getLogger(__name__)
+_seen_mujoco_warnings: set[str] = set()
+
+
+def _mujoco_warning(message: str) -> None:
+    """Log each distinct MuJoCo warning once (deprecation notes from gymnasium's model files at
+    debug level) instead of MuJoCo's default: stderr on every env and a MUJOCO_LOG.TXT in cwd."""
+    text = message.strip()
+    if text in _seen_mujoco_warnings:
+        return
+    _seen_mujoco_warnings.add(text)
+    log.log(logging.DEBUG if "deprecated" in text else logging.WARNING, "MuJoCo: %s", text)
+
+
+def _route_mujoco_warnings() -> None:
+    try:
+        import mujoco
+    except ImportError:  # pragma: no cover - MuJoCo is a dependency, but domains need not be
+        return
+    if hasattr(mujoco, "set_mju_user_warning") and mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
 
 
 def _rescale_box_actions(env: gym.Env) -> gym.Env:
@@ -80,7 +103,8 @@ class Domain:
 
 
 DOMAINS: dict[str, Domain] = {
-    "Control": Domain("Control", entry_points=("gymnasium.envs.mujoco",)),
+    "Control": Domain("Control", entry_points=("gymnasium.envs.mujoco",),
+                      setup=_route_mujoco_warnings),
     "Classic": Domain("Classic", entry_points=("gymnasium.envs.classic_control",)),
 }
 

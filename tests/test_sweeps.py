@@ -1,0 +1,115 @@
+"""Hydra sweeps (joblib locally, submitit) and the results table of scripts/summarize.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import ROOT, TINY_PENDULUM, launch
+
+SUMMARIZE = ROOT / "scripts" / "summarize.py"
+# Even tinier than TINY_PENDULUM: two evals, one uniform and one active query round.
+SWEEP_TINY = [*TINY_PENDULUM, "num_train_steps=800", "eval_frequency=400", "max_feedback=20"]
+
+
+def summarize(sweep_dir, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SUMMARIZE), str(sweep_dir), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def fake_run(root, name, overrides, steps, returns, feedback=100):
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    pd.DataFrame({"step": steps, "episode_reward": returns,
+                  "total_feedback": [feedback] * len(steps)}).to_csv(run / "eval.csv", index=False)
+
+
+def test_summarize_table_statistics(tmp_path):
+    finals = {"0": [1.0, 2.0, 3.0, 100.0], "1": [10.0, 10.0, 10.0, 10.0]}
+    for feed_type, values in finals.items():
+        for seed, final in enumerate(values):
+            fake_run(tmp_path, f"{feed_type}_{seed}",
+                     ["num_train_steps=2000", f"feed_type={feed_type}", f"seed={seed}"],
+                     [1000, 2000], [0.0, final])
+    proc = summarize(tmp_path, "--reps", "500")
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / "summary.csv").set_index("setting")
+    # the shared override num_train_steps and the seed do not make settings
+    assert list(table.index) == ["feed_type=0", "feed_type=1"]
+    row = table.loc["feed_type=0"]
+    assert row["runs"] == 4 and row["final_step"] == 2000
+    assert row["mean"] == pytest.approx(26.5)
+    assert row["std"] == pytest.approx(np.std([1, 2, 3, 100], ddof=1))
+    assert row["iqm"] == pytest.approx(2.5)  # middle half of 1, 2, 3, 100
+    assert row["iqm_ci_low"] <= row["iqm"] <= row["iqm_ci_high"]
+    constant = table.loc["feed_type=1"]
+    assert constant["iqm"] == constant["iqm_ci_low"] == constant["iqm_ci_high"] == 10.0
+    assert "| feed_type=0 | 4 | 2000 | 26.5 |" in (tmp_path / "summary.md").read_text()
+    for png in ("learning_curves.png", "curves/feed_type=0.png", "curves/feed_type=1.png"):
+        assert (tmp_path / png).stat().st_size > 1000, png
+
+
+def test_summarize_reports_a_folder_without_runs(tmp_path):
+    proc = summarize(tmp_path)
+    assert proc.returncode == 2
+    assert "no run with an eval.csv" in proc.stderr
+
+
+def test_slurm_launcher_config_composes():
+    from hydra import compose, initialize_config_dir
+
+    from themis.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
+        cfg = compose("train_themis", overrides=["hydra/launcher=slurm",
+                                                 "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+        default = compose("train_themis", return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert cfg.hydra.launcher.partition == "gpu"
+    assert cfg.hydra.launcher.cpus_per_task == 4
+    assert default.hydra.launcher._target_.endswith("JoblibLauncher")
+
+
+@pytest.mark.slow
+def test_joblib_multirun_then_summarize(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = launch("themis_train.sh", "-m", *SWEEP_TINY, "feed_type=uniform,disagreement",
+                  f"hydra.sweep.dir={sweep}", threads=None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = sorted(p.parent for p in sweep.rglob("eval.csv"))
+    assert len(runs) == 2
+    for run in runs:
+        config = (run / "config.yaml").read_text()
+        assert "torch_threads: 1\n" in config or "torch_threads: 2\n" in config
+        assert pd.read_csv(run / "eval.csv")["step"].tolist() == [400, 800]
+    samplers = {pd.read_csv(run / "reward.csv")["sampler"].iloc[-1] for run in runs}
+    assert samplers == {"uniform", "disagreement"}
+
+    proc = summarize(sweep, "--reps", "200")
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(sweep / "summary.csv")
+    assert table["setting"].tolist() == ["feed_type=disagreement", "feed_type=uniform"]
+    assert table["total_feedback"].tolist() == [20, 20]
+    assert (sweep / "learning_curves.png").is_file()
+    assert "feed_type=uniform" in (sweep / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_submitit_local_multirun(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = launch("themis_train.sh", "-m", "hydra/launcher=submitit_local",
+                  "hydra.launcher.timeout_min=10", *SWEEP_TINY, "seed=0,1",
+                  f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    finals = [pd.read_csv(p)["episode_reward"].iloc[-1] for p in sorted(sweep.rglob("eval.csv"))]
+    assert len(finals) == 2 and finals[0] != finals[1]  # two seeds, two different runs
+    proc = summarize(sweep, "--reps", "200")
+    assert proc.returncode == 0, proc.stderr
+    row = pd.read_csv(sweep / "summary.csv").iloc[0]
+    assert row["runs"] == 2 and row["mean"] == pytest.approx(np.mean(finals))
