@@ -13,4 +13,13 @@ if [ -z "${MUJOCO_GL:-}" ]; then
   if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
 fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m themis.train "$@"
+# logger=csv,tensorboard means a list, never a sweep: pass it to Hydra as logger=[csv,tensorboard]
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    logger=\[*) args+=("$arg") ;;
+    logger=*,*) args+=("logger=[${arg#logger=}]") ;;
+    *) args+=("$arg") ;;
+  esac
+done
+exec "$python" -m themis.train ${args[@]+"${args[@]}"}

@@ -20,11 +20,14 @@ TINY_CHEETAH = [
 @pytest.mark.slow
 def test_train_launcher_writes_logs_checkpoints_and_plot(tmp_path):
     run = tmp_path / "run"
-    proc = launch("themis_train.sh", *TINY_CHEETAH, f"hydra.run.dir={run}")
+    proc = launch("themis_train.sh", *TINY_CHEETAH, "logger=csv,tensorboard",
+                  f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("train.csv", "eval.csv", "reward.csv", "learning_curve.png", "config.yaml",
-                 "checkpoints/agent.pt", "checkpoints/reward_model.pt", "preferences.npz"):
+                 "checkpoints/agent.pt", "checkpoints/reward_model.pt",
+                 "preferences/meta.json", "preferences/segments.npz", "preferences/labels.csv"):
         assert (run / name).is_file(), name
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     evals = pd.read_csv(run / "eval.csv")
     assert {"step", "episode_reward", "total_feedback"} <= set(evals.columns)
     assert evals["step"].tolist() == [1250, 2500]

@@ -1,3 +1,30 @@
-"""Themis: reinforcement learning from human preferences (PEBBLE, BPref) in PyTorch."""
+"""Themis: reinforcement learning from human preferences (PEBBLE, BPref) in PyTorch.
+
+The public entry points for using a learned reward outside Themis' own loop:
+:class:`LearnedRewardWrapper`, :func:`load_reward_model` and :class:`PreferenceDataset`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+__all__ = ["LearnedRewardWrapper", "PreferenceDataset", "RewardEnsemble", "__version__",
+           "load_reward_model"]
+
+_LAZY = {
+    "LearnedRewardWrapper": "themis.wrappers",
+    "PreferenceDataset": "themis.reward.dataset",
+    "RewardEnsemble": "themis.reward.ensemble",
+    "load_reward_model": "themis.reward.ensemble",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public classes on first use, so ``import themis`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'themis' has no attribute {name!r}")

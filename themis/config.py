@@ -71,7 +71,7 @@ class TrainConfig:
     large_batch: int = 10
     """Candidate multiplier for the non-uniform samplers."""
     feed_type: Any = 0
-    """Query sampler, 0-5 or its name (only 0 = uniform so far)."""
+    """Query sampler, 0-5 or its name (themis.sampling)."""
     query_pool_episodes: int = 100
     """Queries are cut from the most recent this-many episodes."""
     ensemble_size: int = 3
@@ -102,6 +102,11 @@ class TrainConfig:
     """pretrain: write snapshot.pt at the end of pretraining."""
     pretrained_snapshot: str | None = None
     """train: start from a snapshot written by themis_pretrain.sh."""
+    prefs_path: str | None = None
+    """A saved preference dataset (folder) the reward model is trained on before any query;
+    with max_feedback=0 the reward is learned from it alone."""
+    logger: list[str] = field(default_factory=lambda: ["csv"])
+    """Log backends: csv (always written) and tensorboard: logger=[csv,tensorboard]."""
 
     agent: AgentConfig = field(default_factory=AgentConfig)
 
@@ -121,7 +126,7 @@ def validate(cfg: Any) -> None:
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
     """
-    positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact", "max_feedback",
+    positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact",
                 "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",
                 "reward_train_batch", "reward_hidden_dim", "eval_frequency",
                 "num_eval_episodes", "log_frequency", "query_pool_episodes"]
@@ -129,7 +134,7 @@ def validate(cfg: Any) -> None:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
-                "torch_threads"]:
+                "torch_threads", "max_feedback"]:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
     if cfg.reward_lr <= 0:
@@ -139,9 +144,15 @@ def validate(cfg: Any) -> None:
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
             f"must be smaller than num_train_steps ({cfg.num_train_steps})"
         )
-    if cfg.learn_reward and cfg.max_feedback < cfg.reward_batch:
+    if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < cfg.reward_batch:
         raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
                           f"reward_batch={cfg.reward_batch}; raise max_feedback")
+    if cfg.prefs_path and not cfg.learn_reward:
+        raise ConfigError("prefs_path is set but learn_reward=false; drop one of them")
+    unknown = sorted(set(cfg.logger) - {"csv", "tensorboard"})
+    if unknown:
+        raise ConfigError(f"logger={','.join(cfg.logger)}: unknown backend {unknown[0]!r}; use "
+                          "logger=[csv] or logger=[csv,tensorboard]")
     try:
         resolve_feed_type(cfg.feed_type)
         validate_teacher_params(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,

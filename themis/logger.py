@@ -56,18 +56,69 @@ def _plain(value: Any) -> Any:
     return value
 
 
+LOGGER_BACKENDS = ("csv", "tensorboard")
+"""Values of the ``logger`` config key. CSV files are always written."""
+
+
+class MetricLog:
+    """One stream of rows (``train``, ``eval`` or ``reward``): a CSV file and, optionally,
+    TensorBoard scalars ``<name>/<column>`` at global step ``row["step"]``.
+
+    Args:
+        name: the stream name (CSV file stem and TensorBoard tag prefix).
+        run_dir: where ``<name>.csv`` goes.
+        tensorboard: a ``torch.utils.tensorboard.SummaryWriter`` or None.
+    """
+
+    def __init__(self, name: str, run_dir: Path, tensorboard: Any = None) -> None:
+        self.name = name
+        self.csv = CSVLog(run_dir / f"{name}.csv")
+        self.tensorboard = tensorboard
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self.csv.write(row)
+        if self.tensorboard is not None and "step" in row:
+            step = int(row["step"])
+            for key, value in row.items():
+                value = _plain(value)
+                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self.tensorboard.add_scalar(f"{self.name}/{key}", value, step)
+
+    def close(self) -> None:
+        self.csv.close()
+
+
 class Logger:
     """Owns ``train.csv``, ``eval.csv`` and ``reward.csv`` in the run dir; prints console lines.
 
     Agents never see the logger: the Workspace hands it metric dicts.
+
+    Args:
+        run_dir: the run dir.
+        stream: console stream.
+        backends: subset of :data:`LOGGER_BACKENDS`; ``"tensorboard"`` adds event files in
+            ``run_dir/tensorboard`` (``tensorboard --logdir runs/``).
+
+    Raises:
+        ValueError: an unknown backend.
     """
 
-    def __init__(self, run_dir: Path, stream: TextIO = sys.stdout) -> None:
+    def __init__(self, run_dir: Path, stream: TextIO = sys.stdout,
+                 backends: tuple[str, ...] | list[str] = ("csv",)) -> None:
+        unknown = sorted(set(backends) - set(LOGGER_BACKENDS))
+        if unknown:
+            raise ValueError(f"logger={','.join(backends)}: unknown backend {unknown[0]!r}; "
+                             f"choose from {', '.join(LOGGER_BACKENDS)}")
         self.run_dir = run_dir
         self.stream = stream
-        self.train = CSVLog(run_dir / "train.csv")
-        self.eval = CSVLog(run_dir / "eval.csv")
-        self.reward = CSVLog(run_dir / "reward.csv")
+        self.tensorboard = None
+        if "tensorboard" in backends:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self.train = MetricLog("train", run_dir, self.tensorboard)
+        self.eval = MetricLog("eval", run_dir, self.tensorboard)
+        self.reward = MetricLog("reward", run_dir, self.tensorboard)
 
     def info(self, message: str, color: str | None = None) -> None:
         tqdm.write(colored(message, color) if color else message, file=self.stream)
@@ -86,6 +137,8 @@ class Logger:
     def close(self) -> None:
         for log in (self.train, self.eval, self.reward):
             log.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
 
 def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:

@@ -21,15 +21,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from scipy import stats as scipy_stats
 from tqdm import tqdm
 
 from themis.agents import make_agent, select_agent
-from themis.buffers import ReplayBuffer
+from themis.buffers import ReplayBuffer, SegmentPairs
 from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
 from themis.intrinsic import StateEntropyReward
 from themis.logger import Logger, plot_learning_curve
-from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer, save_reward_model
 from themis.sampling import (
     SAMPLERS,
     needs_large_batch,
@@ -100,8 +101,7 @@ class Workspace:
             self.reward_trainer = RewardTrainer(self.reward_model, cfg.reward_lr,
                                                 cfg.reward_train_batch,
                                                 np.random.default_rng(cfg.seed + 1))
-            self.dataset = PreferenceDataset(cfg.max_feedback, cfg.segment, self.obs_dim,
-                                             self.action_dim)
+            self.dataset = self.make_dataset()
             self.teacher = SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma,
                                             cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
                                             cfg.teacher_eps_equal,
@@ -119,11 +119,46 @@ class Workspace:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.last_episode_reward = float("nan")
         self.metrics: dict[str, torch.Tensor] = {}
-        self.logger = Logger(self.run_dir)
+        self.logger = Logger(self.run_dir, backends=cfg.logger)
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
 
         if cfg.pretrained_snapshot:
             self.load_snapshot(Path(cfg.pretrained_snapshot))
+
+    def make_dataset(self) -> PreferenceDataset:
+        """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
+
+        Raises:
+            ConfigError: ``prefs_path`` is missing, unreadable, or recorded for other shapes.
+        """
+        cfg = self.cfg
+        meta = {"env": self.env_id, "domain": cfg.domain, "teacher": self.teacher_description()}
+        if not cfg.prefs_path:
+            return PreferenceDataset(cfg.max_feedback, cfg.segment, self.obs_dim, self.action_dim,
+                                     metadata=meta)
+        try:
+            loaded = PreferenceDataset.load(cfg.prefs_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"prefs_path={cfg.prefs_path}: {e}") from None
+        if (loaded.obs_dim, loaded.action_dim) != (self.obs_dim, self.action_dim):
+            raise ConfigError(
+                f"prefs_path={cfg.prefs_path} holds obs_dim={loaded.obs_dim}, "
+                f"action_dim={loaded.action_dim} (env {loaded.metadata.get('env')}); "
+                f"{self.env_id} has obs_dim={self.obs_dim}, action_dim={self.action_dim}")
+        if loaded.segment != cfg.segment:
+            raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
+                              f"segment={loaded.segment}; set segment={loaded.segment}")
+        data = PreferenceDataset(len(loaded) + cfg.max_feedback, cfg.segment, self.obs_dim,
+                                 self.action_dim, metadata={**loaded.metadata, **meta})
+        data.extend(loaded)
+        return data
+
+    def teacher_description(self) -> str:
+        """Who labels the queries, as stored with each label (``labeler`` column)."""
+        cfg = self.cfg
+        return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
+                f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
+                f"eps_equal={cfg.teacher_eps_equal})")
 
     # ================================================================== main loop
     def run(self, until: int | None = None) -> None:
@@ -253,6 +288,12 @@ class Workspace:
         assert self.reward_model is not None
         n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
         if n_queries <= 0:
+            if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
+                offline = self.reward_trainer.train(self.dataset, cfg.reward_update)
+                self.reward_accuracy = offline.accuracy
+                self.relabel()
+                self.logger.info(f"reward model trained on {len(self.dataset)} saved preferences "
+                                 f"(train accuracy {offline.accuracy:.3f})", "cyan")
             return
         sampler = "uniform" if first else self.sampler_name
         n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
@@ -278,14 +319,14 @@ class Workspace:
         for stats in (round_stats, self.teacher_stats):
             stats.update(keep, labels, oracle_labels)
 
-        # --- accuracy of the current model on the fresh labels (a held-out estimate)
-        heldout = float("nan")
+        # --- quality of the current model on the fresh queries (held out: not trained on yet)
+        quality = {"heldout_accuracy": float("nan"), "heldout_pearson": float("nan"),
+                   "heldout_spearman": float("nan")}
         if self.feedback_rounds > 0 and len(answered):
-            heldout = self.reward_trainer.accuracy(answered.observations, answered.actions,
-                                                   labels)
+            quality = self.reward_quality(answered, labels)
         if len(answered):
-            self.dataset.add(answered, labels)
-            self.dataset.save(self.run_dir / "preferences.npz")  # labels are on disk at once
+            self.dataset.add(answered, labels, labeler=self.teacher_description())
+            self.dataset.save(self.run_dir / "preferences")  # labels are on disk at once
         self.feedback_rounds += 1
         fit = None
         if len(self.dataset):
@@ -297,13 +338,36 @@ class Workspace:
             "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
             "skipped": round_stats.skipped, "equal": round_stats.equal,
             "oracle_agreement": round_stats.as_dict()["oracle_agreement"],
-            "heldout_accuracy": heldout,
+            **quality,
             "train_accuracy": fit.accuracy if fit else float("nan"),
             "train_loss": fit.loss if fit else float("nan"),
             "epochs": fit.epochs if fit else 0,
         }
         self.logger.reward.write(row)
         self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
+
+    def reward_quality(self, pairs: SegmentPairs, labels: np.ndarray) -> dict[str, float]:
+        """Held-out quality of the reward model on labelled pairs it was not trained on.
+
+        Returns:
+            ``heldout_accuracy``: agreement of the predicted preference with the teacher's
+            labels (ties excluded); ``heldout_pearson`` / ``heldout_spearman``: correlation of
+            predicted and true returns of the ``2 n`` segments.
+        """
+        assert self.reward_model is not None
+        accuracy = self.reward_trainer.accuracy(pairs.observations, pairs.actions, labels)
+        n, _, horizon = pairs.true_rewards.shape
+        obs = pairs.observations.reshape(n * 2 * horizon, -1)
+        act = pairs.actions.reshape(n * 2 * horizon, -1)
+        with eval_mode(self.reward_model):
+            predicted = self.reward_model.predict(obs, act).reshape(n * 2, horizon).sum(1)
+        true = pairs.true_rewards.reshape(n * 2, horizon).sum(1)
+        pearson = spearman = float("nan")
+        if len(true) > 2 and np.ptp(true) > 0 and np.ptp(predicted) > 0:
+            pearson = float(scipy_stats.pearsonr(predicted, true).statistic)
+            spearman = float(scipy_stats.spearmanr(predicted, true).statistic)
+        return {"heldout_accuracy": accuracy, "heldout_pearson": pearson,
+                "heldout_spearman": spearman}
 
     def relabel(self) -> None:
         """Relabel every stored transition with the ensemble-mean reward (PEBBLE, Sec. 4.2)."""
@@ -342,10 +406,9 @@ class Workspace:
         torch.save({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
                    ckpt / "agent.pt")
         if self.reward_model is not None:
-            torch.save({"model": self.reward_model.state_dict(),
-                        "config": self.reward_model.config(), "step": self.step,
-                        "env": self.env_id}, ckpt / "reward_model.pt")
-            self.dataset.save(self.run_dir / "preferences.npz")
+            save_reward_model(self.reward_model, ckpt / "reward_model.pt", step=self.step,
+                              env=self.env_id)
+            self.dataset.save(self.run_dir / "preferences")
 
     def save_snapshot(self, path: Path | None = None) -> Path:
         """Snapshot after pretraining: agent, replay buffer, counters and entropy statistics."""

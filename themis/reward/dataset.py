@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from themis.buffers import SegmentPairs
+
+FORMAT_NAME = "themis-preferences"
+FORMAT_VERSION = 1
+"""Version of the on-disk preference-dataset format written by :meth:`PreferenceDataset.save`."""
+_STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim", "action_dim"}
+
+
+@contextlib.contextmanager
+def _atomic(path: Path) -> Iterator[IO[bytes]]:
+    """Write ``path`` through a temporary file that is fsynced and renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class PreferenceDataset:
@@ -19,13 +39,20 @@ class PreferenceDataset:
         capacity: maximum number of labelled pairs (``max_feedback``).
         segment: steps per segment ``H``.
         obs_dim, action_dim: feature sizes.
+        metadata: free-form JSON-able facts saved with the dataset (env, teacher, ...).
 
     Labels follow BPref: 0.0 = segment 1 preferred, 1.0 = segment 2 preferred, 0.5 = equally
     preferred.
     """
 
-    def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int) -> None:
+    def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int,
+                 metadata: dict[str, Any] | None = None) -> None:
         self.capacity = capacity
+        self.segment = segment
+        self.obs_dim = obs_dim
+        self.action_dim = action_dim
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.labelers = np.full(capacity, "", dtype=object)
         self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=np.float32)
         self.actions = np.zeros((capacity, 2, segment, action_dim), dtype=np.float32)
         self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
@@ -36,8 +63,8 @@ class PreferenceDataset:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, pairs: SegmentPairs, labels: np.ndarray) -> None:
-        """Append labelled pairs.
+    def add(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str = "") -> None:
+        """Append labelled pairs; ``labeler`` names who answered (``"oracle"``, a person, ...).
 
         Raises:
             ValueError: lengths differ, a label is not in {0, 0.5, 1}, or capacity is exceeded.
@@ -55,6 +82,7 @@ class PreferenceDataset:
         self.actions[sl] = pairs.actions
         self.true_rewards[sl] = pairs.true_rewards
         self.labels[sl] = labels
+        self.labelers[sl] = labeler
         self.size += n
         self._tensors = None
 
@@ -68,22 +96,108 @@ class PreferenceDataset:
             )
         return self._tensors
 
-    def save(self, path: str | Path) -> None:
-        """Write the labelled pairs to an ``.npz`` file (no pickled objects), atomically.
+    def save(self, path: str | Path, metadata: dict[str, Any] | None = None) -> Path:
+        """Write the labelled pairs as a preference-dataset folder (format below), crash-safe.
 
-        The file is written beside ``path`` and renamed over it, so a crash mid-write leaves
-        the previous version intact.
+        Layout of ``path/`` (format version :data:`FORMAT_VERSION`; no pickled objects):
+
+        - ``segments.npz``: ``observations (n, 2, H, obs_dim)``, ``actions (n, 2, H,
+          action_dim)``, ``true_rewards (n, 2, H)``, all float32;
+        - ``labels.csv``: columns ``pair, label, labeler`` (label 0 = segment 1 preferred,
+          1 = segment 2, 0.5 = equal);
+        - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
+          ``action_dim`` and the caller's ``metadata`` (env, teacher, ...).
+
+        Each file is written to a temporary name, fsynced and renamed; ``meta.json`` goes last
+        and :meth:`load` reads only its ``num_pairs`` rows, so a crash mid-save leaves a
+        readable dataset (the dataset only grows).
+
+        Returns:
+            ``path``.
         """
         path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
         n = self.size
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
-            np.savez(f, format_version=np.array(1), observations=self.observations[:n],
-                     actions=self.actions[:n], true_rewards=self.true_rewards[:n],
-                     labels=self.labels[:n])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with _atomic(path / "segments.npz") as f:
+            np.savez(f, observations=self.observations[:n], actions=self.actions[:n],
+                     true_rewards=self.true_rewards[:n])
+        labels = pd.DataFrame({"pair": np.arange(n), "label": self.labels[:n],
+                               "labeler": self.labelers[:n]})
+        with _atomic(path / "labels.csv") as f:
+            f.write(labels.to_csv(index=False).encode())
+        meta = {**self.metadata, **(metadata or {}), "format": FORMAT_NAME,
+                "format_version": FORMAT_VERSION, "num_pairs": n, "segment": self.segment,
+                "obs_dim": self.obs_dim, "action_dim": self.action_dim}
+        self.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
+        with _atomic(path / "meta.json") as f:
+            f.write(json.dumps(meta, indent=2, sort_keys=True).encode())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, capacity: int | None = None) -> PreferenceDataset:
+        """Read a folder written by :meth:`save`.
+
+        Args:
+            path: the dataset folder.
+            capacity: room for at least this many pairs in total (default: exactly the stored
+                ones), so labelling can continue.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no ``meta.json``.
+            ValueError: not a Themis preference dataset, a newer format version, or files that
+                disagree with ``meta.json``.
+        """
+        path = Path(path)
+        meta_file = path / "meta.json"
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{path} is not a preference dataset (no meta.json)")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format") != FORMAT_NAME:
+            raise ValueError(f"{path}: meta.json format is {meta.get('format')!r}, "
+                             f"not {FORMAT_NAME!r}")
+        version = int(meta.get("format_version", -1))
+        if version > FORMAT_VERSION:
+            raise ValueError(f"{path} has preference format_version {version}; this Themis reads "
+                             f"versions up to {FORMAT_VERSION}: upgrade Themis to load it")
+        n = int(meta["num_pairs"])
+        with np.load(path / "segments.npz", allow_pickle=False) as arrays:
+            obs, act, true = (arrays[k][:n] for k in ("observations", "actions", "true_rewards"))
+        labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str},
+                             keep_default_na=False).iloc[:n]
+        if len(obs) < n or len(labels) < n:
+            raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
+                             f"{len(obs)} and labels.csv {len(labels)}")
+        data = cls(max(n, capacity or 0), int(meta["segment"]), int(meta["obs_dim"]),
+                   int(meta["action_dim"]))
+        data.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
+        data.observations[:n], data.actions[:n], data.true_rewards[:n] = obs, act, true
+        data.labels[:n] = labels["label"].to_numpy(np.float32)
+        data.labelers[:n] = labels["labeler"].to_numpy(object)
+        data.size = n
+        return data
+
+    def extend(self, other: PreferenceDataset) -> None:
+        """Append every pair of ``other`` (same segment length and feature sizes).
+
+        Raises:
+            ValueError: shapes differ or capacity is exceeded.
+        """
+        mine = (self.segment, self.obs_dim, self.action_dim)
+        theirs = (other.segment, other.obs_dim, other.action_dim)
+        if mine != theirs:
+            raise ValueError(f"cannot merge datasets with (segment, obs_dim, action_dim) {theirs} "
+                             f"into {mine}")
+        n = len(other)
+        if self.size + n > self.capacity:
+            raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
+        sl = slice(self.size, self.size + n)
+        self.observations[sl] = other.observations[:n]
+        self.actions[sl] = other.actions[:n]
+        self.true_rewards[sl] = other.true_rewards[:n]
+        self.labels[sl] = other.labels[:n]
+        self.labelers[sl] = other.labelers[:n]
+        self.size += n
+        self._tensors = None
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size

@@ -6,6 +6,8 @@ evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,8 @@ class RewardEnsemble(nn.Module):
         self.ensemble_size = ensemble_size
         self.hidden_dim = hidden_dim
         self.hidden_depth = hidden_depth
+        self.env_id: str | None = None
+        """The env the model was trained on (set by :func:`load_reward_model`), if known."""
         self.net = EnsembleMLP(ensemble_size, obs_dim + action_dim, hidden_dim, 1, hidden_depth,
                                activation=nn.LeakyReLU, output_activation=nn.Tanh)
 
@@ -104,3 +108,43 @@ class RewardEnsemble(nn.Module):
         return {"obs_dim": self.obs_dim, "action_dim": self.action_dim,
                 "ensemble_size": self.ensemble_size, "hidden_dim": self.hidden_dim,
                 "hidden_depth": self.hidden_depth}
+
+
+def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> Path:
+    """Write ``model`` (weights and constructor arguments) so :func:`load_reward_model` can
+    rebuild it anywhere; ``extra`` (env id, step, ...) is stored beside it. Written atomically.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"model": state, "config": model.config(), **extra}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_reward_model(path: str | Path, device: str | torch.device = "cpu") -> RewardEnsemble:
+    """Restore a trained reward ensemble, in eval mode, on ``device``.
+
+    Args:
+        path: a run dir (reads ``checkpoints/reward_model.pt``) or a checkpoint file written by
+            :func:`save_reward_model`.
+        device: where to put it (``"cpu"``, ``"cuda"``, ...).
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``path``.
+        ValueError: the file is not a Themis reward-model checkpoint.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoints" / "reward_model.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no reward-model checkpoint at {path} (expected a run dir or "
+                                "checkpoints/reward_model.pt)")
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise ValueError(f"{path} is not a Themis reward-model checkpoint")
+    model = RewardEnsemble(**ckpt["config"]).to(device)
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    model.env_id = ckpt.get("env")
+    return model

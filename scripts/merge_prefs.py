@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""Merge preference datasets from several runs or labelers into one.
+
+    python scripts/merge_prefs.py merged/ runs/a/preferences runs/b/preferences
+    ./themis_train.sh prefs_path=merged/ max_feedback=0      # learn a reward from them alone
+
+Every input must have the same segment length and observation/action sizes. Pairs keep their
+``labeler``; the merged ``meta.json`` lists the sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from themis.reward.dataset import PreferenceDataset
+
+
+def merge(sources: list[Path], out: Path) -> PreferenceDataset:
+    """Concatenate the datasets at ``sources`` (in order) and save the result at ``out``.
+
+    Raises:
+        FileNotFoundError / ValueError: an input is not a dataset, or shapes differ.
+    """
+    datasets = [PreferenceDataset.load(p) for p in sources]
+    first = datasets[0]
+    merged = PreferenceDataset(sum(len(d) for d in datasets), first.segment, first.obs_dim,
+                               first.action_dim)
+    envs = set()
+    for path, data in zip(sources, datasets, strict=True):
+        unnamed = data.labelers[: len(data)] == ""
+        data.labelers[: len(data)][unnamed] = str(path)
+        merged.extend(data)
+        envs.add(data.metadata.get("env"))
+    merged.save(out, metadata={"sources": [str(p) for p in sources],
+                               "env": envs.pop() if len(envs) == 1 else sorted(map(str, envs))})
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="folder of the merged dataset")
+    parser.add_argument("sources", type=Path, nargs="+", help="dataset folders to merge")
+    args = parser.parse_args(argv)
+    try:
+        merged = merge(args.sources, args.out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"merge_prefs: {e}", file=sys.stderr)
+        return 2
+    print(f"merged {len(merged)} labelled pairs from {len(args.sources)} datasets into {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Using a reward model outside Themis: saved datasets, checkpoints, the gymnasium wrapper,
+TensorBoard logs and training a Stable-Baselines3 agent on a learned reward."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT, TINY_PENDULUM
+
+import themis
+from themis.buffers import SegmentPairs
+from themis.envs import make_env
+from themis.reward import PreferenceDataset, RewardEnsemble, load_reward_model, save_reward_model
+from themis.reward.dataset import FORMAT_VERSION
+from themis.wrappers import LearnedRewardWrapper
+
+
+def random_pairs(n: int, segment: int = 4, obs_dim: int = 3, action_dim: int = 1,
+                 seed: int = 0) -> SegmentPairs:
+    rng = np.random.default_rng(seed)
+    return SegmentPairs(rng.normal(size=(n, 2, segment, obs_dim)).astype(np.float32),
+                        rng.uniform(-1, 1, size=(n, 2, segment, action_dim)).astype(np.float32),
+                        rng.normal(size=(n, 2, segment)).astype(np.float32),
+                        np.zeros((n, 2), dtype=np.int64))
+
+
+def filled_dataset(n: int = 6, seed: int = 0, labeler: str = "oracle") -> PreferenceDataset:
+    data = PreferenceDataset(10, 4, 3, 1, metadata={"env": "Pendulum-v1"})
+    labels = np.resize(np.array([0.0, 1.0, 0.5], dtype=np.float32), n)
+    data.add(random_pairs(n, seed=seed), labels, labeler=labeler)
+    return data
+
+
+# ------------------------------------------------------------------ preference datasets
+def test_dataset_save_load_round_trips_exactly(tmp_path):
+    data = filled_dataset()
+    data.save(tmp_path / "prefs", metadata={"teacher": "oracle"})
+    assert sorted(p.name for p in (tmp_path / "prefs").iterdir()) == [
+        "labels.csv", "meta.json", "segments.npz"]
+    meta = json.loads((tmp_path / "prefs" / "meta.json").read_text())
+    assert meta["format_version"] == FORMAT_VERSION and meta["num_pairs"] == 6
+    assert meta["env"] == "Pendulum-v1" and meta["teacher"] == "oracle"
+    assert pd.read_csv(tmp_path / "prefs" / "labels.csv").columns.tolist() == [
+        "pair", "label", "labeler"]
+
+    loaded = PreferenceDataset.load(tmp_path / "prefs", capacity=20)
+    assert len(loaded) == 6 and loaded.capacity == 20
+    for name in ("observations", "actions", "true_rewards", "labels"):
+        np.testing.assert_array_equal(getattr(loaded, name)[:6], getattr(data, name)[:6])
+    assert loaded.labelers[:6].tolist() == ["oracle"] * 6
+    assert loaded.metadata["teacher"] == "oracle"
+    # labelling continues after a load
+    loaded.add(random_pairs(2, seed=5), np.array([1.0, 0.0]), labeler="person")
+    assert len(loaded) == 8
+
+
+def test_dataset_load_reads_only_the_pairs_meta_promises(tmp_path):
+    """A crash after segments.npz/labels.csv but before meta.json leaves a readable dataset."""
+    data = filled_dataset(n=4)
+    data.save(tmp_path / "prefs")
+    meta = (tmp_path / "prefs" / "meta.json").read_text()
+    data.add(random_pairs(2, seed=9), np.array([1.0, 1.0]))
+    data.save(tmp_path / "prefs")
+    (tmp_path / "prefs" / "meta.json").write_text(meta)  # the older meta.json survived
+    assert len(PreferenceDataset.load(tmp_path / "prefs")) == 4
+
+
+def test_dataset_of_a_newer_format_is_refused(tmp_path):
+    filled_dataset().save(tmp_path / "prefs")
+    meta_file = tmp_path / "prefs" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta["format_version"] = FORMAT_VERSION + 1
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="upgrade Themis"):
+        PreferenceDataset.load(tmp_path / "prefs")
+    with pytest.raises(FileNotFoundError, match="not a preference dataset"):
+        PreferenceDataset.load(tmp_path)
+
+
+def test_merge_prefs_script(tmp_path):
+    filled_dataset(n=3, seed=1, labeler="alice").save(tmp_path / "a")
+    filled_dataset(n=5, seed=2, labeler="").save(tmp_path / "b")
+    script = ROOT / "scripts" / "merge_prefs.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "m"), str(tmp_path / "a"),
+                           str(tmp_path / "b")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    merged = PreferenceDataset.load(tmp_path / "m")
+    assert len(merged) == 8
+    assert merged.labelers[:8].tolist() == ["alice"] * 3 + [str(tmp_path / "b")] * 5
+    np.testing.assert_array_equal(merged.observations[3:8],
+                                  PreferenceDataset.load(tmp_path / "b").observations[:5])
+
+    other = PreferenceDataset(4, 7, 3, 1)  # another segment length
+    other.add(random_pairs(1, segment=7), np.array([1.0]))
+    other.save(tmp_path / "c")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "m2"), str(tmp_path / "a"),
+                           str(tmp_path / "c")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "cannot merge" in proc.stderr
+
+
+# -------------------------------------------------------------- reward-model checkpoints
+def test_reward_model_save_load_round_trip(tmp_path):
+    model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16, hidden_depth=2)
+    (tmp_path / "checkpoints").mkdir()
+    save_reward_model(model, tmp_path / "checkpoints" / "reward_model.pt", env="Pendulum-v1")
+    loaded = themis.load_reward_model(tmp_path)  # a run dir works, as does the file
+    assert loaded.env_id == "Pendulum-v1" and not loaded.training
+    obs, act = np.random.rand(5, 3).astype(np.float32), np.random.rand(5, 1).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs, act), model.predict(obs, act))
+    with pytest.raises(FileNotFoundError, match="no reward-model checkpoint"):
+        load_reward_model(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------ the gym wrapper
+class HalfSum(RewardEnsemble):
+    """A reward model with a known answer: r̂(s, a) = sum(s) / 2 + a (for checking the wrapper)."""
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        r = obs.sum(-1) / 2 + action[..., 0]
+        return r.expand(self.ensemble_size, *r.shape)
+
+
+def test_wrapper_returns_model_reward_and_keeps_true_reward():
+    model = HalfSum(3, 1, ensemble_size=2, hidden_dim=4)
+    env = LearnedRewardWrapper(make_env("Classic", "Pendulum-v1"), model)
+    reference = make_env("Classic", "Pendulum-v1")
+    obs, _ = env.reset(seed=3)
+    ref_obs, _ = reference.reset(seed=3)
+    assert env.using_predicted_reward
+    for t in range(6):
+        action = np.array([0.5 - 0.2 * t], dtype=np.float32)
+        expected = float(obs.sum() / 2 + action[0])
+        obs, reward, *_, info = env.step(action)
+        ref_obs, true_reward, *_ = reference.step(action)
+        if t <= 2:
+            assert reward == pytest.approx(expected, abs=1e-5)
+        assert info["true_reward"] == pytest.approx(float(true_reward))
+        np.testing.assert_array_equal(obs, ref_obs)
+        if t == 2:
+            env.switch_to_true_reward()
+            assert not env.using_predicted_reward
+        if t >= 3:  # pass-through; the prediction still goes to info
+            assert reward == info["true_reward"]
+            assert info["predicted_reward"] == pytest.approx(expected, abs=1e-5)
+    env.switch_to_predicted_reward()
+    obs_before = obs
+    _, reward, *_ = env.step(np.array([0.0], dtype=np.float32))
+    assert reward == pytest.approx(float(obs_before.sum() / 2), abs=1e-5)
+
+
+def test_wrapper_normalizes_with_running_statistics():
+    model = HalfSum(3, 1, ensemble_size=1, hidden_dim=4)
+    env = LearnedRewardWrapper(make_env("Classic", "Pendulum-v1"), model, normalize=True)
+    env.reset(seed=0)
+    normalized = []
+    for _ in range(300):  # Pendulum episodes last 200 steps: no reset needed before 300
+        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+        normalized.append(reward)
+    assert env.reward_stats.count > 299
+    # late rewards are standardised by (nearly) final statistics: mean ~0, std ~1
+    assert abs(np.mean(normalized[150:])) < 0.5
+    assert 0.5 < np.std(normalized[150:]) < 2.0
+
+
+def test_wrapper_rejects_a_model_for_other_shapes():
+    with pytest.raises(ValueError, match="obs_dim=17"):
+        LearnedRewardWrapper(make_env("Classic", "Pendulum-v1"), RewardEnsemble(17, 6))
+
+
+def test_sb3_sac_trains_on_a_wrapped_env_with_a_loaded_model(tmp_path):
+    from stable_baselines3 import SAC
+
+    save_reward_model(RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16), tmp_path / "r.pt")
+    env = LearnedRewardWrapper(make_env("Classic", "Pendulum-v1", seed=0),
+                               load_reward_model(tmp_path / "r.pt"))
+    model = SAC("MlpPolicy", env, learning_starts=100, batch_size=32, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [32, 32]})
+    model.learn(total_timesteps=300)
+    assert model.num_timesteps == 300 and model._n_updates > 0
+    # SB3 saw the learned reward: its replay buffer holds r̂(s, a), not Pendulum's reward
+    n = model.replay_buffer.pos
+    stored = model.replay_buffer.rewards[:n, 0]
+    obs = model.replay_buffer.observations[:n, 0]
+    actions = model.replay_buffer.actions[:n, 0]
+    expected = env.reward_model.predict(obs, actions)
+    np.testing.assert_allclose(stored, expected, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- logging
+def test_tensorboard_scalars_beside_the_csvs(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from themis.logger import Logger
+
+    logger = Logger(tmp_path, backends=["csv", "tensorboard"])
+    logger.eval.write({"step": 100, "episode_reward": -5.0, "total_feedback": 20})
+    logger.eval.write({"step": 200, "episode_reward": 7.5, "total_feedback": 40})
+    logger.close()
+    assert pd.read_csv(tmp_path / "eval.csv")["episode_reward"].tolist() == [-5.0, 7.5]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("eval/episode_reward")
+    assert [(s.step, s.value) for s in scalars] == [(100, -5.0), (200, 7.5)]
+    with pytest.raises(ValueError, match="unknown backend 'wandb'"):
+        Logger(tmp_path, backends=["csv", "wandb"])
+
+
+# ---------------------------------------------------------------- prefs_path in a run
+@pytest.mark.slow
+def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose):
+    from themis.workspace import Workspace
+
+    first = Workspace(compose(TINY_PENDULUM), tmp_path / "first")
+    first.run()
+    first.finish()
+    saved = tmp_path / "first" / "preferences"
+    assert len(PreferenceDataset.load(saved)) == 30
+    rounds = pd.read_csv(tmp_path / "first" / "reward.csv")
+    assert {"heldout_accuracy", "heldout_pearson", "heldout_spearman"} <= set(rounds.columns)
+    assert rounds["heldout_spearman"].iloc[1:].notna().all()  # from round 2 on
+
+    second = Workspace(compose([*TINY_PENDULUM, f"prefs_path={saved}", "max_feedback=0"]),
+                       tmp_path / "second")
+    second.run()
+    second.finish()
+    assert second.total_feedback == 0 and len(second.dataset) == 30
+    assert second.reward_accuracy > 0.6  # trained on the saved labels
+    reloaded = PreferenceDataset.load(tmp_path / "second" / "preferences")
+    np.testing.assert_array_equal(reloaded.labels[:30], second.dataset.labels[:30])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("prefs_path=/nonexistent/prefs", "not a preference dataset"),
+    ("segment=10", "set segment=4"),
+])
+def test_prefs_path_errors(tmp_path, compose, override, message):
+    from themis.utils import ConfigError
+    from themis.workspace import Workspace
+
+    dataset = PreferenceDataset(4, 4, 3, 1)
+    dataset.add(random_pairs(2), np.array([1.0, 0.0]))
+    dataset.save(tmp_path / "prefs")
+    overrides = [*TINY_PENDULUM, f"prefs_path={tmp_path / 'prefs'}", override]
+    with pytest.raises(ConfigError, match=message):
+        Workspace(compose(overrides), tmp_path / "run")
+
+
+def test_themis_exports_the_public_api():
+    assert themis.LearnedRewardWrapper is LearnedRewardWrapper
+    assert themis.load_reward_model is load_reward_model
+    assert Path(themis.__file__).parent.name == "themis"
