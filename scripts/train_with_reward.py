@@ -23,6 +23,7 @@ import yaml
 
 from themis.envs import make_env
 from themis.reward.ensemble import load_reward_model
+from themis.utils import set_num_threads
 from themis.wrappers import LearnedRewardWrapper
 
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also train the same agent on the true reward")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    set_num_threads(0)  # THEMIS_THREADS=N limits PyTorch's threads, as in the launchers
 
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():

@@ -4,6 +4,7 @@ TensorBoard logs and training a Stable-Baselines3 agent on a learned reward."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +260,22 @@ def test_themis_exports_the_public_api():
     assert themis.LearnedRewardWrapper is LearnedRewardWrapper
     assert themis.load_reward_model is load_reward_model
     assert Path(themis.__file__).parent.name == "themis"
+
+
+def test_train_with_reward_script_reports_true_returns(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "config.yaml").write_text("domain: Classic\nenv: Pendulum-v1\nseed: 0\n")
+    save_reward_model(RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16),
+                      tmp_path / "checkpoints" / "reward_model.pt", env="Pendulum-v1")
+    script = ROOT / "scripts" / "train_with_reward.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "--steps", "300",
+                           "--episodes", "1", "--normalize"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].startswith("| random policy")
+    assert lines[-1].startswith("| SB3 SAC on learned reward")
+    assert float(lines[-1].split("|")[2]) < 0  # a true Pendulum return, not the learned one
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "missing")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2 and "config.yaml not found" in proc.stderr
