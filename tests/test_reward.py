@@ -113,6 +113,6 @@ def test_dataset_rejects_bad_labels_and_overflow(tmp_path):
     data.add(pairs, np.array([1.0]))
     with pytest.raises(ValueError, match="full"):
         data.add(pairs, np.array([0.0]))
-    data.save(tmp_path / "p.npz")
-    loaded = np.load(tmp_path / "p.npz")
-    np.testing.assert_array_equal(loaded["labels"], [0.5, 1.0])
+    loaded = PreferenceDataset.load(data.save(tmp_path / "prefs"))
+    assert len(loaded) == 2
+    np.testing.assert_array_equal(loaded.labels[:2], [0.5, 1.0])

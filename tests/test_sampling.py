@@ -121,6 +121,17 @@ def test_kcenter_sampler_uses_both_segments_and_avoids_labelled_pairs():
     assert not set(idx.tolist()) & set(range(10))
 
 
+def test_kcenter_samplers_run_when_no_pair_is_labelled_yet():
+    # every earlier query skipped (teacher=skip): the labelled set is empty, shape (0, d)
+    pairs = make_pairs(20, seed=4)
+    empty = pair_features(pairs.observations[:0])
+    assert empty.shape == (0, 2 * 3 * 2)
+    model = RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8, hidden_depth=1)
+    for name in ("kcenter", "kcenter_disagreement", "kcenter_entropy"):
+        idx = SAMPLERS[name](pairs, model, empty, 5, np.random.default_rng(0))
+        assert len(set(idx.tolist())) == 5, name
+
+
 @pytest.mark.parametrize("sampler", [kcenter_disagreement, kcenter_entropy])
 def test_kcenter_variants_choose_from_the_top_half(sampler):
     n = 40

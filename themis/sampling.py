@@ -43,7 +43,8 @@ def pair_features(observations: np.ndarray) -> np.ndarray:
 
     Shapes: ``(n, 2, H, *obs_shape) -> (n, 2 * H * prod(obs_shape))`` float32.
     """
-    return observations.reshape(len(observations), -1).astype(np.float32, copy=False)
+    width = int(np.prod(observations.shape[1:]))  # explicit: -1 fails when n == 0
+    return observations.reshape(len(observations), width).astype(np.float32, copy=False)
 
 
 def disagreement_scores(candidates: SegmentPairs, reward_model: RewardEnsemble) -> np.ndarray:
@@ -120,21 +121,6 @@ def kcenter_greedy(candidates: np.ndarray, selected: np.ndarray, k: int) -> np.n
         picks[j] = i
         dist_to_pick = (x - x[i]).square().sum(1)
         min_dist = torch.minimum(min_dist, dist_to_pick) if j or len(selected) else dist_to_pick
-        min_dist[i] = -1.0  # never pick the same row twice (duplicates have distance 0)
-    return picks
-    if len(selected):
-        ref = torch.as_tensor(np.asarray(selected, dtype=np.float32)).reshape(len(selected), -1)
-        min_dist = _min_sq_dist(x, ref)
-    else:  # nothing covered yet: the first pick is the point farthest from the mean
-        first = int(torch.argmax((x - x.mean(0)).square().sum(1)))
-        min_dist = torch.full((n,), float("inf"))
-        min_dist[first] = float("inf") + 1  # argmax below picks it
-        min_dist = torch.where(torch.arange(n) == first, torch.tensor(1.0), torch.tensor(0.0))
-    for j in range(k):
-        i = int(torch.argmax(min_dist))
-        picks[j] = i
-        min_dist = torch.minimum(min_dist, (x - x[i]).square().sum(1)) if j or len(selected) \
-            else (x - x[i]).square().sum(1)
         min_dist[i] = -1.0  # never pick the same row twice (duplicates have distance 0)
     return picks
 
