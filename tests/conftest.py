@@ -36,7 +36,7 @@ TINY_PENDULUM = [
     "domain=Classic", "env=Pendulum-v1", "num_train_steps=1200", "num_seed_steps=200",
     "num_unsup_steps=200", "num_interact=300", "max_feedback=30", "reward_batch=10",
     "segment=20", "eval_frequency=600", "num_eval_episodes=1", "log_frequency=400",
-    "agent.hidden_dim=32", "agent.batch_size=32", "reward_hidden_dim=32",
+    "sac.hidden_dim=32", "sac.batch_size=32", "reward_hidden_dim=32",
     "reward_update=5", "entropy_pool_size=256", "reset_update=5",
 ]
 

@@ -25,7 +25,7 @@ def test_defaults_compose_and_validate(compose):
     cfg = compose()
     validate(cfg)
     assert cfg.domain == "Control" and cfg.env == "HalfCheetah-v5"
-    assert cfg.agent.name == "sac"
+    assert cfg.agent == "auto" and cfg.sac.hidden_dim == 128 and cfg.ppo.num_envs == 8
     assert cfg.teacher_beta == -1 and cfg.teacher_eps_mistake == 0
 
 
@@ -91,3 +91,13 @@ def test_pretrain_config_composes(compose):
     cfg = compose(name="pretrain_themis")
     validate(cfg)
     assert cfg.num_unsup_steps > 0
+
+
+@pytest.mark.parametrize("override,message", [
+    ("agent=dqn", "agent=dqn is unknown"),
+    ("ppo.num_envs=0", "ppo.num_envs=0 must be positive"),
+    ("sac.batch_size=0", "sac.batch_size=0 must be positive"),
+])
+def test_agent_values_are_checked(compose, override, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(compose([override]))

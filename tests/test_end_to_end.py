@@ -12,7 +12,7 @@ from conftest import ROOT, TINY_PENDULUM, launch
 TINY_CHEETAH = [
     "num_train_steps=2500", "num_seed_steps=300", "num_unsup_steps=300", "num_interact=500",
     "max_feedback=40", "reward_batch=10", "segment=20", "eval_frequency=1250",
-    "num_eval_episodes=1", "log_frequency=500", "agent.hidden_dim=32", "agent.batch_size=32",
+    "num_eval_episodes=1", "log_frequency=500", "sac.hidden_dim=32", "sac.batch_size=32",
     "reward_hidden_dim=32", "reward_update=5", "entropy_pool_size=256", "reset_update=5",
 ]
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from themis.agents import SAC, select_agent
+from themis.agents import SAC
 from themis.envs import get_domain, make_env
 from themis.utils import ConfigError, get_device
 
@@ -36,12 +35,6 @@ def test_unknown_env_lists_close_matches():
 def test_unknown_domain():
     with pytest.raises(ConfigError, match=r"domain=Contrl is unknown .did you mean Control"):
         make_env("Contrl", "HalfCheetah-v5")
-
-
-def test_select_agent():
-    assert select_agent(gym.spaces.Box(-1, 1, (3,))) == "sac"
-    with pytest.raises(ValueError, match="Discrete"):
-        select_agent(gym.spaces.Discrete(4))
 
 
 def test_device_fallback():

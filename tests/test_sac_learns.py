@@ -14,8 +14,8 @@ def test_sac_learns_pendulum_on_true_reward(compose, tmp_path):
         "domain=Classic", "env=Pendulum-v1", "learn_reward=false", "seed=1",
         "num_train_steps=6000", "num_seed_steps=1000", "num_unsup_steps=0",
         "eval_frequency=2000", "num_eval_episodes=5", "log_frequency=2000",
-        "agent.hidden_dim=64", "agent.batch_size=128", "agent.init_temperature=0.2",
-        "agent.actor_lr=0.001", "agent.critic_lr=0.001", "reset_update=0",
+        "sac.hidden_dim=64", "sac.batch_size=128", "sac.init_temperature=0.2",
+        "sac.actor_lr=0.001", "sac.critic_lr=0.001", "reset_update=0",
     ])
     ws = Workspace(cfg, tmp_path)
     ws.run()

@@ -55,6 +55,10 @@ class ReplayBuffer:
         action_dim: size of one action vector.
         capacity: maximum number of stored transitions; older ones are overwritten.
         device: where sampled batches are placed.
+        obs_dtype: storage type of observations: float32 for vectors, uint8 for pixels and
+            grids (4× less memory; converted on sampling).
+        store_next_obs: keep ``next_obs`` (off-policy SAC needs it; PPO's episode store, which
+            only feeds queries, does not).
 
     Stored per transition: ``obs, action, next_obs`` (float32), ``reward`` (what the agent is
     trained on: true reward or the learned reward after :meth:`relabel`), ``true_reward``,
@@ -67,13 +71,15 @@ class ReplayBuffer:
     """
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
-                 device: torch.device) -> None:
+                 device: torch.device, obs_dtype: np.dtype | type = np.float32,
+                 store_next_obs: bool = True) -> None:
         if capacity <= 0:
             raise ValueError(f"replay buffer capacity must be positive, got {capacity}")
         self.capacity = capacity
         self.device = device
-        self.obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
-        self.next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self.store_next_obs = store_next_obs
+        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.next_obs = np.zeros((capacity if store_next_obs else 0, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.true_rewards = np.zeros(capacity, dtype=np.float32)
@@ -94,7 +100,8 @@ class ReplayBuffer:
         i = self.ptr
         self.obs[i] = obs
         self.actions[i] = action
-        self.next_obs[i] = next_obs
+        if self.store_next_obs:
+            self.next_obs[i] = next_obs
         self.rewards[i] = reward
         self.true_rewards[i] = reward if true_reward is None else true_reward
         self.not_dones[i] = 0.0 if terminated else 1.0
@@ -118,6 +125,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
         """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
+        if not self.store_next_obs:
+            raise RuntimeError("this buffer keeps no next observations: it cannot be sampled")
         idx = self.sample_indices(batch_size, rng)
         if self._pending and np.any((self.ptr - 1 - idx) % self.capacity < self._pending):
             self._label_pending()
@@ -214,8 +223,12 @@ class ReplayBuffer:
             order = np.roll(np.arange(n), -int(state["ptr"]))
         else:
             order = np.arange(n)
-        for key in ("obs", "next_obs", "actions", "rewards", "true_rewards", "not_dones",
-                    "episode", "t"):
+        keys = ["obs", "actions", "rewards", "true_rewards", "not_dones", "episode", "t"]
+        if self.store_next_obs:
+            if len(state["next_obs"]) != n:
+                raise ValueError("snapshot holds no next observations; this buffer needs them")
+            keys.append("next_obs")
+        for key in keys:
             getattr(self, key)[:n] = state[key][order]
         self.size = n
         self.ptr = n % self.capacity

@@ -12,18 +12,13 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
 from themis.sampling import resolve_feed_type
 from themis.teachers import validate_teacher_params
 from themis.utils import ConfigError
 
-
-@dataclass
-class AgentConfig(SACConfig):
-    """The ``agent`` config group (``agent=sac``)."""
-
-    name: str = "sac"
-    """Agent to use; ``sac`` for Box action spaces."""
+AGENTS = ("auto", "sac", "ppo")
 
 
 @dataclass
@@ -32,9 +27,11 @@ class TrainConfig:
 
     # --- experiment
     domain: str = "Control"
-    """Environment family: Control (MuJoCo) or Classic (gymnasium classic control)."""
+    """Environment family: Control (MuJoCo), ALE (Atari), Box2d, Minigrid, BabyAI, Classic."""
     env: str = "HalfCheetah-v5"
     """Environment name within the domain (short or full gymnasium id)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
     seed: int = 0
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
@@ -45,7 +42,8 @@ class TrainConfig:
     num_train_steps: int = 80_000
     """Total environment steps, pretraining included."""
     replay_buffer_capacity: int = 0
-    """Replay buffer size; 0 means num_train_steps."""
+    """Replay buffer size; 0 means num_train_steps (SAC) or min(num_train_steps, 100000) for PPO,
+    whose stored episodes only feed the queries."""
     num_seed_steps: int = 1000
     """Steps of uniformly random actions at the start."""
     num_unsup_steps: int = 5000
@@ -108,7 +106,12 @@ class TrainConfig:
     logger: list[str] = field(default_factory=lambda: ["csv"])
     """Log backends: csv (always written) and tensorboard: logger=[csv,tensorboard]."""
 
-    agent: AgentConfig = field(default_factory=AgentConfig)
+    agent: str = "auto"
+    """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
+    sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
+    """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO hyper-parameters (discrete actions)."""
 
 
 def register_configs() -> None:
@@ -162,5 +165,12 @@ def validate(cfg: Any) -> None:
     for key in ("human_teacher", "xplain_action", "xplain_state"):
         if getattr(cfg, key):
             raise ConfigError(f"{key}=true is not supported yet; set {key}=false")
-    if cfg.agent.name != "sac":
-        raise ConfigError(f"agent={cfg.agent.name} is not supported yet; use agent=sac")
+    if cfg.agent not in AGENTS:
+        raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
+    ppo = cfg.ppo
+    for key in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "hidden_dim"):
+        if getattr(ppo, key) <= 0:
+            raise ConfigError(f"ppo.{key}={getattr(ppo, key)} must be positive")
+    for key in ("hidden_dim", "batch_size"):
+        if getattr(cfg.sac, key) <= 0:
+            raise ConfigError(f"sac.{key}={getattr(cfg.sac, key)} must be positive")

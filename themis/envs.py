@@ -52,6 +52,78 @@ def _rescale_box_actions(env: gym.Env) -> gym.Env:
     return env
 
 
+def _channels_first(env: gym.Env) -> gym.Env:
+    """Image observations ``(H, W, C)`` -> ``(C, H, W)`` uint8 (what the CNN encoders take)."""
+    space = env.observation_space
+    assert isinstance(space, gym.spaces.Box) and space.shape is not None
+    h, w, c = space.shape
+    new_space = gym.spaces.Box(0, 255, (c, h, w), np.uint8)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: np.ascontiguousarray(np.transpose(obs, (2, 0, 1))), new_space)
+
+
+def _box2d_wrap(env: gym.Env) -> gym.Env:
+    """Box2D: CarRacing's pixels channels-first; bounded Box actions rescaled to [-1, 1]."""
+    shape = env.observation_space.shape or ()
+    if len(shape) == 3:
+        env = _channels_first(env)
+    return _rescale_box_actions(env)
+
+
+def _atari_wrap(env: gym.Env) -> gym.Env:
+    """DQN preprocessing (Mnih et al. 2015) with gymnasium's wrappers: no-op starts, frame skip 4
+    with max-pooling, 84×84 grayscale, 4 stacked frames -> ``(4, 84, 84)`` uint8."""
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
+                                          grayscale_obs=True, scale_obs=False)
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+# Words of MiniGrid/BabyAI missions (minigrid's own vocabulary); unknown words are ignored.
+def _mission_words() -> dict[str, int]:
+    from minigrid.wrappers import DictObservationSpaceWrapper
+
+    return dict(DictObservationSpaceWrapper.get_minigrid_words())
+
+
+def _grid_wrap(with_mission: bool) -> Callable[[gym.Env], gym.Env]:
+    """MiniGrid/BabyAI: the dict observation as one ``(C, 7, 7)`` uint8 grid.
+
+    Channels: the 3 symbolic image planes (object, colour, state indices), one constant plane
+    holding the agent's direction (0-3), and with ``with_mission`` (BabyAI, where the mission
+    changes between episodes) one plane per vocabulary word counting its occurrences in the
+    mission string (a bag of words a small CNN can read). MiniGrid tasks have one fixed mission
+    per env, so it carries no information and is dropped.
+    """
+    def wrap(env: gym.Env) -> gym.Env:
+        image_space = env.observation_space["image"]  # type: ignore[index]
+        h, w, c = image_space.shape
+        words = _mission_words() if with_mission else {}
+        channels = c + 1 + len(words)
+
+        def encode(obs: dict[str, Any]) -> np.ndarray:
+            grid = np.zeros((channels, h, w), dtype=np.uint8)
+            grid[:c] = np.transpose(obs["image"], (2, 0, 1))
+            grid[c] = obs["direction"]
+            if words:
+                for word in str(obs["mission"]).replace(",", " , ").split():
+                    if word in words:
+                        grid[c + 1 + words[word]] += 1
+            return grid
+
+        space = gym.spaces.Box(0, 255, (channels, h, w), np.uint8)
+        return gym.wrappers.TransformObservation(env, encode, space)
+    return wrap
+
+
+def _register(module: str) -> Callable[[], None]:
+    """A domain ``setup`` that registers a plugin's environments with gymnasium."""
+    def setup() -> None:
+        import importlib
+
+        gym.register_envs(importlib.import_module(module))
+    return setup
+
+
 @dataclass(frozen=True)
 class Domain:
     """One family of environments.
@@ -105,6 +177,14 @@ class Domain:
 DOMAINS: dict[str, Domain] = {
     "Control": Domain("Control", entry_points=("gymnasium.envs.mujoco",),
                       setup=_route_mujoco_warnings),
+    "ALE": Domain("ALE", entry_points=("ale_py.env",), id_prefix="ALE/", wrap=_atari_wrap,
+                  make_kwargs={"frameskip": 1}, setup=_register("ale_py")),
+    "Box2d": Domain("Box2d", entry_points=("gymnasium.envs.box2d",), wrap=_box2d_wrap),
+    "Minigrid": Domain("Minigrid", entry_points=("minigrid.envs:",), id_prefix="MiniGrid-",
+                       wrap=_grid_wrap(with_mission=False), setup=_register("minigrid")),
+    "BabyAI": Domain("BabyAI", entry_points=("minigrid.envs.babyai",), id_prefix="BabyAI-",
+                     wrap=_grid_wrap(with_mission=True), setup=_register("minigrid")),
+    # Classic control (Pendulum, CartPole, ...): tiny tasks for tests and quick checks
     "Classic": Domain("Classic", entry_points=("gymnasium.envs.classic_control",)),
 }
 
@@ -123,7 +203,7 @@ def get_domain(name: str) -> Domain:
 
 
 def make_env(domain: str, env: str, seed: int | None = None,
-             render_mode: str | None = None) -> gym.Env:
+             render_mode: str | None = None, **env_kwargs: Any) -> gym.Env:
     """Create and wrap an environment of a domain.
 
     Args:
@@ -131,13 +211,17 @@ def make_env(domain: str, env: str, seed: int | None = None,
         env: the env spelling (short or full gymnasium id).
         seed: seeds the first ``reset`` and the action space.
         render_mode: e.g. ``"rgb_array"`` for clips.
+        env_kwargs: extra ``gym.make`` arguments (``continuous=False`` for CarRacing, ...).
 
     Raises:
-        ConfigError: unknown domain or env.
+        ConfigError: unknown domain or env, or ``env_kwargs`` the env does not accept.
     """
     dom = get_domain(domain)
     env_id = dom.resolve(env)
-    e = gym.make(env_id, render_mode=render_mode, **dom.make_kwargs)
+    try:
+        e = gym.make(env_id, render_mode=render_mode, **{**dom.make_kwargs, **env_kwargs})
+    except TypeError as err:
+        raise ConfigError(f"env={env}: gym.make rejected env_kwargs {env_kwargs}: {err}") from None
     e = dom.wrap(e)
     if seed is not None:
         e.reset(seed=seed)
@@ -146,6 +230,10 @@ def make_env(domain: str, env: str, seed: int | None = None,
 
 
 def episode_limit(env: gym.Env) -> int | None:
-    """The time limit (``max_episode_steps``) of an env, or None if it has none."""
+    """The time limit of an env: its ``max_episode_steps``, MiniGrid's ``max_steps``, Atari's
+    frame limit in agent steps, or None if it has none."""
     spec = env.spec
-    return spec.max_episode_steps if spec is not None else None
+    if spec is not None and spec.max_episode_steps is not None:
+        return int(spec.max_episode_steps)
+    max_steps = getattr(env.unwrapped, "max_steps", None)
+    return int(max_steps) if isinstance(max_steps, int) else None

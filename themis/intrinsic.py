@@ -83,20 +83,33 @@ class StateEntropyReward:
     Args:
         k: neighbour rank (``topK``).
         pool_size: replay states drawn as the reference sample for each batch.
+        encoder: maps ``(B, *obs_shape)`` observations to features; distances are measured
+            between features. Pixels and grids use a fixed random CNN (RE3, Seo et al. 2021:
+            :func:`themis.agents.encoders.random_encoder`); default: the flattened observation.
     """
 
-    def __init__(self, k: int = 5, pool_size: int = 10_000) -> None:
+    def __init__(self, k: int = 5, pool_size: int = 10_000,
+                 encoder: torch.nn.Module | None = None) -> None:
         self.k = k
         self.pool_size = pool_size
+        self.encoder = encoder
         self.stats = RunningMeanStd()
+
+    @torch.no_grad()
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, *obs_shape) -> (B, d)`` float features the distances are measured in."""
+        if self.encoder is None:
+            return obs.flatten(1).float()
+        device = next(self.encoder.parameters()).device
+        return self.encoder(obs.to(device)).to(obs.device)
 
     def __call__(self, next_obs: torch.Tensor, replay_obs: np.ndarray,
                  rng: np.random.Generator) -> torch.Tensor:
         """Normalised state-entropy reward for a batch.
 
         Args:
-            next_obs: ``(B, obs_dim)`` states to reward.
-            replay_obs: ``(N, obs_dim)`` stored observations to sample the reference pool from.
+            next_obs: ``(B, *obs_shape)`` states to reward.
+            replay_obs: ``(N, *obs_shape)`` stored observations to sample the reference pool from.
             rng: generator for the pool sample.
 
         Returns:
@@ -106,7 +119,6 @@ class StateEntropyReward:
         idx = rng.choice(n, size=self.pool_size, replace=False) if n > self.pool_size \
             else np.arange(n)
         pool = torch.as_tensor(replay_obs[idx], device=next_obs.device)
-        with torch.no_grad():
-            dist = knn_distance(next_obs.flatten(1), pool.flatten(1), self.k)
+        dist = knn_distance(self.features(next_obs), self.features(pool), self.k)
         self.stats.update(dist)
         return dist / float(self.stats.std + 1e-8)

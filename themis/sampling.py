@@ -8,7 +8,10 @@ registry, :data:`SAMPLERS`. Every sampler has the signature
   (``reward_batch`` for uniform);
 - ``reward_model``: the current :class:`~themis.reward.RewardEnsemble`;
 - ``labelled_features``: ``(m, d)`` pair features of the queries already labelled (k-center);
-- ``k``: how many queries to pick.
+- ``k``: how many queries to pick;
+- keyword ``features``: maps segment observations ``(n, 2, H, *obs_shape)`` to pair features
+  ``(n, d)`` for k-center (default :func:`pair_features`; pixel and grid envs pass encoder
+  features).
 
 Sources: Lee, Smith & Abbeel 2021 (PEBBLE, Sec. 4.3) and Lee et al. 2021 (B-Pref, Sec. 3.2),
 whose reference code (``reward_model.py``) the semantics below follow.
@@ -24,8 +27,8 @@ import torch
 from themis.buffers import SegmentPairs
 from themis.reward.ensemble import RewardEnsemble
 
-Sampler = Callable[[SegmentPairs, RewardEnsemble, np.ndarray, int, np.random.Generator],
-                   np.ndarray]
+Sampler = Callable[..., np.ndarray]
+Features = Callable[[np.ndarray], np.ndarray]
 
 FEED_TYPES: Mapping[int, str] = {
     0: "uniform",
@@ -127,51 +130,58 @@ def kcenter_greedy(candidates: np.ndarray, selected: np.ndarray, k: int) -> np.n
 
 # ----------------------------------------------------------------------- samplers
 def uniform(candidates: SegmentPairs, reward_model: RewardEnsemble,
-            labelled_features: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+            labelled_features: np.ndarray, k: int, rng: np.random.Generator,
+            features: Features | None = None) -> np.ndarray:
     """``k`` candidates uniformly at random without replacement (feed_type 0)."""
     return rng.choice(len(candidates), size=min(k, len(candidates)), replace=False)
 
 
 def disagreement(candidates: SegmentPairs, reward_model: RewardEnsemble,
-                 labelled_features: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+                 labelled_features: np.ndarray, k: int, rng: np.random.Generator,
+            features: Features | None = None) -> np.ndarray:
     """The ``k`` candidates with the largest ensemble disagreement (feed_type 1)."""
     return top_k(disagreement_scores(candidates, reward_model), k)
 
 
 def entropy(candidates: SegmentPairs, reward_model: RewardEnsemble,
-            labelled_features: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+            labelled_features: np.ndarray, k: int, rng: np.random.Generator,
+            features: Features | None = None) -> np.ndarray:
     """The ``k`` candidates with the largest mean preference entropy (feed_type 2)."""
     return top_k(entropy_scores(candidates, reward_model), k)
 
 
 def kcenter(candidates: SegmentPairs, reward_model: RewardEnsemble,
-            labelled_features: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+            labelled_features: np.ndarray, k: int, rng: np.random.Generator,
+            features: Features | None = None) -> np.ndarray:
     """k-center on pair features against the labelled pairs (feed_type 3)."""
-    return kcenter_greedy(pair_features(candidates.observations), labelled_features, k)
+    return kcenter_greedy((features or pair_features)(candidates.observations),
+                          labelled_features, k)
 
 
 def _kcenter_on_top_half(scores: np.ndarray, candidates: SegmentPairs,
-                         labelled_features: np.ndarray, k: int) -> np.ndarray:
+                         labelled_features: np.ndarray, k: int,
+                         features: Features | None) -> np.ndarray:
     """Keep the top half of the candidates by ``scores``, then k-center on those (B-Pref)."""
     half = top_k(scores, max(k, len(scores) // 2))
-    picks = kcenter_greedy(pair_features(candidates.observations[half]), labelled_features, k)
+    picks = kcenter_greedy((features or pair_features)(candidates.observations[half]),
+                           labelled_features, k)
     return half[picks]
 
 
 def kcenter_disagreement(candidates: SegmentPairs, reward_model: RewardEnsemble,
                          labelled_features: np.ndarray, k: int,
-                         rng: np.random.Generator) -> np.ndarray:
+                         rng: np.random.Generator, features: Features | None = None) -> np.ndarray:
     """Top half by disagreement, then k-center (feed_type 4)."""
     return _kcenter_on_top_half(disagreement_scores(candidates, reward_model), candidates,
-                                labelled_features, k)
+                                labelled_features, k, features)
 
 
 def kcenter_entropy(candidates: SegmentPairs, reward_model: RewardEnsemble,
                     labelled_features: np.ndarray, k: int,
-                    rng: np.random.Generator) -> np.ndarray:
+                    rng: np.random.Generator, features: Features | None = None) -> np.ndarray:
     """Top half by entropy, then k-center (feed_type 5)."""
     return _kcenter_on_top_half(entropy_scores(candidates, reward_model), candidates,
-                                labelled_features, k)
+                                labelled_features, k, features)
 
 
 SAMPLERS: Mapping[str, Sampler] = {

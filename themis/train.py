@@ -47,12 +47,12 @@ def threads_per_job(cfg: DictConfig) -> int:
 
 def build_workspace(cfg: DictConfig):
     """Create the Workspace; a bad config ends the program with one line and exit code 2."""
-    from themis.workspace import Workspace
+    from themis.workspace import make_workspace
 
     out = run_dir()
     cfg.torch_threads = threads_per_job(cfg)
     try:
-        ws = Workspace(cfg, out)
+        ws = make_workspace(cfg, out)
     except ConfigError as e:
         print(f"themis: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -17,14 +17,17 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 from tqdm import tqdm
 
-from themis.agents import make_agent, select_agent
+from themis.agents import SAC, resolve_agent
+from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import ReplayBuffer, SegmentPairs
 from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
@@ -71,33 +74,45 @@ class Workspace:
         self.rng = np.random.default_rng(cfg.seed)
 
         # --- environments
-        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed)
-        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000)
+        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed, **cfg.env_kwargs)
+        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
         if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:
             raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
                               f"({self.max_episode_steps} steps) of {self.env_id}")
         obs_space, action_space = self.env.observation_space, self.env.action_space
-        self.agent_name = select_agent(action_space)
-        obs_shape = tuple(obs_space.shape or ())
-        self.obs_dim = int(np.prod(obs_shape))
-        self.action_dim = int(np.prod(action_space.shape or ()))
+        try:
+            self.agent_name, why = resolve_agent(cfg.agent, action_space)
+            self.obs_kind = observation_kind(tuple(obs_space.shape or ()))
+        except ValueError as e:
+            raise ConfigError(f"{self.env_id}: {e}") from None
+        self.agent_reason = why
+        self.obs_shape = tuple(obs_space.shape or ())
+        self.obs_dim = int(np.prod(self.obs_shape))
+        self.obs_dtype = np.float32 if self.obs_kind == "vector" else np.uint8
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
+            else int(np.prod(action_space.shape or ()))
 
-        # --- agent, replay buffer, intrinsic reward
-        self.agent = make_agent(self.agent_name, self.obs_dim, self.action_dim, self.device,
-                                cfg.agent)
-        capacity = cfg.replay_buffer_capacity or cfg.num_train_steps
-        self.buffer = ReplayBuffer(obs_shape, self.action_dim, capacity, self.device)
-        self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size)
+        # --- agent, replay buffer (or PPO's episode store), intrinsic reward
+        self.agent = self.make_agent()
+        self.buffer = ReplayBuffer(self.obs_shape, self.action_dim, self.buffer_capacity(),
+                                   self.device, obs_dtype=self.obs_dtype,
+                                   store_next_obs=self.agent_name == "sac")
+        # state entropy of pixels and grids: k-NN in a fixed random encoder's features (RE3)
+        self.feature_encoder = None if self.obs_kind == "vector" else \
+            random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
+        self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size,
+                                                encoder=self.feature_encoder)
 
         # --- reward learning from preferences
         self.sampler_name = resolve_feed_type(cfg.feed_type)
         self.reward_model: RewardEnsemble | None = None
         if cfg.learn_reward:
             self.reward_model = RewardEnsemble(self.obs_dim, self.action_dim, cfg.ensemble_size,
-                                               cfg.reward_hidden_dim,
-                                               cfg.reward_hidden_depth).to(self.device)
+                                               cfg.reward_hidden_dim, cfg.reward_hidden_depth,
+                                               obs_shape=self.obs_shape).to(self.device)
             self.reward_trainer = RewardTrainer(self.reward_model, cfg.reward_lr,
                                                 cfg.reward_train_batch,
                                                 np.random.default_rng(cfg.seed + 1))
@@ -125,6 +140,25 @@ class Workspace:
         if cfg.pretrained_snapshot:
             self.load_snapshot(Path(cfg.pretrained_snapshot))
 
+    def make_agent(self) -> SAC:
+        """The off-policy agent (SAC) for this env; :class:`OnPolicyWorkspace` builds PPO.
+
+        Raises:
+            ConfigError: SAC on pixel or grid observations (not supported yet).
+        """
+        if self.agent_name != "sac":
+            raise ConfigError(f"{self.env_id}: the {self.agent_name} agent runs in "
+                              "OnPolicyWorkspace; build workspaces with make_workspace(cfg)")
+        if self.obs_kind != "vector":
+            raise ConfigError(f"{self.env_id}: SAC on {self.obs_kind} observations is not "
+                              "supported yet; use a discrete-action variant with agent=ppo "
+                              "(CarRacing-v3: +env_kwargs.continuous=false)")
+        return SAC(self.obs_dim, self.action_dim, self.device, self.cfg.sac)
+
+    def buffer_capacity(self) -> int:
+        """``replay_buffer_capacity``, or every step of the run (SAC)."""
+        return self.cfg.replay_buffer_capacity or self.cfg.num_train_steps
+
     def make_dataset(self) -> PreferenceDataset:
         """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
 
@@ -132,10 +166,11 @@ class Workspace:
             ConfigError: ``prefs_path`` is missing, unreadable, or recorded for other shapes.
         """
         cfg = self.cfg
-        meta = {"env": self.env_id, "domain": cfg.domain, "teacher": self.teacher_description()}
+        meta = {"env": self.env_id, "domain": cfg.domain, "teacher": self.teacher_description(),
+                "obs_shape": list(self.obs_shape)}
         if not cfg.prefs_path:
             return PreferenceDataset(cfg.max_feedback, cfg.segment, self.obs_dim, self.action_dim,
-                                     metadata=meta)
+                                     metadata=meta, obs_dtype=self.obs_dtype)
         try:
             loaded = PreferenceDataset.load(cfg.prefs_path)
         except (FileNotFoundError, ValueError) as e:
@@ -149,7 +184,8 @@ class Workspace:
             raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
                               f"segment={loaded.segment}; set segment={loaded.segment}")
         data = PreferenceDataset(len(loaded) + cfg.max_feedback, cfg.segment, self.obs_dim,
-                                 self.action_dim, metadata={**loaded.metadata, **meta})
+                                 self.action_dim, metadata={**loaded.metadata, **meta},
+                                 obs_dtype=self.obs_dtype)
         data.extend(loaded)
         return data
 
@@ -166,7 +202,7 @@ class Workspace:
         cfg = self.cfg
         until = cfg.num_train_steps if until is None else until
         self.logger.info(
-            f"Themis | {self.env_id} | agent {self.agent_name} (action space "
+            f"Themis | {self.env_id} | agent {self.agent_name} ({self.agent_reason}: "
             f"{self.env.action_space}) | reward: "
             f"{'learned from ' + self._teacher_name() if cfg.learn_reward else 'environment'}"
             f" | device {self.device} | run dir {self.run_dir}", "cyan")
@@ -198,7 +234,7 @@ class Workspace:
                         self.feedback_round()
                         interact_count = 0
                     self.metrics = self.agent.update(
-                        self.buffer.sample(cfg.agent.batch_size, self.rng), self.step)
+                        self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
 
             # ------------------------------------------------------- step
             next_obs, reward, terminated, truncated, _ = self.env.step(action)
@@ -266,7 +302,7 @@ class Workspace:
     # ============================================================ phases of PEBBLE
     def unsupervised_update(self) -> None:
         """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3)."""
-        batch = self.buffer.sample(self.cfg.agent.batch_size, self.rng)
+        batch = self.buffer.sample(self.cfg.sac.batch_size, self.rng)
         intrinsic = self.state_entropy(batch.next_observations,
                                        self.buffer.obs[: len(self.buffer)], self.rng)
         self.metrics = self.agent.update(batch._replace(rewards=intrinsic), self.step)
@@ -278,7 +314,7 @@ class Workspace:
             self.feedback_round(first=True)
         self.agent.reset_critic()
         for _ in range(cfg.reset_update):
-            self.agent.update(self.buffer.sample(cfg.agent.batch_size, self.rng), self.step)
+            self.agent.update(self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
         self.pretraining_done = True
         self.logger.info(f"step {self.step}: pretraining done, critic reset", "cyan")
 
@@ -297,12 +333,12 @@ class Workspace:
             return
         sampler = "uniform" if first else self.sampler_name
         n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
-        min_episode = max(0, self.episode - cfg.query_pool_episodes + 1)
         candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
-                                                      min_episode)
-        labelled = pair_features(self.dataset.observations[: len(self.dataset)]) \
+                                                      self.query_pool_start())
+        labelled = self.pair_features(self.dataset.observations[: len(self.dataset)]) \
             if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
-        picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng)
+        picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng,
+                                  features=self.pair_features)
         queries = candidates.take(picks)
 
         # --- ask the teacher (margin: recent mean return scaled to one segment, B-Pref)
@@ -346,6 +382,24 @@ class Workspace:
         self.logger.reward.write(row)
         self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
 
+    def query_pool_start(self) -> int:
+        """Smallest episode number queries may come from (the last ``query_pool_episodes``)."""
+        return max(0, self.episode - self.cfg.query_pool_episodes + 1)
+
+    def pair_features(self, observations: np.ndarray) -> np.ndarray:
+        """k-center features of query pairs ``(n, 2, H, ...) -> (n, d)``: the flattened
+        observations for vectors (B-Pref); for pixels and grids each segment's mean feature of
+        the fixed random encoder, ``d = 2 * feature_dim``."""
+        if self.feature_encoder is None:
+            return pair_features(observations)
+        n, _, horizon = observations.shape[:3]
+        frames = torch.as_tensor(observations.reshape(n * 2 * horizon, *self.obs_shape),
+                                 device=self.device)
+        with torch.no_grad():
+            feats = torch.cat([self.feature_encoder(chunk) for chunk in frames.split(4096)]) \
+                if len(frames) else torch.zeros(0, self.feature_encoder.feature_dim)
+        return feats.reshape(n, 2, horizon, -1).mean(2).reshape(n, -1).cpu().numpy()
+
     def reward_quality(self, pairs: SegmentPairs, labels: np.ndarray) -> dict[str, float]:
         """Held-out quality of the reward model on labelled pairs it was not trained on.
 
@@ -377,14 +431,14 @@ class Workspace:
 
     # ============================================================== evaluation
     def evaluate(self) -> float:
-        """Mean true return of ``num_eval_episodes`` episodes with the mean action."""
+        """Mean true return of ``num_eval_episodes`` episodes (actions: :meth:`eval_action`)."""
         returns = []
         for i in range(self.cfg.num_eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.seed + 10_000 + i)
             done, ret = False, 0.0
             while not done:
                 with eval_mode(self.agent.actor):
-                    action = self.agent.act(obs, sample=False)
+                    action = self.eval_action(obs)
                 obs, reward, terminated, truncated, _ = self.eval_env.step(action)
                 ret += float(reward)
                 done = terminated or truncated
@@ -397,6 +451,10 @@ class Workspace:
         self.logger.eval.write(row)
         self.logger.console("eval", row)
         return row["episode_reward"]
+
+    def eval_action(self, obs: np.ndarray) -> Any:
+        """The action taken in evaluation episodes: SAC's mean action."""
+        return self.agent.act(obs, sample=False)
 
     # ====================================================== checkpoints/snapshots
     def save_checkpoints(self) -> None:
@@ -455,3 +513,29 @@ class Workspace:
             plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
                                                 title=f"{self.env_id} ({method})")
         self.logger.info(f"done: {self.run_dir}", "cyan")
+
+
+def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
+    """The workspace for a config: :class:`Workspace` (SAC, off-policy PEBBLE) or, when the
+    agent is PPO (``agent=ppo``, or ``auto`` with a Discrete action space),
+    :class:`themis.onpolicy.OnPolicyWorkspace`.
+
+    Raises:
+        ConfigError: as the workspaces.
+    """
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
+    try:
+        name, _ = resolve_agent(cfg.agent, probe.action_space)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.env}: {e}") from None
+    finally:
+        probe.close()
+    if name == "ppo":
+        from themis.onpolicy import OnPolicyWorkspace
+
+        return OnPolicyWorkspace(cfg, run_dir)
+    return Workspace(cfg, run_dir)

@@ -38,22 +38,24 @@ class PreferenceDataset:
     Args:
         capacity: maximum number of labelled pairs (``max_feedback``).
         segment: steps per segment ``H``.
-        obs_dim, action_dim: feature sizes.
+        obs_dim, action_dim: feature sizes (observations flattened).
         metadata: free-form JSON-able facts saved with the dataset (env, teacher, ...).
+        obs_dtype: float32 for vector observations, uint8 for pixels and grids.
 
     Labels follow BPref: 0.0 = segment 1 preferred, 1.0 = segment 2 preferred, 0.5 = equally
     preferred.
     """
 
     def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int,
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None,
+                 obs_dtype: np.dtype | type = np.float32) -> None:
         self.capacity = capacity
         self.segment = segment
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.labelers = np.full(capacity, "", dtype=object)
-        self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=np.float32)
+        self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=obs_dtype)
         self.actions = np.zeros((capacity, 2, segment, action_dim), dtype=np.float32)
         self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
         self.labels = np.zeros(capacity, dtype=np.float32)
@@ -78,7 +80,7 @@ class PreferenceDataset:
         if self.size + n > self.capacity:
             raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
         sl = slice(self.size, self.size + n)
-        self.observations[sl] = pairs.observations
+        self.observations[sl] = pairs.observations.reshape(n, 2, self.segment, self.obs_dim)
         self.actions[sl] = pairs.actions
         self.true_rewards[sl] = pairs.true_rewards
         self.labels[sl] = labels
@@ -102,7 +104,8 @@ class PreferenceDataset:
         Layout of ``path/`` (format version :data:`FORMAT_VERSION`; no pickled objects):
 
         - ``segments.npz``: ``observations (n, 2, H, obs_dim)``, ``actions (n, 2, H,
-          action_dim)``, ``true_rewards (n, 2, H)``, all float32;
+          action_dim)``, ``true_rewards (n, 2, H)``; float32, except observations of pixel and
+          grid envs, which are uint8 (flattened ``(C, H, W)`` images);
         - ``labels.csv``: columns ``pair, label, labeler`` (label 0 = segment 1 preferred,
           1 = segment 2, 0.5 = equal);
         - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
@@ -168,7 +171,7 @@ class PreferenceDataset:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
                              f"{len(obs)} and labels.csv {len(labels)}")
         data = cls(max(n, capacity or 0), int(meta["segment"]), int(meta["obs_dim"]),
-                   int(meta["action_dim"]))
+                   int(meta["action_dim"]), obs_dtype=obs.dtype)
         data.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         data.observations[:n], data.actions[:n], data.true_rewards[:n] = obs, act, true
         data.labels[:n] = labels["label"].to_numpy(np.float32)

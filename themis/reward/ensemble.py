@@ -1,7 +1,9 @@
 """Ensemble reward model r̂(s, a) (Christiano et al. 2017; PEBBLE, Lee et al. 2021, Sec. 4.2).
 
 Each member is an MLP ``(obs, action) -> r`` with a tanh output, as in BPref. Members are
-evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`).
+evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`). For pixel and grid
+observations each member first encodes the observation with its own CNN
+(:mod:`themis.agents.encoders`); discrete actions arrive one-hot.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
 
 
@@ -26,20 +29,26 @@ class RewardEnsemble(nn.Module):
         ensemble_size: number of members ``E`` (>= 1).
         hidden_dim: hidden width (BPref: 256).
         hidden_depth: hidden layers (BPref: 3).
+        obs_shape: the unflattened observation shape; pixel and grid shapes (``(C, H, W)``) give
+            every member a CNN encoder. Default: a vector of ``obs_dim``.
 
     Shapes:
-        :meth:`forward`: ``obs (E, B, obs_dim)`` or ``(B, obs_dim)`` with matching actions
-        -> per-member rewards ``(E, B)``.
+        :meth:`forward`: ``obs (E, B, obs_dim)`` or ``(B, obs_dim)`` (flattened observations,
+        any dtype) with matching actions -> per-member rewards ``(E, B)``.
 
     Raises:
-        ValueError: ``ensemble_size < 1``.
+        ValueError: ``ensemble_size < 1``, or ``obs_shape`` does not hold ``obs_dim`` values.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, ensemble_size: int = 3,
-                 hidden_dim: int = 256, hidden_depth: int = 3) -> None:
+                 hidden_dim: int = 256, hidden_depth: int = 3,
+                 obs_shape: tuple[int, ...] | None = None) -> None:
         super().__init__()
         if ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")
+        self.obs_shape = tuple(obs_shape) if obs_shape else (obs_dim,)
+        if int(np.prod(self.obs_shape)) != obs_dim:
+            raise ValueError(f"obs_shape {self.obs_shape} does not hold obs_dim={obs_dim} values")
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.ensemble_size = ensemble_size
@@ -47,15 +56,31 @@ class RewardEnsemble(nn.Module):
         self.hidden_depth = hidden_depth
         self.env_id: str | None = None
         """The env the model was trained on (set by :func:`load_reward_model`), if known."""
-        self.net = EnsembleMLP(ensemble_size, obs_dim + action_dim, hidden_dim, 1, hidden_depth,
-                               activation=nn.LeakyReLU, output_activation=nn.Tanh)
+        self.encoders: nn.ModuleList | None = None
+        feature_dim = obs_dim
+        if observation_kind(self.obs_shape) != "vector":
+            encoders = [make_encoder(self.obs_shape) for _ in range(ensemble_size)]
+            feature_dim = encoders[0].feature_dim
+            self.encoders = nn.ModuleList(encoders)
+        self.net = EnsembleMLP(ensemble_size, feature_dim + action_dim, hidden_dim, 1,
+                               hidden_depth, activation=nn.LeakyReLU, output_activation=nn.Tanh)
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+        action = action.float()
+        if self.encoders is None:
+            return self.net(torch.cat([obs.float(), action], dim=-1)).squeeze(-1)
+        shared = obs.dim() == 2  # (B, obs_dim): every member sees the same batch
+        batch = obs.shape[-2]
+        features = torch.stack([
+            enc((obs if shared else obs[e]).reshape(batch, *self.obs_shape))
+            for e, enc in enumerate(self.encoders)])  # (E, B, F)
+        if action.dim() == 2:
+            action = action.expand(self.ensemble_size, *action.shape)
+        return self.net(torch.cat([features, action], dim=-1)).squeeze(-1)
 
     def segment_returns(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Predicted returns of segments for every member.
@@ -84,7 +109,7 @@ class RewardEnsemble(nn.Module):
         device = self.device
         out = []
         for lo in range(0, len(obs), chunk_size):
-            o = torch.as_tensor(obs[lo:lo + chunk_size], dtype=torch.float32, device=device)
+            o = torch.as_tensor(obs[lo:lo + chunk_size], device=device)
             a = torch.as_tensor(action[lo:lo + chunk_size], dtype=torch.float32, device=device)
             out.append(self(o, a).cpu())
         if not out:
@@ -95,9 +120,11 @@ class RewardEnsemble(nn.Module):
     def preference_probabilities(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
         """Each member's Bradley–Terry probability that segment 2 is preferred.
 
-        Shapes: ``obs (n, 2, H, obs_dim)``, ``action (n, 2, H, action_dim)`` -> ``(E, n)``.
+        Shapes: ``obs (n, 2, H, obs_dim)`` (or ``(n, 2, H, *obs_shape)``), ``action (n, 2, H,
+        action_dim)`` -> ``(E, n)``.
         """
-        o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        o = torch.as_tensor(obs, device=self.device)
+        o = o.reshape(*o.shape[:3], -1)
         a = torch.as_tensor(action, dtype=torch.float32, device=self.device)
         r1 = self.segment_returns(o[:, 0], a[:, 0])
         r2 = self.segment_returns(o[:, 1], a[:, 1])
@@ -107,7 +134,7 @@ class RewardEnsemble(nn.Module):
         """Constructor arguments, stored in checkpoints so they can be rebuilt anywhere."""
         return {"obs_dim": self.obs_dim, "action_dim": self.action_dim,
                 "ensemble_size": self.ensemble_size, "hidden_dim": self.hidden_dim,
-                "hidden_depth": self.hidden_depth}
+                "hidden_depth": self.hidden_depth, "obs_shape": list(self.obs_shape)}
 
 
 def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> Path:

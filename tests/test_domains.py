@@ -1,0 +1,217 @@
+"""All five domains, agent selection by action space, encoders, PPO and the on-policy loop."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import launch
+from themis.agents import PPO, PPOConfig, resolve_agent, select_agent
+from themis.agents.encoders import (
+    FlattenEncoder,
+    GridCNN,
+    NatureCNN,
+    make_encoder,
+    observation_kind,
+    random_encoder,
+)
+from themis.agents.ppo import Rollout, gae
+from themis.buffers import ReplayBuffer
+from themis.envs import episode_limit, get_domain, make_env
+from themis.reward import PreferenceDataset, RewardEnsemble
+from themis.utils import ConfigError
+
+# (domain, short env name, full gymnasium id, observation shape, dtype, action space type)
+DOMAIN_ENVS = [
+    ("ALE", "Breakout-v5", "ALE/Breakout-v5", (4, 84, 84), np.uint8, gym.spaces.Discrete),
+    ("Box2d", "LunarLander-v3", "LunarLander-v3", (8,), np.float32, gym.spaces.Discrete),
+    ("Box2d", "BipedalWalker-v3", "BipedalWalker-v3", (24,), np.float32, gym.spaces.Box),
+    ("Box2d", "CarRacing-v3", "CarRacing-v3", (3, 96, 96), np.uint8, gym.spaces.Box),
+    ("Minigrid", "DistShift1-v0", "MiniGrid-DistShift1-v0", (4, 7, 7), np.uint8,
+     gym.spaces.Discrete),
+    ("BabyAI", "GoToRedBallGrey-v0", "BabyAI-GoToRedBallGrey-v0", (4 + 51, 7, 7), np.uint8,
+     gym.spaces.Discrete),
+    ("Control", "HalfCheetah-v5", "HalfCheetah-v5", (17,), np.float64, gym.spaces.Box),
+]
+
+
+@pytest.mark.parametrize("domain,short,full,shape,dtype,space", DOMAIN_ENVS,
+                         ids=[d[1] for d in DOMAIN_ENVS])
+def test_every_domain_makes_its_envs(domain, short, full, shape, dtype, space):
+    dom = get_domain(domain)
+    assert dom.resolve(short) == full and dom.resolve(full) == full
+    env = make_env(domain, short, seed=0, render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == shape and obs.shape == shape
+    assert obs.dtype == dtype
+    assert isinstance(env.action_space, space)
+    obs, *_ = env.step(env.action_space.sample())
+    assert env.observation_space.contains(obs.astype(env.observation_space.dtype))
+    frame = env.render()
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8  # RGB for clips
+    env.close()
+
+
+def test_unknown_env_lists_close_matches_of_its_domain():
+    with pytest.raises(ConfigError, match=r"env=Breakuot-v5 is not an environment of "
+                                          r"domain=ALE; close matches: Breakout-v5"):
+        make_env("ALE", "Breakuot-v5")
+    with pytest.raises(ConfigError, match="close matches: DistShift2-v0, DistShift1-v0"):
+        make_env("Minigrid", "DistShift-v0")
+    with pytest.raises(ConfigError, match="not an environment of domain=Minigrid"):
+        make_env("Minigrid", "GoToRedBallGrey-v0")  # a BabyAI level, not a MiniGrid task
+
+
+def test_grid_observation_holds_direction_and_mission_words():
+    env = make_env("BabyAI", "GoToRedBallGrey-v0", seed=3)
+    obs, _ = env.reset(seed=3)
+    raw = env.unwrapped.gen_obs()
+    np.testing.assert_array_equal(obs[:3], np.transpose(raw["image"], (2, 0, 1)))
+    assert np.all(obs[3] == raw["direction"])
+    words = {"go": 24, "to": 37, "the": 30, "red": 0, "ball": 12}  # minigrid's vocabulary
+    assert raw["mission"] == "go to the red ball"
+    for index in words.values():
+        assert np.all(obs[4 + index] == 1)
+    assert obs[4:].sum() == 5 * 49  # five words, one plane each
+
+
+def test_episode_limits_of_minigrid_and_atari():
+    assert episode_limit(make_env("Minigrid", "DistShift1-v0")) == 252
+    assert episode_limit(make_env("Box2d", "LunarLander-v3")) == 1000
+
+
+def test_env_kwargs_reach_gym_make():
+    env = make_env("Box2d", "CarRacing-v3", continuous=False)
+    assert isinstance(env.action_space, gym.spaces.Discrete) and env.action_space.n == 5
+    with pytest.raises(ConfigError, match="rejected env_kwargs"):
+        make_env("Box2d", "LunarLander-v3", colour="red")
+
+
+def test_agent_is_chosen_from_the_action_space():
+    assert select_agent(gym.spaces.Box(-1, 1, (3,))) == "sac"
+    assert select_agent(gym.spaces.Discrete(4)) == "ppo"
+    with pytest.raises(ValueError, match="MultiDiscrete"):
+        select_agent(gym.spaces.MultiDiscrete([2, 3]))
+    with pytest.raises(ValueError, match="Dict"):
+        select_agent(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
+    assert resolve_agent("auto", gym.spaces.Discrete(4))[0] == "ppo"
+    assert resolve_agent("ppo", gym.spaces.Discrete(4))[0] == "ppo"
+    with pytest.raises(ValueError, match="agent=sac cannot act"):
+        resolve_agent("sac", gym.spaces.Discrete(4))
+
+
+@pytest.mark.parametrize("shape,kind,cls", [((8,), "vector", FlattenEncoder),
+                                            ((4, 84, 84), "pixels", NatureCNN),
+                                            ((3, 96, 96), "pixels", NatureCNN),
+                                            ((4, 7, 7), "grid", GridCNN)])
+def test_encoders_map_observations_to_features(shape, kind, cls):
+    assert observation_kind(shape) == kind
+    enc = make_encoder(shape)
+    assert isinstance(enc, cls)
+    obs = torch.randint(0, 255, (5, *shape), dtype=torch.uint8)
+    out = enc(obs)
+    assert out.shape == (5, enc.feature_dim) and out.dtype == torch.float32
+    frozen = random_encoder(shape, seed=1)
+    assert not any(p.requires_grad for p in frozen.parameters())
+    torch.testing.assert_close(frozen(obs), random_encoder(shape, seed=1)(obs))  # fixed
+    with pytest.raises(ValueError, match="not supported"):
+        observation_kind((2, 3))
+
+
+def test_gae_matches_a_hand_computation():
+    gamma, lam = 0.9, 0.8
+    rewards = np.array([[1.0], [2.0], [3.0]], dtype=np.float32)
+    values = np.array([[0.5], [1.0], [1.5]], dtype=np.float32)
+    dones = np.array([[0.0], [1.0], [0.0]], dtype=np.float32)  # episode ends after step 1
+    next_values = np.array([2.0], dtype=np.float32)
+    adv, ret = gae(rewards, values, dones, next_values, gamma, lam)
+    d2 = 3.0 + gamma * 2.0 - 1.5
+    d1 = 2.0 - 1.0  # terminal: no bootstrap
+    d0 = 1.0 + gamma * 1.0 - 0.5
+    expected = [d0 + gamma * lam * d1, d1, d2]
+    np.testing.assert_allclose(adv[:, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(ret, adv + values)
+
+
+def test_ppo_update_raises_the_probability_of_rewarded_actions():
+    torch.manual_seed(0)
+    cfg = PPOConfig(num_envs=4, num_steps=16, update_epochs=4, num_minibatches=2,
+                    anneal_lr=False, learning_rate=3e-3, ent_coef=0.0)
+    agent = PPO((3,), 2, torch.device("cpu"), cfg)
+    obs = np.ones((16, 4, 3), dtype=np.float32)
+    for _ in range(10):
+        actions, logprobs, values = zip(*(agent.step(obs[t]) for t in range(16)), strict=True)
+        a = np.stack(actions)
+        rewards = (a == 1).astype(np.float32)  # action 1 pays 1, action 0 pays nothing
+        agent.update(Rollout(obs, a, np.stack(logprobs), np.stack(values), rewards,
+                             np.ones((16, 4), dtype=np.float32), np.zeros(4, dtype=np.float32)))
+    logits, _ = agent.net(torch.ones(1, 3))
+    assert torch.softmax(logits, -1)[0, 1] > 0.9
+    clone = PPO((3,), 2, torch.device("cpu"), cfg)
+    clone.load_state_dict(agent.state_dict())
+    assert clone.act(np.ones(3, dtype=np.float32)) == 1
+
+
+def test_pixel_reward_model_and_uint8_storage():
+    shape = (4, 84, 84)
+    buffer = ReplayBuffer(shape, 3, 100, torch.device("cpu"), obs_dtype=np.uint8,
+                          store_next_obs=False)
+    assert buffer.obs.dtype == np.uint8 and buffer.obs.nbytes == 100 * 4 * 84 * 84
+    assert buffer.next_obs.nbytes == 0
+    for t in range(30):
+        buffer.add(np.full(shape, t, np.uint8), np.eye(3)[t % 3], 0.0, None, t == 29, 0, t,
+                   float(t))
+    with pytest.raises(RuntimeError, match="no next observations"):
+        buffer.sample(4, np.random.default_rng(0))
+    pairs = buffer.sample_segment_pairs(3, 10, np.random.default_rng(0))
+    assert pairs.observations.shape == (3, 2, 10, *shape) and pairs.observations.dtype == np.uint8
+    model = RewardEnsemble(int(np.prod(shape)), 3, ensemble_size=2, hidden_dim=16,
+                           obs_shape=shape)
+    assert model.encoders is not None and len(model.encoders) == 2
+    assert model.preference_probabilities(pairs.observations, pairs.actions).shape == (2, 3)
+    data = PreferenceDataset(5, 10, int(np.prod(shape)), 3, obs_dtype=np.uint8)
+    data.add(pairs, np.array([0.0, 1.0, 0.5]))
+    assert data.observations.dtype == np.uint8
+    members = model.predict_members(data.observations[:3, 0].reshape(30, -1),
+                                    data.actions[:3, 0].reshape(30, -1))
+    assert members.shape == (2, 30) and np.all(np.abs(members) <= 1)
+
+
+TINY_PPO = ["num_train_steps=1536", "num_seed_steps=128", "num_unsup_steps=384",
+            "num_interact=256", "max_feedback=20", "reward_batch=10", "segment=8",
+            "eval_frequency=768", "num_eval_episodes=1", "log_frequency=512",
+            "ppo.num_envs=4", "ppo.num_steps=64", "reward_hidden_dim=32", "reward_update=3",
+            "sac.hidden_dim=32", "sac.batch_size=32", "entropy_pool_size=256", "reset_update=2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [
+    ["domain=ALE", "env=Breakout-v5", "num_eval_episodes=1"],
+    ["domain=Box2d", "env=LunarLander-v3", "feed_type=3"],
+    ["domain=Box2d", "env=BipedalWalker-v3", "num_train_steps=900", "num_seed_steps=100",
+     "num_unsup_steps=200", "eval_frequency=900"],
+    ["domain=Minigrid", "env=DistShift1-v0", "feed_type=5"],
+    ["domain=BabyAI", "env=GoToRedBallGrey-v0", "feed_type=4"],
+], ids=["ALE", "Box2d-discrete", "Box2d-continuous", "Minigrid", "BabyAI"])
+def test_every_domain_trains_end_to_end(tmp_path, overrides):
+    proc = launch("themis_train.sh", *TINY_PPO, *overrides, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    discrete = "BipedalWalker" not in overrides[1]
+    assert f"agent {'ppo' if discrete else 'sac'} (auto" in proc.stdout
+    evals = pd.read_csv(tmp_path / "eval.csv")
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert len(evals) >= 1 and evals["episode_reward"].notna().all()
+    assert rounds["total_feedback"].iloc[-1] == 20
+    assert (tmp_path / "checkpoints" / "reward_model.pt").is_file()
+    assert (tmp_path / "preferences" / "meta.json").is_file()
+
+
+def test_wrong_agent_for_the_action_space_fails_before_training(tmp_path):
+    proc = launch("themis_train.sh", "domain=Box2d", "env=LunarLander-v3", "agent=sac",
+                  f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert "agent=sac cannot act in the action space Discrete(4)" in proc.stderr
+    assert "Traceback" not in proc.stderr

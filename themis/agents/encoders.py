@@ -1,0 +1,117 @@
+"""Observation encoders: identity for vectors, a Nature-DQN CNN for pixels, a small CNN for grids.
+
+Every encoder maps a batch of observations ``(B, *obs_shape)`` (any dtype; uint8 images are
+scaled here) to features ``(B, feature_dim)`` float32. :func:`observation_kind` decides which one
+an observation space gets:
+
+- ``vector``: 1-D observations (MuJoCo, Box2D, classic control) -> flattened as they are;
+- ``pixels``: ``(C, H, W)`` images with ``H, W >= 32`` (Atari ``(4, 84, 84)``, CarRacing)
+  -> :class:`NatureCNN` (Mnih et al. 2015), inputs divided by 255;
+- ``grid``: small ``(C, H, W)`` symbolic grids (MiniGrid/BabyAI ``(C, 7, 7)``) -> :class:`GridCNN`
+  (the 2×2-convolution encoder of the MiniGrid RL baselines).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+PIXELS_MIN_SIZE = 32
+
+
+def observation_kind(obs_shape: tuple[int, ...]) -> str:
+    """``"vector"``, ``"pixels"`` or ``"grid"`` for an observation shape.
+
+    Raises:
+        ValueError: shapes that are neither 1-D nor channels-first 3-D.
+    """
+    if len(obs_shape) == 1:
+        return "vector"
+    if len(obs_shape) == 3:
+        return "pixels" if min(obs_shape[1:]) >= PIXELS_MIN_SIZE else "grid"
+    raise ValueError(f"observations of shape {obs_shape} are not supported: Themis encodes "
+                     "1-D vectors and channels-first (C, H, W) images or grids")
+
+
+class Encoder(nn.Module):
+    """Base class: maps ``(B, *obs_shape)`` to ``(B, feature_dim)`` float32 features."""
+
+    feature_dim: int
+
+
+class FlattenEncoder(Encoder):
+    """Vectors as they are: ``(B, *obs_shape) -> (B, prod(obs_shape))``."""
+
+    def __init__(self, obs_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.feature_dim = math.prod(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.reshape(len(obs), -1).float()
+
+
+class NatureCNN(Encoder):
+    """The DQN encoder (Mnih et al. 2015): conv 8×8/4 (32), 4×4/2 (64), 3×3/1 (64), linear 512.
+
+    Shapes: ``(B, C, H, W)`` uint8 or float in [0, 255] -> ``(B, feature_dim)``.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 512) -> None:
+        super().__init__()
+        c = obs_shape[0]
+        self.convs = nn.Sequential(
+            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+        self.feature_dim = feature_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(obs.float() / 255.0))
+
+
+class GridCNN(Encoder):
+    """Small CNN for symbolic grids: three 2×2 convolutions (16, 32, 64), then linear.
+
+    Shapes: ``(B, C, H, W)`` small integers (object/colour/state indices, direction, word
+    counts) -> ``(B, feature_dim)``.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 128) -> None:
+        super().__init__()
+        c = obs_shape[0]
+        self.convs = nn.Sequential(
+            nn.Conv2d(c, 16, 2), nn.ReLU(),
+            nn.Conv2d(16, 32, 2), nn.ReLU(),
+            nn.Conv2d(32, 64, 2), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+        self.feature_dim = feature_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(obs.float()))
+
+
+def make_encoder(obs_shape: tuple[int, ...]) -> Encoder:
+    """The encoder for ``obs_shape`` (see :func:`observation_kind`); has ``feature_dim``."""
+    kind = observation_kind(obs_shape)
+    if kind == "vector":
+        return FlattenEncoder(obs_shape)
+    return NatureCNN(obs_shape) if kind == "pixels" else GridCNN(obs_shape)
+
+
+def random_encoder(obs_shape: tuple[int, ...], seed: int = 0) -> Encoder:
+    """A frozen, randomly initialised encoder (RE3, Seo et al. 2021) for state-entropy features
+    of pixels and grids: k-NN distances in its feature space rather than in raw pixels."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    encoder = make_encoder(obs_shape)
+    torch.random.set_rng_state(generator_state)
+    for p in encoder.parameters():
+        p.requires_grad_(False)
+    return encoder.eval()
