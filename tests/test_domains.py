@@ -215,3 +215,36 @@ def test_wrong_agent_for_the_action_space_fails_before_training(tmp_path):
     assert proc.returncode == 2
     assert "agent=sac cannot act in the action space Discrete(4)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ppo_episode_store_keeps_whole_episodes_in_order(compose, tmp_path):
+    from themis.workspace import make_workspace
+
+    cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false",
+                   "num_train_steps=1024", "num_seed_steps=128", "num_unsup_steps=128",
+                   "ppo.num_envs=4", "ppo.num_steps=32", "segment=8", "eval_frequency=1024",
+                   "num_eval_episodes=1", "log_frequency=1024"])
+    ws = make_workspace(cfg, tmp_path)
+    assert type(ws).__name__ == "OnPolicyWorkspace" and ws.agent_name == "ppo"
+    ws.run()
+    ws.logger.close()
+    n = len(ws.buffer)
+    assert n == 1024  # every step is stored, finished episodes or not
+    episodes, t = ws.buffer.episode[:n], ws.buffer.t[:n]
+    not_dones = ws.buffer.not_dones[:n]
+    finished_lengths = []
+    for e in np.unique(episodes):
+        mine = episodes == e
+        np.testing.assert_array_equal(np.sort(t[mine]), np.arange(mine.sum()))  # no gap/dup
+        if (not_dones[mine] == 0).any():  # terminated: CartPole has no truncation this early
+            finished_lengths.append(int(mine.sum()))
+    train = pd.read_csv(tmp_path / "train.csv")
+    assert len(train) == ws.episode == len(finished_lengths) > 10
+    assert sorted(train["episode_length"]) == sorted(finished_lengths)
+    assert (train["episode_reward"] == train["episode_length"]).all()  # CartPole pays 1/step
+    pairs = ws.buffer.sample_segment_pairs(20, 8, np.random.default_rng(0))
+    assert (pairs.true_rewards == 1).all()
+    starts = pairs.starts.reshape(-1)
+    for s in starts:  # every segment lies inside one episode, in time order
+        idx = (s + np.arange(8)) % ws.buffer.capacity
+        assert len(set(episodes[idx])) == 1 and np.all(np.diff(t[idx]) == 1)
