@@ -100,18 +100,6 @@ def test_bad_input_exits_2_with_one_line(tmp_path, override, message):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("override,message", [
-    ("num_trian_steps=10", "Could not override 'num_trian_steps'"),
-    ("num_train_steps=abc", "Value 'abc' of type 'str' could not be converted to Integer"),
-    ("domain=Atari", "Could not find 'domain/Atari'"),
-])
-def test_composition_errors_are_reported_by_hydra(tmp_path, override, message):
-    proc = launch("themis_train.sh", override, f"hydra.run.dir={tmp_path}")
-    assert proc.returncode != 0
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
 def test_python_module_entry_point_shows_help():
     proc = subprocess.run([sys.executable, "-m", "themis.train", "--help"], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)

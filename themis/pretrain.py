@@ -6,10 +6,12 @@ The snapshot (``snapshot.pt`` in the run dir: agent, replay buffer, step) is the
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from themis.train import build_workspace, register_configs
+from themis.train import build_workspace, preflight, register_configs
 
 register_configs()
 
@@ -26,4 +28,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    preflight("pretrain_themis", sys.argv[1:])
     main()

@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,6 +22,98 @@ from themis.config import register_configs
 from themis.utils import ConfigError
 
 register_configs()
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+
+
+def fail(message: str) -> None:
+    """End the program before any training: one line on stderr, exit code 2."""
+    print(f"themis: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _config_keys(node: Any, prefix: str = "") -> list[str]:
+    keys = []
+    for key in node:
+        value = node[key]
+        keys.append(prefix + key)
+        if isinstance(value, DictConfig):
+            keys += _config_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def describe_composition_error(error: Exception) -> str:
+    """One line for a Hydra composition error: a key typo (with the closest key), a wrong type,
+    an unknown config-group option (domain, teacher), or Hydra's own first line."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    from themis.config import TrainConfig
+
+    text, cause = str(error), error.__cause__
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and "not in" in str(cause):
+        key = getattr(cause, "full_key", None) or str(cause).split("'")[1]
+        close = difflib.get_close_matches(key, _config_keys(OmegaConf.structured(TrainConfig)),
+                                          n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"{key} is not a Themis config key{hint}; python -m themis.train --help lists them"
+    if isinstance(cause, ValidationError):
+        key = getattr(cause, "full_key", "") or "a value"
+        return f"{key}: {str(cause).splitlines()[0]}"
+    if "Could not find '" in text:
+        group, option = text.split("Could not find '")[1].split("'")[0].split("/", 1)
+        if group == "domain":
+            from themis.envs import get_domain
+
+            try:
+                get_domain(option)
+            except ConfigError as e:
+                return str(e)
+        listing = text.split("Available options in")[-1].split("Config search path")[0]
+        options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
+        return f"{group}={option} is unknown; available: {', '.join(options)}"
+    first = text.splitlines()[0]
+    if first.startswith("Ambiguous value"):
+        return f"{first}: add -m to sweep over the values, or write a list as key=[a,b]"
+    return first
+
+
+def preflight(config_name: str, argv: list[str]) -> None:
+    """Check the command line before Hydra starts the job, so that bad input ends with one line
+    and exit code 2 instead of a Hydra report: compose the config as Hydra will, build the typed
+    config, and check that the run dir is writable. Sweeps (``-m``) and flags (``--help``, ...)
+    are left to Hydra.
+    """
+    if any(a.startswith("-") for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+
+    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides)
+        OmegaConf.to_object(cfg)
+    except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
+        fail(describe_composition_error(e))
+    from themis.config import TrainConfig
+
+    known = set(OmegaConf.structured(TrainConfig).keys())
+    for key in cfg:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            fail(f"{key} is not a Themis config key{hint}; python -m themis.train --help lists "
+                 "them")
+    run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
+                         None)
+    target = Path(run_dir_value) if run_dir_value else Path.cwd()
+    try:  # Hydra creates the run dir next anyway
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as e:
+        fail(f"run dir {target} cannot be created or written ({e.strerror}); choose another "
+             "with hydra.run.dir=PATH")
 
 
 def run_dir() -> Path:
@@ -54,8 +149,7 @@ def build_workspace(cfg: DictConfig):
     try:
         ws = make_workspace(cfg, out)
     except ConfigError as e:
-        print(f"themis: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(e))
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return ws
 
@@ -68,4 +162,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    preflight("train_themis", sys.argv[1:])
     main()

@@ -1,0 +1,80 @@
+"""Bad input ends before any training with one line, exit code 2 and no stack trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import launch
+from themis.utils import ConfigError
+from themis.workspace import make_workspace
+
+
+@pytest.mark.parametrize("override,message", [
+    ("num_trian_steps=10", "num_trian_steps is not a Themis config key (did you mean "
+                           "num_train_steps?)"),
+    ("+num_train_step=10", "num_train_step is not a Themis config key (did you mean "
+                           "num_train_steps?)"),
+    ("sac.hiden_dim=8", "sac.hiden_dim is not a Themis config key (did you mean sac.hidden_dim?)"),
+    ("num_train_steps=abc", "num_train_steps: Value 'abc' of type 'str' could not be converted "
+                            "to Integer"),
+    ("domain=Atari", "domain=Atari is unknown; available: Control, ALE"),
+    ("teacher=perfect", "teacher=perfect is unknown; available: equal, mistake, myopic, noisy, "
+                        "oracle, skip"),
+    ("feed_type=0,1", "add -m to sweep over the values"),
+    ("feed_type=7", "feed_type=7 is unknown; use 0-5"),
+    ("env=HalfCheeta-v5", "close matches: HalfCheetah-v5"),
+    ("pretrained_snapshot=/nonexistent/snapshot.pt", "does not exist"),
+])
+def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
+    proc = launch("themis_train.sh", override, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("themis: error: ") and message in lines[-1], proc.stderr
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+
+
+def test_unwritable_run_dir_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for script in ("themis_train.sh", "themis_pretrain.sh"):
+        proc = launch(script, f"hydra.run.dir={blocker / 'run'}")
+        assert proc.returncode == 2, proc.stderr
+        assert f"run dir {blocker / 'run'} cannot be created or written" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["num_train_steps=0"], "num_train_steps=0 must be positive"),
+    (["num_unsup_steps=-5"], "num_unsup_steps=-5 must be >= 0"),
+    (["num_interact=0"], "num_interact=0 must be positive"),
+    (["max_feedback=-1"], "max_feedback=-1 must be >= 0"),
+    (["ensemble_size=0"], "ensemble_size=0 must be positive"),
+    (["feed_type=7"], "feed_type=7 is unknown"),
+    (["teacher_eps_mistake=1.5"], "teacher_eps_mistake=1.5 is outside [0, 1]"),
+    (["teacher_eps_skip=-0.1"], "teacher_eps_skip=-0.1 is outside [0, 1]"),
+    (["teacher_eps_equal=2"], "teacher_eps_equal=2.0 is outside [0, 1]"),
+    (["teacher_gamma=0"], "teacher_gamma"),
+    (["teacher_beta=0"], "teacher_beta"),
+    (["max_feedback=50", "reward_batch=100"], "max_feedback=50 is smaller than reward_batch=100"),
+    (["segment=1001"], "segment=1001 is longer than the episode limit (1000 steps)"),
+    (["env=Ant-v5x"], "env=Ant-v5x is not an environment of domain=Control"),
+    (["domain=ALE", "env=HalfCheetah-v5"], "not an environment of domain=ALE"),
+    (["agent=ppo"], "agent=ppo cannot act in the action space Box"),
+    (["human_teacher=true"], "human_teacher=true is not supported yet"),
+    (["pretrained_snapshot=/nonexistent/snapshot.pt"], "does not exist"),
+    (["prefs_path=/nonexistent/prefs"], "prefs_path=/nonexistent/prefs"),
+])
+def test_bad_values_raise_config_errors_before_training(compose, tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as info:
+        make_workspace(compose(overrides), tmp_path)
+    assert message in str(info.value)
+    assert not (tmp_path / "train.csv").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_cuda_without_cuda_is_an_error_and_auto_falls_back(compose, tmp_path):
+    with pytest.raises(ConfigError, match="device=cuda but CUDA is not available"):
+        make_workspace(compose(["device=cuda"]), tmp_path)
+    ws = make_workspace(compose(["device=auto", "num_train_steps=10000"]), tmp_path)
+    assert ws.device.type == "cpu"
