@@ -98,11 +98,11 @@ def preflight(config_name: str, argv: list[str]) -> None:
     from themis.config import TrainConfig
 
     known = set(OmegaConf.structured(TrainConfig).keys())
-    for key in cfg:
-        if key not in known:
-            close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+    for name in map(str, cfg):
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{key} is not a Themis config key{hint}; python -m themis.train --help lists "
+            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
                  "them")
     run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
                          None)
