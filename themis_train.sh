@@ -19,6 +19,9 @@ for arg in "$@"; do
   case "$arg" in
     logger=\[*) args+=("$arg") ;;
     logger=*,*) args+=("logger=[${arg#logger=}]") ;;
+    # resume=RUN_DIR: continue in that dir; the first run's .hydra/ record is kept
+    resume=true|resume=false|resume=True|resume=False|resume=) args+=("$arg") ;;
+    resume=*) args+=("$arg" "hydra.run.dir=${arg#resume=}" "hydra.output_subdir=null") ;;
     *) args+=("$arg") ;;
   esac
 done

@@ -30,5 +30,5 @@ def test_same_seed_gives_identical_runs(compose, tmp_path, overrides):
     assert len(prefs_a) == len(prefs_b) == 30
     assert (prefs_a.labels == prefs_b.labels).all()
     assert (prefs_a.observations == prefs_b.observations).all()
-    eval_c, prefs_c = run_once(compose, tmp_path / "c", [*overrides, "seed=1"])
+    _, prefs_c = run_once(compose, tmp_path / "c", [*overrides, "seed=1"])
     assert not (prefs_c.observations == prefs_a.observations).all()  # the seed matters

@@ -98,6 +98,12 @@ class TrainConfig:
     """Steps between console lines."""
     save_snapshot: bool = True
     """pretrain: write snapshot.pt at the end of pretraining."""
+    checkpoint_frequency: int = 10_000
+    """Steps between full checkpoints (checkpoints/state.pt); also after every feedback round."""
+    resume: str | None = None
+    """Continue a run from its last checkpoint: resume=RUN_DIR, or resume=true with
+    hydra.run.dir=RUN_DIR. The run's saved config is used; other overrides on the command line
+    are applied on top (e.g. a larger num_train_steps)."""
     pretrained_snapshot: str | None = None
     """train: start from a snapshot written by themis_pretrain.sh."""
     prefs_path: str | None = None
@@ -129,10 +135,14 @@ def validate(cfg: Any) -> None:
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
     """
+    if cfg.resume is not None and str(cfg.resume).strip().lower() in ("", "false", "0", "no",
+                                                                      "none", "null"):
+        cfg.resume = None
     positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact",
                 "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",
                 "reward_train_batch", "reward_hidden_dim", "eval_frequency",
-                "num_eval_episodes", "log_frequency", "query_pool_episodes"]
+                "num_eval_episodes", "log_frequency", "query_pool_episodes",
+                "checkpoint_frequency"]
     for key in positive:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")

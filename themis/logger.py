@@ -98,13 +98,16 @@ class Logger:
         stream: console stream.
         backends: subset of :data:`LOGGER_BACKENDS`; ``"tensorboard"`` adds event files in
             ``run_dir/tensorboard`` (``tensorboard --logdir runs/``).
+        purge_step: a resumed run's checkpoint step: TensorBoard events written after it by
+            the interrupted run are dropped (the CSVs are cut by the workspace).
 
     Raises:
         ValueError: an unknown backend.
     """
 
     def __init__(self, run_dir: Path, stream: TextIO = sys.stdout,
-                 backends: tuple[str, ...] | list[str] = ("csv",)) -> None:
+                 backends: tuple[str, ...] | list[str] = ("csv",),
+                 purge_step: int | None = None) -> None:
         unknown = sorted(set(backends) - set(LOGGER_BACKENDS))
         if unknown:
             raise ValueError(f"logger={','.join(backends)}: unknown backend {unknown[0]!r}; "
@@ -115,7 +118,8 @@ class Logger:
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self.tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"),
+                                             purge_step=purge_step)
         self.train = MetricLog("train", run_dir, self.tensorboard)
         self.eval = MetricLog("eval", run_dir, self.tensorboard)
         self.reward = MetricLog("reward", run_dir, self.tensorboard)

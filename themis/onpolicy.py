@@ -99,6 +99,16 @@ class OnPolicyWorkspace(Workspace):
         """Queries come from the ``query_pool_episodes`` most recently started episodes."""
         return max(0, self.episodes_started - self.cfg.query_pool_episodes)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "episodes_started": self.episodes_started}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.episodes_started = int(state["episodes_started"])
+
+    def skip_interrupted_episode(self) -> None:
+        """Episodes in progress restart with new ids (see :meth:`run`); nothing to do here."""
+
     def relabel(self) -> None:
         """Nothing to relabel: every rollout's rewards come from the current ensemble."""
 
@@ -146,7 +156,6 @@ class OnPolicyWorkspace(Workspace):
         bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
         start_time = last_log_time = time.time()
         last_log_step = self.step
-        since_feedback = 0
         while self.step < until:
             # ---------------------------------------------------- collect a rollout
             bootstrap[:] = 0.0
@@ -169,7 +178,7 @@ class OnPolicyWorkspace(Workspace):
                         staging[i] = _EpisodeStaging(self.new_episode_id())
                 obs = next_obs
                 self.step += n_envs
-                since_feedback += n_envs
+                self.interact_count += n_envs
             for stage in staging:  # unfinished episodes: this rollout's steps to the store
                 stage.flush(self.buffer)
             # ---------------------------------------------------- rewards and update
@@ -188,14 +197,18 @@ class OnPolicyWorkspace(Workspace):
                     rollout_obs, actions, logprobs, values, rewards.astype(np.float32), dones,
                     next_values))
             # ---------------------------------------------------- PEBBLE schedule
+            checkpoint_now = False
             if self.step >= cfg.num_seed_steps and not self.pretraining_done and \
                     self.step >= self.pretrain_end:
                 self.end_pretraining()
-                since_feedback = 0
-            elif (self.pretraining_done and cfg.learn_reward and since_feedback >= cfg.num_interact
+                self.interact_count = 0
+                checkpoint_now = True
+            elif (self.pretraining_done and cfg.learn_reward
+                  and self.interact_count >= cfg.num_interact
                   and self.total_feedback < cfg.max_feedback):
                 self.feedback_round()
-                since_feedback = 0
+                self.interact_count = 0
+                checkpoint_now = True
             # ---------------------------------------------------- logs, eval
             step_before = self.step - n_envs * horizon
             if self.step // cfg.log_frequency > step_before // cfg.log_frequency:
@@ -210,6 +223,7 @@ class OnPolicyWorkspace(Workspace):
                     self.step >= until:
                 self.evaluate()
                 self.save_checkpoints()
+            self.maybe_checkpoint(force=checkpoint_now)  # after the logs: rows up to this step
         envs.close()
 
     def new_episode_id(self) -> int:

@@ -104,6 +104,11 @@ def preflight(config_name: str, argv: list[str]) -> None:
             hint = f" (did you mean {close[0]}?)" if close else ""
             fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
                  "them")
+    resume = str(cfg.get("resume") or "")
+    if resume and resume.lower() not in ("true", "1", "yes", "false", "0", "no", "none", "null") \
+            and not (Path(resume) / "config.yaml").is_file():
+        fail(f"resume={resume}: no Themis run there (config.yaml missing); point resume= at "
+             "the run dir of the run to continue")
     run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
                          None)
     target = Path(run_dir_value) if run_dir_value else Path.cwd()
@@ -140,11 +145,32 @@ def threads_per_job(cfg: DictConfig) -> int:
     return max(1, cores // n_jobs)
 
 
+def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
+    """The run dir and config of a resumed run: the run's saved ``config.yaml`` with this
+    command line's overrides (other than ``resume`` and ``hydra.*``) on top."""
+    from themis.config import TrainConfig
+
+    if str(cfg.resume).lower() not in ("true", "1", "yes"):
+        out = Path(str(cfg.resume))
+    saved = out / "config.yaml"
+    if not saved.is_file():
+        fail(f"resume={cfg.resume}: {saved} not found; point resume= at a Themis run dir")
+    overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task
+                 if not o.startswith(("resume=", "hydra", "+hydra", "~"))]
+    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved),
+                             OmegaConf.from_dotlist(overrides))
+    merged.resume = "true"
+    assert isinstance(merged, DictConfig)
+    return out, merged
+
+
 def build_workspace(cfg: DictConfig):
     """Create the Workspace; a bad config ends the program with one line and exit code 2."""
     from themis.workspace import make_workspace
 
     out = run_dir()
+    if cfg.resume and str(cfg.resume).lower() not in ("false", "0", "no", "none", "null"):
+        out, cfg = resumed_config(cfg, out)
     cfg.torch_threads = threads_per_job(cfg)
     try:
         ws = make_workspace(cfg, out)

@@ -29,6 +29,14 @@ from tqdm import tqdm
 from themis.agents import SAC, resolve_agent
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_states,
+    save_checkpoint,
+    set_rng_states,
+    truncate_csv,
+)
 from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
 from themis.intrinsic import StateEntropyReward
@@ -133,11 +141,29 @@ class Workspace:
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.last_episode_reward = float("nan")
+        self.interact_count = 0
+        self.last_checkpoint_step = 0
         self.metrics: dict[str, torch.Tensor] = {}
-        self.logger = Logger(self.run_dir, backends=cfg.logger)
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
 
-        if cfg.pretrained_snapshot:
+        resume_state = None
+        if cfg.resume:
+            try:
+                resume_state, path = load_checkpoint(self.run_dir / "checkpoints", self.device)
+            except CheckpointError as e:
+                raise ConfigError(f"resume: {e}") from None
+            if resume_state.get("env") != self.env_id:
+                raise ConfigError(f"resume: the checkpoint {path} is for env="
+                                  f"{resume_state.get('env')}, not {self.env_id}")
+            for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
+                truncate_csv(self.run_dir / f"{stream}.csv", int(resume_state["step"]))
+        self.logger = Logger(self.run_dir, backends=cfg.logger,
+                             purge_step=int(resume_state["step"]) if resume_state else None)
+        if resume_state is not None:
+            self.load_state_dict(resume_state)
+            self.logger.info(f"resumed from {path} at step {self.step} "
+                             f"({self.total_feedback} queries asked)", "cyan")
+        elif cfg.pretrained_snapshot:
             self.load_snapshot(Path(cfg.pretrained_snapshot))
 
     def make_agent(self) -> SAC:
@@ -208,7 +234,6 @@ class Workspace:
             f" | device {self.device} | run dir {self.run_dir}", "cyan")
         obs, _ = self.env.reset(seed=cfg.seed + self.episode)
         episode_reward, episode_step = 0.0, 0
-        interact_count = 0
         start_time = last_log_time = time.time()
         last_log_step = self.step
         bar = tqdm(total=until, initial=self.step, unit="step", dynamic_ncols=True,
@@ -225,14 +250,16 @@ class Workspace:
             if self.step >= cfg.num_seed_steps:
                 if not self.pretraining_done and self.step >= self.pretrain_end:
                     self.end_pretraining()
-                    interact_count = 0
+                    self.interact_count = 0
+                    self.maybe_checkpoint(force=True)
                 if not self.pretraining_done:
                     self.unsupervised_update()
                 else:
-                    if (cfg.learn_reward and interact_count >= cfg.num_interact
+                    if (cfg.learn_reward and self.interact_count >= cfg.num_interact
                             and self.total_feedback < cfg.max_feedback):
                         self.feedback_round()
-                        interact_count = 0
+                        self.interact_count = 0
+                        self.maybe_checkpoint(force=True)
                     self.metrics = self.agent.update(
                         self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
 
@@ -249,7 +276,7 @@ class Workspace:
             episode_step += 1
             obs = next_obs
             self.step += 1
-            interact_count += 1
+            self.interact_count += 1
             bar.update(1)
 
             if terminated or truncated:
@@ -284,6 +311,7 @@ class Workspace:
             if self.step % cfg.eval_frequency == 0 or self.step == cfg.num_train_steps:
                 self.evaluate()
                 self.save_checkpoints()
+            self.maybe_checkpoint()
         bar.close()
 
     @property
@@ -467,6 +495,98 @@ class Workspace:
             save_reward_model(self.reward_model, ckpt / "reward_model.pt", step=self.step,
                               env=self.env_id)
             self.dataset.save(self.run_dir / "preferences")
+
+    # ------------------------------------------------------------ full checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the run (see :mod:`themis.checkpoint`)."""
+        state: dict[str, Any] = {
+            "version": SNAPSHOT_VERSION, "env": self.env_id, "agent_name": self.agent_name,
+            "step": self.step, "episode": self.episode, "total_feedback": self.total_feedback,
+            "labeled_feedback": self.labeled_feedback, "feedback_rounds": self.feedback_rounds,
+            "pretraining_done": self.pretraining_done, "reward_accuracy": self.reward_accuracy,
+            "teacher_stats": vars(self.teacher_stats).copy(),
+            "recent_returns": list(self.recent_returns),
+            "last_episode_reward": self.last_episode_reward,
+            "interact_count": self.interact_count,
+            "agent": self.agent.state_dict(), "buffer": self.buffer.state_dict(),
+            "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "rng": self.rng.bit_generator.state, "global_rng": rng_states(),
+            "action_space_rng": self.env.action_space.np_random.bit_generator.state,
+        }
+        if self.reward_model is not None:
+            state.update({
+                "reward_model": self.reward_model.state_dict(),
+                "reward_optimizer": self.reward_trainer.optimizer.state_dict(),
+                "reward_trainer_rng": self.reward_trainer.rng.bit_generator.state,
+                "teacher_rng": self.teacher.rng.bit_generator.state,
+                "teacher_margin": self.teacher.margin,
+                "dataset_size": len(self.dataset),
+            })
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` output. The preference labels come from the run's
+        ``preferences/`` folder: the pairs the checkpoint counted (a synthetic teacher labels
+        any later query again, identically)."""
+        for key in ("step", "episode", "total_feedback", "labeled_feedback", "feedback_rounds",
+                    "pretraining_done", "reward_accuracy", "last_episode_reward",
+                    "interact_count"):
+            setattr(self, key, state[key])
+        vars(self.teacher_stats).update(state["teacher_stats"])
+        self.recent_returns.extend(state["recent_returns"])
+        self.agent.load_state_dict(state["agent"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.state_entropy.stats.load_state_dict(state["state_entropy_stats"])
+        self.rng.bit_generator.state = state["rng"]
+        set_rng_states(state["global_rng"])
+        self.env.action_space.np_random.bit_generator.state = state["action_space_rng"]
+        self.last_checkpoint_step = self.step
+        self.skip_interrupted_episode()
+        if self.reward_model is not None and "reward_model" in state:
+            self.reward_model.load_state_dict(state["reward_model"])
+            self.reward_trainer.optimizer.load_state_dict(state["reward_optimizer"])
+            self.reward_trainer.rng.bit_generator.state = state["reward_trainer_rng"]
+            self.teacher.rng.bit_generator.state = state["teacher_rng"]
+            self.teacher.set_margin(state["teacher_margin"])
+            self.dataset = self.resumed_dataset(int(state["dataset_size"]))
+            if self.pretraining_done and len(self.dataset):
+                self.relabel()
+
+    def skip_interrupted_episode(self) -> None:
+        """After a resume the episode in progress at the checkpoint is not continued (its steps
+        stay in the buffer): the next one gets a new number."""
+        last = (self.buffer.ptr - 1) % self.buffer.capacity
+        if len(self.buffer) and self.buffer.episode[last] == self.episode:
+            self.episode += 1
+
+    def resumed_dataset(self, size: int) -> PreferenceDataset:
+        """The labels on disk, cut to the ``size`` pairs the checkpoint counted.
+
+        Raises:
+            ConfigError: fewer pairs on disk than the checkpoint counted.
+        """
+        folder = self.run_dir / "preferences"
+        data = PreferenceDataset(self.dataset.capacity, self.cfg.segment, self.obs_dim,
+                                 self.action_dim, metadata=self.dataset.metadata,
+                                 obs_dtype=self.obs_dtype)
+        if size == 0:
+            return data
+        try:
+            saved = PreferenceDataset.load(folder)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"resume: {e}") from None
+        if len(saved) < size:
+            raise ConfigError(f"resume: {folder} holds {len(saved)} labelled pairs, the "
+                              f"checkpoint counted {size}")
+        saved.size = size
+        data.extend(saved)
+        return data
+
+    def maybe_checkpoint(self, force: bool = False) -> None:
+        """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``)."""
+        if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency:
+            save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
+            self.last_checkpoint_step = self.step
 
     def save_snapshot(self, path: Path | None = None) -> Path:
         """Snapshot after pretraining: agent, replay buffer, counters and entropy statistics."""

@@ -1,0 +1,159 @@
+"""Crash-safe checkpoints of a whole run, and what resuming needs besides them.
+
+A checkpoint (``checkpoints/state.pt``) holds everything a run needs to go on: agent and
+optimisers, reward ensemble and its optimiser, replay buffer (or PPO's episode store), counters,
+teacher statistics, running statistics and every random generator. It is written atomically
+(temporary file, fsync, rename) together with a SHA-256 checksum file; the previous checkpoint is
+kept as ``state.prev.pt``. :func:`load_checkpoint` verifies the checksum and falls back to the
+previous checkpoint when the newest one is corrupt or truncated.
+
+The preference labels are not in the checkpoint: they live in the run's ``preferences/`` folder,
+which is saved the moment labels arrive (see :mod:`themis.reward.dataset`).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.pt"
+PREVIOUS_FILE = "state.prev.pt"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint in a run dir."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
+    """Write ``state`` as ``ckpt_dir/state.pt`` (+ ``.sha256``), keeping the previous one.
+
+    Returns:
+        the checkpoint path.
+    """
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    current = ckpt_dir / STATE_FILE
+    tmp = current.with_name(current.name + ".tmp")
+    with tmp.open("wb") as f:  # streamed to disk: no second in-memory copy of the buffer
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    digest = _sha256(tmp)
+    if current.exists() and _verify(current):
+        os.replace(current, ckpt_dir / PREVIOUS_FILE)
+        os.replace(_sum_file(current), _sum_file(ckpt_dir / PREVIOUS_FILE))
+    os.replace(tmp, current)
+    _write_atomic(_sum_file(current), f"{digest}  {STATE_FILE}\n".encode())
+    return current
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _sum_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _verify(path: Path) -> bool:
+    """Whether ``path`` exists and matches its recorded SHA-256."""
+    sums = _sum_file(path)
+    if not path.is_file() or not sums.is_file():
+        return False
+    text = sums.read_text().split()
+    return bool(text) and _sha256(path) == text[0]
+
+
+def load_checkpoint(ckpt_dir: Path, map_location: Any = "cpu") -> tuple[dict[str, Any], Path]:
+    """The newest intact checkpoint in ``ckpt_dir``.
+
+    Returns:
+        ``(state, path)``; ``path`` is ``state.prev.pt`` when ``state.pt`` failed its checksum
+        (a warning says so).
+
+    Raises:
+        CheckpointError: neither checkpoint is present and intact.
+    """
+    current, previous = ckpt_dir / STATE_FILE, ckpt_dir / PREVIOUS_FILE
+    for path in (current, previous):
+        if _verify(path):
+            if path == previous:
+                log.warning("checkpoint %s is missing or corrupt (checksum mismatch); resuming "
+                            "from the previous one, %s", current, previous)
+            return torch.load(path, map_location=map_location, weights_only=False), path
+    problem = "corrupt (checksum mismatch)" if current.exists() else "missing"
+    raise CheckpointError(f"no intact checkpoint in {ckpt_dir}: {STATE_FILE} is {problem} and "
+                          f"{PREVIOUS_FILE} is {'corrupt' if previous.exists() else 'missing'}")
+
+
+def rng_states() -> dict[str, Any]:
+    """The global generators: Python ``random``, NumPy's legacy global one, torch (CPU, CUDA)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.random.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore :func:`rng_states` output."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.random.set_rng_state(states["torch"])
+    if states.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def truncate_csv(path: Path, max_step: int) -> int:
+    """Drop the rows of a log CSV written after step ``max_step`` (and a torn last line).
+
+    Rows a crashed run wrote after its last checkpoint are written again when it resumes, so
+    the file continues without duplicate or missing rows.
+
+    Returns:
+        the number of rows kept.
+    """
+    if not path.is_file():
+        return 0
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return 0
+    header, body = rows[0], rows[1:]
+    step_col = header.index("step") if "step" in header else None
+    kept = [r for r in body if len(r) == len(header)
+            and (step_col is None or _as_int(r[step_col]) <= max_step)]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    writer.writerows(kept)
+    _write_atomic(path, out.getvalue().encode())
+    return len(kept)
+
+
+def _as_int(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return float("inf")
