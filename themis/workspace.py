@@ -624,8 +624,10 @@ class Workspace:
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
 
     def finish(self) -> None:
-        """Final checkpoint, learning-curve PNG, closing of the logs."""
+        """Final checkpoints (a finished run can be extended with resume= and a larger
+        num_train_steps), learning-curve PNG, closing of the logs."""
         self.save_checkpoints()
+        self.maybe_checkpoint(force=True)
         self.logger.close()
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
