@@ -93,3 +93,32 @@ def test_sigkill_then_resume_continues_the_run(tmp_path, agent):
     assert len(prefs) == rounds["labeled_feedback"].iloc[-1] == 60
     assert len(_pair_keys(prefs)) == 60  # no labelled pair duplicated
     assert np.isin(prefs.labels[:60], (0.0, 0.5, 1.0)).all()
+
+
+def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose, tmp_path):
+    from themis.workspace import make_workspace
+
+    overrides = [*TINY_PENDULUM, "checkpoint_frequency=100000"]
+    ws = make_workspace(compose(overrides), tmp_path)
+    ws.run(until=800)  # rounds at steps 400 and 700, each followed by a full checkpoint
+    ws.logger.close()
+    state, _ = load_checkpoint(tmp_path / "checkpoints")
+    counted = state["dataset_size"]
+    assert counted == len(ws.dataset) == 20 and state["total_feedback"] == 20
+    # labels that reached the disk after the checkpoint: one synthetic, one from a person
+    data = PreferenceDataset.load(tmp_path / "preferences", capacity=counted + 2)
+    for i, labeler in ((0, "synthetic(beta=-1.0)"), (1, "alice")):
+        data.labels[counted + i] = 1.0
+        data.observations[counted + i] = data.observations[i] + 100.0  # a new pair
+        data.labelers[counted + i] = labeler
+    data.size = counted + 2
+    data.save(tmp_path / "preferences")
+
+    resumed = make_workspace(compose([*overrides, "resume=true"]), tmp_path)
+    assert resumed.step == state["step"]
+    assert len(resumed.dataset) == counted + 1
+    assert resumed.dataset.labelers[counted] == "alice"
+    np.testing.assert_array_equal(resumed.dataset.observations[counted],
+                                  data.observations[counted + 1])
+    assert resumed.total_feedback == resumed.labeled_feedback == counted + 1
+    resumed.logger.close()

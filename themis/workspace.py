@@ -560,7 +560,9 @@ class Workspace:
             self.episode += 1
 
     def resumed_dataset(self, size: int) -> PreferenceDataset:
-        """The labels on disk, cut to the ``size`` pairs the checkpoint counted.
+        """The labels on disk: the ``size`` pairs the checkpoint counted, plus any later pair a
+        person labelled (a labeler that is not ``synthetic(...)``), which is kept and counted —
+        a synthetic teacher's later labels are dropped, it asks those queries again.
 
         Raises:
             ConfigError: fewer pairs on disk than the checkpoint counted.
@@ -578,8 +580,16 @@ class Workspace:
         if len(saved) < size:
             raise ConfigError(f"resume: {folder} holds {len(saved)} labelled pairs, the "
                               f"checkpoint counted {size}")
+        later = [i for i in range(size, len(saved))
+                 if not str(saved.labelers[i]).startswith("synthetic")]
         saved.size = size
         data.extend(saved)
+        for i in later[: data.capacity - len(data)]:
+            pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
+                                saved.true_rewards[i:i + 1], np.zeros((1, 2), dtype=np.int64))
+            data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]))
+            self.total_feedback += 1
+            self.labeled_feedback += 1
         return data
 
     def maybe_checkpoint(self, force: bool = False) -> None:
