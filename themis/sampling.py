@@ -77,12 +77,18 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------- k-center
-def _min_sq_dist(x: torch.Tensor, ref: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """Squared distance from each row of ``x`` to its nearest row of ``ref`` (chunked)."""
+def _min_sq_dist(x: torch.Tensor, x_sq: torch.Tensor, ref: torch.Tensor,
+                 chunk: int = 512) -> torch.Tensor:
+    """Squared distance from each row of ``x`` to its nearest row of ``ref``.
+
+    Uses ``|x - r|² = |x|² + |r|² - 2 x·r`` so that the work is matrix products (chunks of
+    ``chunk`` reference rows bound the memory to ``n × chunk``); ``x_sq`` = ``|x|²`` per row.
+    """
     best = torch.full((len(x),), float("inf"), dtype=x.dtype, device=x.device)
     for lo in range(0, len(ref), chunk):
-        d = torch.cdist(x, ref[lo:lo + chunk], compute_mode="donot_use_mm_for_euclid_dist")
-        best = torch.minimum(best, d.min(dim=1).values.square())
+        r = ref[lo:lo + chunk]
+        d = (x_sq[:, None] + r.square().sum(1)[None, :] - 2.0 * (x @ r.T)).clamp_min_(0.0)
+        best = torch.minimum(best, d.min(dim=1).values)
     return best
 
 
@@ -92,7 +98,8 @@ def kcenter_greedy(candidates: np.ndarray, selected: np.ndarray, k: int) -> np.n
     Repeatedly picks the candidate farthest (Euclidean) from everything selected so far: the
     ``selected`` rows (the pairs already labelled) plus the candidates picked in earlier steps.
     The distance of each candidate to its nearest selected point is kept in a cache and lowered
-    after each pick, so the work is O(n·(m + k)·d) rather than BPref's O(n·k·(m + k)·d). With no
+    after each pick, so the work is O(n·(m + k)·d) rather than BPref's O(n·k·(m + k)·d), done as
+    matrix products (squared distances from norms and dot products, float32). With no
     ``selected`` rows the first pick is the candidate farthest from the candidates' mean.
 
     Args:
@@ -113,16 +120,17 @@ def kcenter_greedy(candidates: np.ndarray, selected: np.ndarray, k: int) -> np.n
         raise ValueError(f"candidate features {candidates.shape[1:]} and selected features "
                          f"{selected.shape[1:]} differ")
     x = torch.as_tensor(np.asarray(candidates, dtype=np.float32)).reshape(n, -1)
+    x_sq = x.square().sum(1)
     if len(selected):
         ref = torch.as_tensor(np.asarray(selected, dtype=np.float32)).reshape(len(selected), -1)
-        min_dist = _min_sq_dist(x, ref)
+        min_dist = _min_sq_dist(x, x_sq, ref)
     else:  # nothing covered yet: only used to make the first pick the point farthest from the mean
         min_dist = (x - x.mean(0)).square().sum(1)
     picks = np.empty(k, dtype=np.int64)
     for j in range(k):
         i = int(torch.argmax(min_dist))
         picks[j] = i
-        dist_to_pick = (x - x[i]).square().sum(1)
+        dist_to_pick = (x_sq + x_sq[i] - 2.0 * (x @ x[i])).clamp_min_(0.0)
         min_dist = torch.minimum(min_dist, dist_to_pick) if j or len(selected) else dist_to_pick
         min_dist[i] = -1.0  # never pick the same row twice (duplicates have distance 0)
     return picks
