@@ -159,18 +159,25 @@ def test_wrapper_returns_model_reward_and_keeps_true_reward():
 
 def test_wrapper_normalizes_with_running_statistics():
     model = HalfSum(3, 1, ensemble_size=1, hidden_dim=4)
-    env = LearnedRewardWrapper(make_env("Classic", "Pendulum-v1"), model, normalize=True)
-    env.reset(seed=0)
-    normalized = []
-    for _ in range(300):  # Pendulum episodes last 200 steps: no reset needed before 300
-        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+    env = LearnedRewardWrapper(make_env("Classic", "Pendulum-v1", seed=0), model, normalize=True)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    raw, normalized = [], []
+    for _ in range(300):
+        action = env.action_space.sample()
+        raw.append(env.predicted_reward(np.asarray(obs, dtype=np.float32), action))
+        obs, reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
-            env.reset()
+            obs, _ = env.reset()
         normalized.append(reward)
+        # each reward is standardised by the running statistics of every raw reward so far
+        if len(raw) > 1:  # (the first one meets the statistics' tiny prior count)
+            expected = (raw[-1] - np.mean(raw)) / (np.std(raw) + 1e-8)
+            assert reward == pytest.approx(expected, rel=1e-3, abs=1e-3)
+        assert info["predicted_reward"] == reward
     assert env.reward_stats.count > 299
-    # late rewards are standardised by (nearly) final statistics: mean ~0, std ~1
-    assert abs(np.mean(normalized[150:])) < 0.5
-    assert 0.5 < np.std(normalized[150:]) < 2.0
+    assert env.reward_stats.mean == pytest.approx(np.mean(raw), rel=1e-4)
+    assert env.reward_stats.std == pytest.approx(np.std(raw), rel=1e-3)
 
 
 def test_wrapper_rejects_a_model_for_other_shapes():

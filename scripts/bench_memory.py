@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Peak memory of 1M-step run configurations, with every preallocated array touched.
+
+    python scripts/bench_memory.py
+    python scripts/bench_memory.py --configs halfcheetah
+
+Each configuration is built in its own process (peak RSS is per process): the workspace of a
+1M-step run is created (replay buffer or PPO episode store, preference dataset of
+``max_feedback`` pairs, agent, reward ensemble) and every preallocated array is written once, as
+a full buffer would be. Prints the arrays' sizes and the process's peak RSS as a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIGS = {
+    "halfcheetah": ["domain=Control", "env=HalfCheetah-v5", "num_train_steps=1000000"],
+    "atari": ["domain=ALE", "env=Breakout-v5", "num_train_steps=1000000"],
+}
+
+
+def measure(overrides: list[str]) -> dict[str, float]:
+    """Build the workspace, touch its arrays, return sizes (GB) and peak RSS (GB)."""
+    sys.path.insert(0, str(ROOT))
+    from hydra import compose, initialize_config_dir
+
+    from themis.config import register_configs
+    from themis.workspace import make_workspace
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
+        cfg = compose(config_name="train_themis", overrides=overrides)
+    with TemporaryDirectory() as tmp:
+        ws = make_workspace(cfg, Path(tmp))
+        buffer_arrays = [v for v in vars(ws.buffer).values() if hasattr(v, "nbytes")]
+        dataset_arrays = [ws.dataset.observations, ws.dataset.actions, ws.dataset.true_rewards]
+        for array in buffer_arrays + dataset_arrays:
+            array.fill(0)  # touch every page, as a full run would
+        ws.logger.close()
+        return {
+            "capacity": ws.buffer.capacity,
+            "obs_dtype": str(ws.buffer.obs.dtype),
+            "buffer_gb": sum(a.nbytes for a in buffer_arrays) / 1e9,
+            "dataset_gb": sum(a.nbytes for a in dataset_arrays) / 1e9,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(CONFIGS[args.child])))
+        return 0
+    rows = {}
+    for name in args.configs:
+        out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+                             text=True, check=True)
+        rows[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(name, rows[name], flush=True)
+    print("\n| configuration | store capacity | obs dtype | buffer (GB) | preference dataset "
+          "(GB) | peak RSS (GB) |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {' '.join(CONFIGS[name])} | {r['capacity']} | {r['obs_dtype']} | "
+              f"{r['buffer_gb']:.2f} | {r['dataset_gb']:.2f} | {r['peak_rss_gb']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
