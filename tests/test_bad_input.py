@@ -34,6 +34,14 @@ def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
     assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
 
 
+def test_themis_debug_shows_the_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEMIS_DEBUG", "1")
+    proc = launch("themis_train.sh", "num_train_steps=abc", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("themis: error: num_train_steps")
+
+
 def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
@@ -61,7 +69,11 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["env=Ant-v5x"], "env=Ant-v5x is not an environment of domain=Control"),
     (["domain=ALE", "env=HalfCheetah-v5"], "not an environment of domain=ALE"),
     (["agent=ppo"], "agent=ppo cannot act in the action space Box"),
-    (["human_teacher=true"], "human_teacher=true is not supported yet"),
+    (["human_teacher=true"], "human_teacher=true needs a terminal, but stdin is not a TTY"),
+    (["human_teacher=true", "learn_reward=false"], "human_teacher=true needs learn_reward=true"),
+    (["human_teacher=true", "human_piped=true", "human_frame_capacity=10"],
+     "human_frame_capacity=10 is smaller than segment=50"),
+    (["human_viewer=vlc"], "human_viewer=vlc is unknown"),
     (["pretrained_snapshot=/nonexistent/snapshot.pt"], "does not exist"),
     (["prefs_path=/nonexistent/prefs"], "prefs_path=/nonexistent/prefs"),
 ])

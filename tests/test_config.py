@@ -71,7 +71,7 @@ def test_wrong_type_fails(compose):
     ("ensemble_size=0", "ensemble_size=0 must be positive"),
     ("num_train_steps=-5", "must be positive"),
     ("max_feedback=50", "max_feedback=50 is smaller than reward_batch=100"),
-    ("human_teacher=true", "human_teacher=true is not supported yet"),
+    ("human_teacher=true", "stdin is not a TTY"),
     ("xplain_action=true", "not supported yet"),
     ("xplain_state=true", "not supported yet"),
     ("num_unsup_steps=200000", "must be smaller than num_train_steps"),

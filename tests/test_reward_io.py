@@ -49,10 +49,11 @@ def test_dataset_save_load_round_trips_exactly(tmp_path):
     assert meta["format_version"] == FORMAT_VERSION and meta["num_pairs"] == 6
     assert meta["env"] == "Pendulum-v1" and meta["teacher"] == "oracle"
     assert pd.read_csv(tmp_path / "prefs" / "labels.csv").columns.tolist() == [
-        "pair", "label", "labeler"]
+        "pair", "label", "labeler", "timestamp"]
 
     loaded = PreferenceDataset.load(tmp_path / "prefs", capacity=20)
     assert len(loaded) == 6 and loaded.capacity == 20
+    np.testing.assert_allclose(loaded.timestamps[:6], data.timestamps[:6], atol=1e-3)
     for name in ("observations", "actions", "true_rewards", "labels"):
         np.testing.assert_array_equal(getattr(loaded, name)[:6], getattr(data, name)[:6])
     assert loaded.labelers[:6].tolist() == ["oracle"] * 6
@@ -286,3 +287,43 @@ def test_train_with_reward_script_reports_true_returns(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "missing")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 2 and "config.yaml not found" in proc.stderr
+
+
+def test_incremental_saves_append_shards_and_compact(tmp_path):
+    from themis.reward.dataset import MAX_SHARDS
+
+    rng = np.random.default_rng(0)
+    data = PreferenceDataset(100, 4, 3, 2)
+    folder = tmp_path / "prefs"
+    for i in range(MAX_SHARDS + 3):  # one answer at a time, as a person gives them
+        pair = SegmentPairs(rng.standard_normal((1, 2, 4, 3), dtype=np.float32),
+                            rng.standard_normal((1, 2, 4, 2), dtype=np.float32),
+                            rng.standard_normal((1, 2, 4), dtype=np.float32),
+                            np.zeros((1, 2), dtype=np.int64))
+        data.add(pair, np.array([i % 2], dtype=np.float32), labeler="human:ann")
+        data.save(folder)
+        loaded = PreferenceDataset.load(folder)
+        assert len(loaded) == i + 1
+        np.testing.assert_array_equal(loaded.observations[: i + 1], data.observations[: i + 1])
+        np.testing.assert_array_equal(loaded.labels[: i + 1], data.labels[: i + 1])
+    meta = json.loads((folder / "meta.json").read_text())
+    files = sorted(p.name for p in folder.glob("segments*.npz"))
+    assert len(meta["shards"]) <= MAX_SHARDS
+    assert files == sorted(name for name, _, _ in meta["shards"])  # compaction removed the rest
+    assert meta["shards"][0][:2] == ["segments.npz", 0] and meta["shards"][0][2] > MAX_SHARDS // 2
+    assert list(loaded.labelers[:3]) == ["human:ann"] * 3
+
+
+def test_version_1_datasets_without_shards_or_timestamps_still_load(tmp_path):
+    data = filled_dataset()
+    folder = data.save(tmp_path / "prefs")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["format_version"] = 1
+    del meta["shards"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    labels = pd.read_csv(folder / "labels.csv").drop(columns="timestamp")
+    labels.to_csv(folder / "labels.csv", index=False)
+    loaded = PreferenceDataset.load(folder)
+    np.testing.assert_array_equal(loaded.observations[:6], data.observations[:6])
+    np.testing.assert_array_equal(loaded.labels[:6], data.labels[:6])
+    assert np.isnan(loaded.timestamps[:6]).all()

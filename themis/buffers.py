@@ -173,13 +173,23 @@ class ReplayBuffer:
         return starts[ok]
 
     def sample_segment_pairs(self, n: int, segment: int, rng: np.random.Generator,
-                             min_episode: int = 0) -> SegmentPairs:
+                             min_episode: int = 0,
+                             usable: Callable[[np.ndarray], np.ndarray] | None = None
+                             ) -> SegmentPairs:
         """Draw ``n`` pairs of segments uniformly from the stored episodes.
+
+        Args:
+            usable: optional filter: given buffer slots ``(s, segment)`` returns a boolean mask
+                of the same shape; only segments whose every step is usable are drawn (e.g.
+                steps whose frames are still stored for a person to watch).
 
         Raises:
             ValueError: no stored episode is at least ``segment`` steps long.
         """
         starts = self.segment_starts(segment, min_episode)
+        if usable is not None and len(starts):
+            steps = (starts[:, None] + np.arange(segment)) % self.capacity
+            starts = starts[usable(steps).all(axis=1)]
         if len(starts) == 0:
             raise ValueError(
                 f"no stored episode has {segment} consecutive steps; lower `segment` "

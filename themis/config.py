@@ -7,6 +7,7 @@ config, before anything runs. :func:`validate` then checks values and combinatio
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,23 @@ class TrainConfig:
     teacher_eps_skip: float = 0.0
     teacher_eps_equal: float = 0.0
     human_teacher: bool = False
+    """A person labels the queries in the terminal (lib/human_interface.py)."""
+    human_piped: bool = False
+    """human_teacher: read answers line by line from a pipe instead of keys from a terminal."""
+    human_labeler: str = ""
+    """human_teacher: the labeler's name stored with each answer (default: the login name)."""
+    human_viewer: str = "auto"
+    """human_teacher: how clips are shown: auto (system viewer when a display exists), system,
+    none (print the path only)."""
+    human_frame_size: int = 128
+    """human_teacher: height in pixels of the stored and shown frames."""
+    human_frame_capacity: int = 10_000
+    """human_teacher: most recent steps whose frames are kept; queries come from these."""
+    clip_fps: int = 20
+    """Frames per second of query clips."""
+    collect_prefs_only: bool = False
+    """Ask for labels and train the reward model, but keep the agent on the intrinsic
+    (state-entropy) reward: collect preferences now, train an agent on them later (prefs_path)."""
     xplain_action: bool = False
     xplain_state: bool = False
 
@@ -172,9 +190,26 @@ def validate(cfg: Any) -> None:
                                 cfg.teacher_eps_skip, cfg.teacher_eps_equal)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("human_teacher", "xplain_action", "xplain_state"):
+    for key in ("xplain_action", "xplain_state"):
         if getattr(cfg, key):
             raise ConfigError(f"{key}=true is not supported yet; set {key}=false")
+    for key in ("human_frame_size", "human_frame_capacity", "clip_fps"):
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    if cfg.human_viewer not in ("auto", "system", "none"):
+        raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
+    for key in ("human_teacher", "collect_prefs_only"):
+        if getattr(cfg, key) and not cfg.learn_reward:
+            raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
+                              "for a learned reward)")
+    if cfg.human_teacher:
+        if cfg.human_frame_capacity < cfg.segment:
+            raise ConfigError(f"human_frame_capacity={cfg.human_frame_capacity} is smaller than "
+                              f"segment={cfg.segment}: no clip could be shown")
+        if not cfg.human_piped and not sys.stdin.isatty():
+            raise ConfigError("human_teacher=true needs a terminal, but stdin is not a TTY; run "
+                              "it in a terminal, or pipe answers on purpose with "
+                              "human_piped=true")
     if cfg.agent not in AGENTS:
         raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
     ppo = cfg.ppo

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,6 +220,11 @@ def make_env(domain: str, env: str, seed: int | None = None,
     """
     dom = get_domain(domain)
     env_id = dom.resolve(env)
+    if render_mode == "rgb_array" and sys.platform.startswith("linux") and not (
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # off-screen frames need no video device; without this, pygame-based envs (classic
+        # control, Box2D) print "XDG_RUNTIME_DIR is invalid" on headless machines
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         e = gym.make(env_id, render_mode=render_mode, **{**dom.make_kwargs, **env_kwargs})
     except TypeError as err:

@@ -10,6 +10,7 @@ import difflib
 import os
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,12 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
 def fail(message: str) -> None:
-    """End the program before any training: one line on stderr, exit code 2."""
+    """End the program before any training: one line on stderr, exit code 2.
+
+    ``THEMIS_DEBUG=1`` also prints the traceback of the exception being handled, if any.
+    """
+    if os.environ.get("THEMIS_DEBUG", "") not in ("", "0") and sys.exc_info()[0] is not None:
+        traceback.print_exc()
     print(f"themis: error: {message}", file=sys.stderr)
     sys.exit(2)
 

@@ -15,6 +15,7 @@ With ``learn_reward=false`` the same loop trains SAC on the environment reward (
 from __future__ import annotations
 
 import collections
+import getpass
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from themis.checkpoint import (
 )
 from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
+from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer, save_reward_model
@@ -82,7 +84,10 @@ class Workspace:
         self.rng = np.random.default_rng(cfg.seed)
 
         # --- environments
-        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed, **cfg.env_kwargs)
+        # a person watches clips: render every step (frames kept for the recent steps only)
+        render_mode = "rgb_array" if cfg.human_teacher else None
+        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed, render_mode=render_mode,
+                            **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
@@ -129,6 +134,12 @@ class Workspace:
                                             cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
                                             cfg.teacher_eps_equal,
                                             rng=np.random.default_rng(cfg.seed + 2))
+        self.frames: FrameStore | None = None
+        self.human: Any = None  # lib.human_interface.TerminalTeacher when a person labels
+        if cfg.human_teacher:
+            self.frames = FrameStore(cfg.human_frame_capacity, self.buffer.capacity,
+                                     cfg.human_frame_size)
+            self.human = self.make_human_teacher()
 
         # --- counters and logs
         self.step = 0
@@ -215,9 +226,22 @@ class Workspace:
         data.extend(loaded)
         return data
 
-    def teacher_description(self) -> str:
-        """Who labels the queries, as stored with each label (``labeler`` column)."""
+    def make_human_teacher(self) -> Any:
+        """The terminal teacher of ``lib/human_interface.py`` (imported only when used)."""
+        from lib.human_interface import KeyReader, TerminalTeacher
+
         cfg = self.cfg
+        clip_dir = self.run_dir / "queries"
+        done = len(list(clip_dir.glob("query_*"))) if clip_dir.is_dir() else 0
+        return TerminalTeacher(clip_dir, KeyReader(piped=cfg.human_piped), cfg.human_viewer,
+                               cfg.clip_fps, first_query=done)
+
+    def teacher_description(self) -> str:
+        """Who labels the queries, as stored with each label (``labeler`` column): ``human:NAME``
+        for a person, ``synthetic(...)`` with the B-Pref parameters otherwise."""
+        cfg = self.cfg
+        if cfg.human_teacher:
+            return f"human:{cfg.human_labeler or getpass.getuser()}"
         return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
                 f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
                 f"eps_equal={cfg.teacher_eps_equal})")
@@ -233,6 +257,7 @@ class Workspace:
             f"{'learned from ' + self._teacher_name() if cfg.learn_reward else 'environment'}"
             f" | device {self.device} | run dir {self.run_dir}", "cyan")
         obs, _ = self.env.reset(seed=cfg.seed + self.episode)
+        frame: Any = self.env.render() if self.frames is not None else None
         episode_reward, episode_step = 0.0, 0
         start_time = last_log_time = time.time()
         last_log_step = self.step
@@ -260,8 +285,11 @@ class Workspace:
                         self.feedback_round()
                         self.interact_count = 0
                         self.maybe_checkpoint(force=True)
-                    self.metrics = self.agent.update(
-                        self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
+                    if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
+                        self.unsupervised_update()
+                    else:
+                        self.metrics = self.agent.update(
+                            self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
 
             # ------------------------------------------------------- step
             next_obs, reward, terminated, truncated, _ = self.env.step(action)
@@ -270,6 +298,9 @@ class Workspace:
             # the first feedback round relabels the buffer (pretraining uses the intrinsic
             # reward), and the reward model labels every later transition (lazily, in batches).
             stored_reward = 0.0 if cfg.learn_reward else true_reward
+            if self.frames is not None:  # the frame shows `obs`, the state the action was taken in
+                self.frames.add(self.buffer.ptr, frame)
+                frame = self.env.render()
             self.buffer.add(obs, action, stored_reward, next_obs, terminated, self.episode,
                             episode_step, true_reward)
             episode_reward += true_reward
@@ -296,6 +327,8 @@ class Workspace:
                 })
                 self.episode += 1
                 obs, _ = self.env.reset()
+                if self.frames is not None:
+                    frame = self.env.render()
                 episode_reward, episode_step = 0.0, 0
 
             if self.step % cfg.log_frequency == 0:
@@ -318,11 +351,16 @@ class Workspace:
     def phase(self) -> str:
         if self.step < self.cfg.num_seed_steps:
             return "seed"
-        return "unsup" if not self.pretraining_done else "reward" if self.cfg.learn_reward \
-            else "true_reward"
+        if not self.pretraining_done:
+            return "unsup"
+        if self.cfg.collect_prefs_only:
+            return "collect"
+        return "reward" if self.cfg.learn_reward else "true_reward"
 
     def _teacher_name(self) -> str:
         c = self.cfg
+        if c.human_teacher:
+            return f"a person ({self.teacher_description()}, clips in {self.run_dir / 'queries'})"
         return (f"synthetic teacher (beta={c.teacher_beta}, gamma={c.teacher_gamma}, "
                 f"eps_mistake={c.teacher_eps_mistake}, eps_skip={c.teacher_eps_skip}, "
                 f"eps_equal={c.teacher_eps_equal})")
@@ -338,6 +376,12 @@ class Workspace:
     def end_pretraining(self) -> None:
         """First feedback round, relabel, critic reset and ``reset_update`` updates (BPref)."""
         cfg = self.cfg
+        if cfg.learn_reward and cfg.prefs_path and len(self.dataset) and cfg.max_feedback:
+            # collect now, train later: learn from the saved labels before asking for more
+            fit = self.reward_trainer.train(self.dataset, cfg.reward_update)
+            self.reward_accuracy = fit.accuracy
+            self.logger.info(f"reward model trained on {len(self.dataset)} preferences from "
+                             f"{cfg.prefs_path} (train accuracy {fit.accuracy:.3f})", "cyan")
         if cfg.learn_reward:  # otherwise the stored rewards are the true ones already
             self.feedback_round(first=True)
         self.agent.reset_critic()
@@ -361,8 +405,9 @@ class Workspace:
             return
         sampler = "uniform" if first else self.sampler_name
         n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
+        usable = self.frames.has if self.frames is not None else None  # a person needs frames
         candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
-                                                      self.query_pool_start())
+                                                      self.query_pool_start(), usable)
         labelled = self.pair_features(self.dataset.observations[: len(self.dataset)]) \
             if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
         picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng,
@@ -373,8 +418,12 @@ class Workspace:
         if self.recent_returns and self.max_episode_steps:
             self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
                                     / self.max_episode_steps)
+        if self.human is not None:
+            queries, keep, labels = self.ask_person(queries)
+        else:
+            keep, labels = self.teacher.label(queries.true_rewards[:, 0],
+                                              queries.true_rewards[:, 1])
         rewards_1, rewards_2 = queries.true_rewards[:, 0], queries.true_rewards[:, 1]
-        keep, labels = self.teacher.label(rewards_1, rewards_2)
         answered = queries.take(keep)
         self.total_feedback += len(queries)  # skipped queries count, as in B-Pref
         self.labeled_feedback += int(keep.sum())
@@ -388,7 +437,7 @@ class Workspace:
                    "heldout_spearman": float("nan")}
         if self.feedback_rounds > 0 and len(answered):
             quality = self.reward_quality(answered, labels)
-        if len(answered):
+        if len(answered) and self.human is None:  # a person's answers are saved as given
             self.dataset.add(answered, labels, labeler=self.teacher_description())
             self.dataset.save(self.run_dir / "preferences")  # labels are on disk at once
         self.feedback_rounds += 1
@@ -409,6 +458,35 @@ class Workspace:
         }
         self.logger.reward.write(row)
         self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
+
+    def ask_person(self, queries: SegmentPairs) -> tuple[SegmentPairs, np.ndarray, np.ndarray]:
+        """Show the queries' clips to a person and read the answers; each answer is appended
+        to ``preferences/`` on disk the moment it is given.
+
+        Returns:
+            The queries actually asked (the person may stop the round with ``q``), the mask
+            of those answered (not skipped) and their labels.
+        """
+        assert self.frames is not None
+        horizon = queries.observations.shape[2]
+        slots = (queries.starts[..., None] + np.arange(horizon)) % self.buffer.capacity
+        frames = self.frames.get(slots)  # (n, 2, H, h, w, 3)
+        labeler = self.teacher_description()
+        folder = self.run_dir / "preferences"
+
+        def record(i: int, label: float | None) -> None:
+            if label is not None:
+                self.dataset.add(queries.take(np.array([i])), np.array([label], np.float32),
+                                 labeler=labeler)
+                self.dataset.save(folder)
+
+        header = (f"round {self.feedback_rounds + 1}, {self.total_feedback} of "
+                  f"{self.cfg.max_feedback} queries asked before it")
+        result = self.human.ask(frames, record, header)
+        asked = queries.take(np.arange(result.asked))
+        keep = np.array(result.keep, dtype=bool)
+        labels = np.array(result.labels, dtype=np.float32)[keep]
+        return asked, keep, labels
 
     def query_pool_start(self) -> int:
         """Smallest episode number queries may come from (the last ``query_pool_episodes``)."""
@@ -452,8 +530,11 @@ class Workspace:
                 "heldout_spearman": spearman}
 
     def relabel(self) -> None:
-        """Relabel every stored transition with the ensemble-mean reward (PEBBLE, Sec. 4.2)."""
+        """Relabel every stored transition with the ensemble-mean reward (PEBBLE, Sec. 4.2).
+        With ``collect_prefs_only`` the agent does not use the learned reward: nothing to do."""
         assert self.reward_model is not None
+        if self.cfg.collect_prefs_only:
+            return
         with eval_mode(self.reward_model):
             self.buffer.relabel(self.reward_model.predict)
 
@@ -588,6 +669,7 @@ class Workspace:
             pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
                                 saved.true_rewards[i:i + 1], np.zeros((1, 2), dtype=np.int64))
             data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]))
+            data.timestamps[len(data) - 1] = saved.timestamps[i]
             self.total_feedback += 1
             self.labeled_feedback += 1
         return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -16,9 +17,13 @@ import torch
 from themis.buffers import SegmentPairs
 
 FORMAT_NAME = "themis-preferences"
-FORMAT_VERSION = 1
-"""Version of the on-disk preference-dataset format written by :meth:`PreferenceDataset.save`."""
-_STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim", "action_dim"}
+FORMAT_VERSION = 2
+"""Version of the on-disk preference-dataset format written by :meth:`PreferenceDataset.save`
+(1: one ``segments.npz``; 2: segments may be split into shards listed in ``meta.json``)."""
+MAX_SHARDS = 32
+"""Incremental saves append shard files; past this many they are compacted into one file."""
+_STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim", "action_dim",
+                    "shards"}
 
 
 @contextlib.contextmanager
@@ -59,8 +64,11 @@ class PreferenceDataset:
         self.actions = np.zeros((capacity, 2, segment, action_dim), dtype=np.float32)
         self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
         self.labels = np.zeros(capacity, dtype=np.float32)
+        self.timestamps = np.full(capacity, np.nan)  # when each label was given, Unix seconds
         self.size = 0
         self._tensors: tuple[torch.Tensor, ...] | None = None
+        self._saved_to: Path | None = None  # folder of the last save and its shard list
+        self._shards: list[tuple[str, int, int]] = []
 
     def __len__(self) -> int:
         return self.size
@@ -85,6 +93,7 @@ class PreferenceDataset:
         self.true_rewards[sl] = pairs.true_rewards
         self.labels[sl] = labels
         self.labelers[sl] = labeler
+        self.timestamps[sl] = time.time()
         self.size += n
         self._tensors = None
 
@@ -103,17 +112,23 @@ class PreferenceDataset:
 
         Layout of ``path/`` (format version :data:`FORMAT_VERSION`; no pickled objects):
 
-        - ``segments.npz``: ``observations (n, 2, H, obs_dim)``, ``actions (n, 2, H,
-          action_dim)``, ``true_rewards (n, 2, H)``; float32, except observations of pixel and
+        - segment shards, ``segments.npz`` and possibly ``segments-NNNNNNN.npz`` (rows from
+          ``NNNNNNN`` on): ``observations (m, 2, H, obs_dim)``, ``actions (m, 2, H,
+          action_dim)``, ``true_rewards (m, 2, H)``; float32, except observations of pixel and
           grid envs, which are uint8 (flattened ``(C, H, W)`` images);
-        - ``labels.csv``: columns ``pair, label, labeler`` (label 0 = segment 1 preferred,
-          1 = segment 2, 0.5 = equal);
+        - ``labels.csv``: columns ``pair, label, labeler, timestamp`` (label 0 = segment 1
+          preferred, 1 = segment 2, 0.5 = equal; timestamp = when it was given, Unix seconds,
+          empty if unknown);
         - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
-          ``action_dim`` and the caller's ``metadata`` (env, teacher, ...).
+          ``action_dim``, ``shards`` (``[file, first row, end row]`` in order) and the caller's
+          ``metadata`` (env, teacher, ...).
 
-        Each file is written to a temporary name, fsynced and renamed; ``meta.json`` goes last
-        and :meth:`load` reads only its ``num_pairs`` rows, so a crash mid-save leaves a
-        readable dataset (the dataset only grows).
+        Saving again to the same folder appends only the new pairs as a new shard (a person's
+        answer is on disk at once without rewriting every earlier segment); after
+        :data:`MAX_SHARDS` shards everything is compacted into ``segments.npz``. Each file is
+        written to a temporary name, fsynced and renamed; ``meta.json`` goes last and
+        :meth:`load` reads only its ``num_pairs`` rows, so a crash mid-save leaves a readable
+        dataset (the dataset only grows).
 
         Returns:
             ``path``.
@@ -121,20 +136,38 @@ class PreferenceDataset:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         n = self.size
-        with _atomic(path / "segments.npz") as f:
-            np.savez(f, observations=self.observations[:n], actions=self.actions[:n],
-                     true_rewards=self.true_rewards[:n])
+        shards = self._shards if self._saved_to == path.resolve() else []
+        on_disk = shards[-1][2] if shards else 0
+        stale: list[str] = []
+        if not shards or on_disk > n or len(shards) >= MAX_SHARDS:
+            stale = [name for name, _, _ in shards if name != "segments.npz"]
+            self._write_segments(path / "segments.npz", 0, n)
+            shards = [("segments.npz", 0, n)]
+        elif n > on_disk:
+            name = f"segments-{on_disk:07d}.npz"
+            self._write_segments(path / name, on_disk, n)
+            shards = [*shards, (name, on_disk, n)]
         labels = pd.DataFrame({"pair": np.arange(n), "label": self.labels[:n],
-                               "labeler": self.labelers[:n]})
+                               "labeler": self.labelers[:n],
+                               "timestamp": np.round(self.timestamps[:n], 3)})
         with _atomic(path / "labels.csv") as f:
             f.write(labels.to_csv(index=False).encode())
         meta = {**self.metadata, **(metadata or {}), "format": FORMAT_NAME,
                 "format_version": FORMAT_VERSION, "num_pairs": n, "segment": self.segment,
-                "obs_dim": self.obs_dim, "action_dim": self.action_dim}
+                "obs_dim": self.obs_dim, "action_dim": self.action_dim,
+                "shards": [list(s) for s in shards]}
         self.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         with _atomic(path / "meta.json") as f:
             f.write(json.dumps(meta, indent=2, sort_keys=True).encode())
+        for name in stale:  # compacted: meta.json no longer points at them
+            (path / name).unlink(missing_ok=True)
+        self._saved_to, self._shards = path.resolve(), shards
         return path
+
+    def _write_segments(self, file: Path, lo: int, hi: int) -> None:
+        with _atomic(file) as f:
+            np.savez(f, observations=self.observations[lo:hi], actions=self.actions[lo:hi],
+                     true_rewards=self.true_rewards[lo:hi])
 
     @classmethod
     def load(cls, path: str | Path, capacity: int | None = None) -> PreferenceDataset:
@@ -163,8 +196,15 @@ class PreferenceDataset:
             raise ValueError(f"{path} has preference format_version {version}; this Themis reads "
                              f"versions up to {FORMAT_VERSION}: upgrade Themis to load it")
         n = int(meta["num_pairs"])
-        with np.load(path / "segments.npz", allow_pickle=False) as arrays:
-            obs, act, true = (arrays[k][:n] for k in ("observations", "actions", "true_rewards"))
+        parts: dict[str, list[np.ndarray]] = {"observations": [], "actions": [],
+                                              "true_rewards": []}
+        for name, lo, hi in meta.get("shards") or [("segments.npz", 0, n)]:
+            if lo >= n and parts["observations"]:
+                break
+            with np.load(path / name, allow_pickle=False) as arrays:
+                for key, chunks in parts.items():
+                    chunks.append(arrays[key][: min(hi, n) - lo])
+        obs, act, true = (np.concatenate(parts[k]) for k in parts)
         labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str},
                              keep_default_na=False).iloc[:n]
         if len(obs) < n or len(labels) < n:
@@ -176,6 +216,8 @@ class PreferenceDataset:
         data.observations[:n], data.actions[:n], data.true_rewards[:n] = obs, act, true
         data.labels[:n] = labels["label"].to_numpy(np.float32)
         data.labelers[:n] = labels["labeler"].to_numpy(object)
+        if "timestamp" in labels:
+            data.timestamps[:n] = pd.to_numeric(labels["timestamp"], errors="coerce").to_numpy()
         data.size = n
         return data
 
@@ -199,6 +241,7 @@ class PreferenceDataset:
         self.true_rewards[sl] = other.true_rewards[:n]
         self.labels[sl] = other.labels[:n]
         self.labelers[sl] = other.labelers[:n]
+        self.timestamps[sl] = other.timestamps[:n]
         self.size += n
         self._tensors = None
 

@@ -1,0 +1,260 @@
+"""Human teacher in the terminal: query clips as video, one key per answer.
+
+With ``human_teacher=true`` the Workspace hands each feedback round's queries to
+:class:`TerminalTeacher`. For every query it writes the two segments as one side-by-side clip
+(:func:`side_by_side`, :func:`write_clip`: left = segment 1, right = segment 2), shows it
+(:func:`open_clip`) and reads one key (:class:`KeyReader`). Every answer is handed to a callback
+the moment it is given, which appends it to the run's preference store on disk, so Ctrl-C, a
+crash or ``q`` loses no label.
+
+Extending: subclass :class:`TerminalTeacher` and override :meth:`TerminalTeacher.show` (another
+viewer) or :meth:`TerminalTeacher.prompt` (other keys); ``KEYS`` maps keys to actions.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import cv2
+import numpy as np
+from termcolor import colored
+
+LEFT, RIGHT, EQUAL = 0.0, 1.0, 0.5
+"""Preference labels (B-Pref): 0 = segment 1 (left) better, 1 = segment 2 (right), 0.5 equal."""
+
+KEYS: dict[str, str] = {
+    "1": "left", "l": "left", "L": "left",
+    "2": "right", "R": "right",
+    "0": "equal", "e": "equal", "E": "equal",
+    "s": "skip", "S": "skip", "\n": "skip", "\r": "skip",
+    "r": "replay",
+    "?": "help", "h": "help",
+    "q": "quit", "Q": "quit",
+}
+"""Key -> action of the labeling prompt (``r`` replays, ``R`` means right)."""
+
+LABELS = {"left": LEFT, "right": RIGHT, "equal": EQUAL}
+HELP = ("1/L left better · 2/R right better · 0/E equally good · s/Enter can't tell (skip) · "
+        "r replay · ? help · q stop labeling this round")
+
+GAP = 8  # pixels between the two clips
+BANNER = 24  # pixels of caption above the clips
+
+
+# ---------------------------------------------------------------------------- clips
+def side_by_side(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """One clip showing two segments next to each other, captioned "1" and "2" with a frame
+    counter.
+
+    Shapes: ``left``, ``right`` ``(T, h, w, 3)`` uint8 -> ``(T, h', 2 w + 8, 3)`` uint8 with
+    ``h' = h + 24`` rounded up to even (H.264 needs even sizes; the width is padded likewise).
+
+    Raises:
+        ValueError: the two segments differ in shape.
+    """
+    if left.shape != right.shape or left.ndim != 4:
+        raise ValueError(f"segments must have equal (T, h, w, 3) shapes, got {left.shape} and "
+                         f"{right.shape}")
+    steps, h, w, _ = left.shape
+    height = h + BANNER + (h + BANNER) % 2
+    width = 2 * w + GAP + (2 * w + GAP) % 2
+    out = np.full((steps, height, width, 3), 255, dtype=np.uint8)
+    out[:, BANNER:BANNER + h, :w] = left
+    out[:, BANNER:BANNER + h, w + GAP:2 * w + GAP] = right
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.6
+    for t in range(steps):
+        frame = out[t]
+        cv2.putText(frame, "1", (4, 18), font, scale, (200, 30, 30), 2, cv2.LINE_AA)
+        cv2.putText(frame, "2", (w + GAP + 4, 18), font, scale, (30, 30, 200), 2, cv2.LINE_AA)
+        cv2.putText(frame, f"{t + 1}/{steps}", (width // 2 - 24, 18), font, 0.45, (0, 0, 0), 1,
+                    cv2.LINE_AA)
+    return out
+
+
+def write_clip(frames: np.ndarray, path: str | Path, fps: int = 20) -> Path:
+    """Write frames as an mp4 (H.264 through the ffmpeg that imageio-ffmpeg bundles, via
+    moviepy); if that fails, as a gif beside it.
+
+    Shapes: ``frames (T, H, W, 3)`` uint8 with even ``H`` and ``W``.
+
+    Returns:
+        The file written (``path``, or ``path`` with suffix ``.gif``).
+    """
+    from moviepy import ImageSequenceClip
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clip = ImageSequenceClip(list(frames), fps=fps)
+    try:
+        clip.write_videofile(str(path), codec="libx264", audio=False, logger=None,
+                             ffmpeg_params=["-pix_fmt", "yuv420p"])
+        return path
+    except Exception:  # no ffmpeg or no H.264 encoder: fall back to a gif
+        gif = path.with_suffix(".gif")
+        clip.write_gif(str(gif), fps=fps, logger=None)
+        return gif
+
+
+def has_display() -> bool:
+    """Whether a window can be opened (macOS, Windows, or an X11/Wayland display)."""
+    if platform.system() in ("Darwin", "Windows"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def open_clip(path: Path, viewer: str = "auto") -> bool:
+    """Open a clip in the system's viewer (``viewer`` = ``system``, or ``auto`` when a display
+    exists); ``none`` never opens one. Returns whether a viewer was started."""
+    if viewer == "none" or (viewer == "auto" and not has_display()):
+        return False
+    system = platform.system()
+    if system == "Windows":
+        os.startfile(str(path))  # type: ignore[attr-defined]
+        return True
+    opener = "open" if system == "Darwin" else shutil.which("xdg-open")
+    if not opener:
+        return False
+    subprocess.Popen([opener, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return True
+
+
+# ---------------------------------------------------------------------------- input
+class KeyReader:
+    """Reads one answer at a time from the person.
+
+    On a terminal it reads a single key without Enter (cbreak mode, restored afterwards). With
+    ``piped=True`` (answers piped on purpose, e.g. ``printf '1\\n2\\n' | ...``) it reads one
+    line per answer and uses its first character (an empty line is Enter = skip).
+    End of input reads as ``q``.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, piped: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stdin
+        self.piped = piped
+
+    def read(self) -> str:
+        if self.piped:
+            line = self.stream.readline()
+            if not line:
+                return "q"
+            return line.rstrip("\r\n")[:1] or "\n"
+        import termios
+        import tty
+
+        fd = self.stream.fileno()
+        saved = termios.tcgetattr(fd)
+        try:
+            tty.setcbreak(fd)
+            key = os.read(fd, 1).decode(errors="replace")
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        return key or "q"
+
+
+# ---------------------------------------------------------------------------- teacher
+@dataclass
+class RoundAnswers:
+    """What the person did in one round: the first ``asked`` queries were shown; of those,
+    ``keep[i]`` says whether query ``i`` got a label (not skipped) and ``labels[i]`` is it."""
+
+    asked: int = 0
+    keep: list[bool] = field(default_factory=list)
+    labels: list[float] = field(default_factory=list)
+    stopped: bool = False
+
+
+class TerminalTeacher:
+    """Asks a person to compare query clips in the terminal (Christiano et al. 2017's human
+    labeling, with B-Pref's label convention).
+
+    Args:
+        clip_dir: where clips go (``query_000123.mp4``; numbered across the run).
+        reader: where answers come from.
+        viewer: ``auto``, ``system`` or ``none`` (see :func:`open_clip`).
+        fps: clip frame rate.
+        out: where prompts are printed.
+        first_query: number of the next clip (continues after a resume).
+    """
+
+    def __init__(self, clip_dir: Path, reader: KeyReader, viewer: str = "auto", fps: int = 20,
+                 out: IO[str] | None = None, first_query: int = 0) -> None:
+        self.clip_dir = Path(clip_dir)
+        self.reader = reader
+        self.viewer = viewer
+        self.fps = fps
+        self.out = out if out is not None else sys.stdout
+        self.query_number = first_query
+        self.answered = 0
+        self.skipped = 0
+
+    def say(self, text: str, color: str | None = None, end: str = "\n") -> None:
+        self.out.write((colored(text, color) if color else text) + end)
+        self.out.flush()
+
+    def show(self, path: Path) -> None:
+        """Show a clip: open the viewer if possible; always print the path."""
+        opened = open_clip(path, self.viewer)
+        self.say(f"  clip: {path}" + ("" if opened else "  (open it to watch)"), "white")
+
+    def prompt(self, index: int, total: int, header: str) -> str:
+        """Print the prompt line for query ``index`` of ``total`` and read one key."""
+        self.say(f"[query {self.query_number} · {index + 1}/{total} this round · {header} · "
+                 f"answered {self.answered}, skipped {self.skipped}] which is better? "
+                 "1/L left, 2/R right, 0/E equal, s skip, r replay, ? help, q stop: ",
+                 "cyan", end="")
+        key = self.reader.read()
+        self.say(repr(key) if key in ("\n", "\r") else key)
+        return key
+
+    def ask(self, frames: np.ndarray, on_answer: Callable[[int, float | None], None],
+            header: str = "") -> RoundAnswers:
+        """Show each query's clip and read the person's answer.
+
+        Args:
+            frames: ``(n, 2, T, h, w, 3)`` uint8 frames of the ``n`` queries' segments.
+            on_answer: called with ``(query index, label)`` the moment an answer is given
+                (label ``None`` = skipped); it must make the answer durable.
+            header: totals shown in the prompt (round, queries so far).
+
+        Returns:
+            :class:`RoundAnswers` for the queries asked before the person pressed ``q`` (or
+            input ended).
+        """
+        result = RoundAnswers()
+        n = len(frames)
+        for i in range(n):
+            clip = write_clip(side_by_side(frames[i, 0], frames[i, 1]),
+                              self.clip_dir / f"query_{self.query_number:06d}.mp4", self.fps)
+            self.show(clip)
+            while True:
+                action = KEYS.get(self.prompt(i, n, header))
+                if action == "replay":
+                    self.show(clip)
+                elif action == "quit":
+                    self.say(f"labeling stopped for this round ({n - i} queries not asked)",
+                             "yellow")
+                    result.stopped = True
+                    return result
+                elif action in LABELS or action == "skip":
+                    break
+                else:  # help or an unknown key: never a crash, just the keys again
+                    self.say(HELP, "yellow")
+            label = LABELS.get(action or "")
+            on_answer(i, label)
+            result.asked += 1
+            result.keep.append(label is not None)
+            result.labels.append(label if label is not None else EQUAL)
+            if label is None:
+                self.skipped += 1
+            else:
+                self.answered += 1
+            self.query_number += 1
+        return result
