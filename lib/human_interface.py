@@ -88,13 +88,19 @@ def write_clip(frames: np.ndarray, path: str | Path, fps: int = 20) -> Path:
     Returns:
         The file written (``path``, or ``path`` with suffix ``.gif``).
     """
-    from moviepy import ImageSequenceClip
+    from moviepy import VideoClip
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    clip = ImageSequenceClip(list(frames), fps=fps)
+    # Frame k is shown at t = k / fps. moviepy's ImageSequenceClip finds the frame of a time
+    # through float sums and repeats/drops frames (8 frames at 20 fps came out as 7); rounding
+    # t * fps picks each frame exactly once, and half a frame more of duration makes the
+    # writer emit exactly len(frames) frames.
+    last = len(frames) - 1
+    clip = VideoClip(frame_function=lambda t: frames[min(last, int(round(t * fps)))],
+                     duration=(len(frames) + 0.5) / fps)
     try:
-        clip.write_videofile(str(path), codec="libx264", audio=False, logger=None,
+        clip.write_videofile(str(path), fps=fps, codec="libx264", audio=False, logger=None,
                              ffmpeg_params=["-pix_fmt", "yuv420p"])
         return path
     except Exception:  # no ffmpeg or no H.264 encoder: fall back to a gif

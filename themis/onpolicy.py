@@ -31,6 +31,7 @@ from themis.agents import PPO
 from themis.agents.ppo import Rollout
 from themis.buffers import ReplayBuffer
 from themis.envs import make_env
+from themis.frames import FrameStore
 from themis.intrinsic import knn_distance
 from themis.utils import ConfigError, eval_mode
 from themis.workspace import Workspace
@@ -53,21 +54,28 @@ class _EpisodeStaging:
         self.obs: list[np.ndarray] = []
         self.actions: list[np.ndarray] = []
         self.rewards: list[float] = []
+        self.frames: list[np.ndarray] = []  # only when a person watches clips
 
-    def append(self, obs: np.ndarray, action: np.ndarray, reward: float) -> None:
+    def append(self, obs: np.ndarray, action: np.ndarray, reward: float,
+               frame: np.ndarray | None = None) -> None:
         self.obs.append(obs)
         self.actions.append(action)
         self.rewards.append(reward)
+        if frame is not None:
+            self.frames.append(frame)
         self.episode_return += reward
 
-    def flush(self, buffer: ReplayBuffer, terminated: bool = False) -> None:
-        """Move the staged steps into ``buffer``; ``terminated``: the last one ended the
-        episode (its ``not_done`` is 0)."""
+    def flush(self, buffer: ReplayBuffer, terminated: bool = False,
+              frames: FrameStore | None = None) -> None:
+        """Move the staged steps into ``buffer`` (and their frames into ``frames``);
+        ``terminated``: the last one ended the episode (its ``not_done`` is 0)."""
         last = len(self.obs) - 1
         for i, (o, a, r) in enumerate(zip(self.obs, self.actions, self.rewards, strict=True)):
+            if frames is not None:
+                frames.add(buffer.ptr, self.frames[i])
             buffer.add(o, a, 0.0, o, terminated and i == last, self.episode, self.t + i, r)
         self.t += len(self.obs)
-        self.obs, self.actions, self.rewards = [], [], []
+        self.obs, self.actions, self.rewards, self.frames = [], [], [], []
 
 
 class OnPolicyWorkspace(Workspace):
@@ -124,7 +132,9 @@ class OnPolicyWorkspace(Workspace):
         cfg = self.cfg
 
         def thunk(i: int) -> Any:
-            return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, **cfg.env_kwargs)
+            return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i,
+                                    render_mode="rgb_array" if cfg.human_teacher else None,
+                                    **cfg.env_kwargs)
 
         return gym.vector.SyncVectorEnv([thunk(i) for i in range(cfg.ppo.num_envs)],
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -145,6 +155,8 @@ class OnPolicyWorkspace(Workspace):
         envs = self.make_vector_env()
         n_envs, horizon = ppo.num_envs, ppo.num_steps
         obs, _ = envs.reset(seed=[cfg.seed + self.episode + i for i in range(n_envs)])
+        # frames of the current observations, when a person watches clips
+        frames: Any = envs.call("render") if self.frames is not None else [None] * n_envs
         staging = [_EpisodeStaging(self.new_episode_id()) for _ in range(n_envs)]
         eye = np.eye(self.action_dim, dtype=np.float32)
         rollout_obs = np.zeros((horizon, n_envs, *self.obs_shape), dtype=self.obs_dtype)
@@ -171,19 +183,21 @@ class OnPolicyWorkspace(Workspace):
                     final = np.stack([info["final_obs"][i] for i in np.flatnonzero(cut)])
                     bootstrap[t, cut] = self.agent.value(final)
                 for i in range(n_envs):
-                    staging[i].append(obs[i], eye[act[i]], float(reward[i]))
+                    staging[i].append(obs[i], eye[act[i]], float(reward[i]), frames[i])
                     if terminated[i] or truncated[i]:
                         self.finish_episode(staging[i], bool(terminated[i]),
                                             time.time() - start_time)
                         staging[i] = _EpisodeStaging(self.new_episode_id())
                 obs = next_obs
+                if self.frames is not None:  # after an autoreset: the new episode's first frame
+                    frames = envs.call("render")
                 self.step += n_envs
                 self.interact_count += n_envs
             for stage in staging:  # unfinished episodes: this rollout's steps to the store
-                stage.flush(self.buffer)
+                stage.flush(self.buffer, frames=self.frames)
             # ---------------------------------------------------- rewards and update
             phase = self.phase
-            if phase == "unsup":
+            if phase in ("unsup", "collect"):  # collect_prefs_only keeps exploring
                 rewards = self.intrinsic_rewards(rollout_obs)
             elif phase == "reward":
                 rewards = self.learned_rewards(rollout_obs, actions)
@@ -233,7 +247,7 @@ class OnPolicyWorkspace(Workspace):
 
     def finish_episode(self, stage: _EpisodeStaging, terminated: bool, duration: float) -> None:
         """Move the rest of a finished episode into the episode store and log its true return."""
-        stage.flush(self.buffer, terminated)
+        stage.flush(self.buffer, terminated, self.frames)
         length, ret = stage.t, stage.episode_return
         self.last_episode_reward = ret
         self.recent_returns.append(ret)

@@ -162,7 +162,11 @@ class Workspace:
             try:
                 resume_state, path = load_checkpoint(self.run_dir / "checkpoints", self.device)
             except CheckpointError as e:
-                raise ConfigError(f"resume: {e}") from None
+                prefs = self.run_dir / "preferences"
+                hint = (f"; the labels given so far are in {prefs}: start a new run with "
+                        f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() \
+                    else ""
+                raise ConfigError(f"resume: {e}{hint}") from None
             if resume_state.get("env") != self.env_id:
                 raise ConfigError(f"resume: the checkpoint {path} is for env="
                                   f"{resume_state.get('env')}, not {self.env_id}")
