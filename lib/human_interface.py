@@ -97,7 +97,7 @@ def write_clip(frames: np.ndarray, path: str | Path, fps: int = 20) -> Path:
     # t * fps picks each frame exactly once, and half a frame more of duration makes the
     # writer emit exactly len(frames) frames.
     last = len(frames) - 1
-    clip = VideoClip(frame_function=lambda t: frames[min(last, int(round(t * fps)))],
+    clip = VideoClip(frame_function=lambda t: frames[min(last, int(np.rint(t * fps)))],
                      duration=(len(frames) + 0.5) / fps)
     try:
         clip.write_videofile(str(path), fps=fps, codec="libx264", audio=False, logger=None,
