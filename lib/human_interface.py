@@ -50,25 +50,40 @@ BANNER = 24  # pixels of caption above the clips
 
 
 # ---------------------------------------------------------------------------- clips
-def side_by_side(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+def side_by_side(left: np.ndarray, right: np.ndarray, left_panel: np.ndarray | None = None,
+                 right_panel: np.ndarray | None = None) -> np.ndarray:
     """One clip showing two segments next to each other, captioned "1" and "2" with a frame
-    counter.
+    counter, and optional explanation panels under each side.
 
-    Shapes: ``left``, ``right`` ``(T, h, w, 3)`` uint8 -> ``(T, h', 2 w + 8, 3)`` uint8 with
-    ``h' = h + 24`` rounded up to even (H.264 needs even sizes; the width is padded likewise).
+    Shapes: ``left``, ``right`` ``(T, h, w, 3)`` uint8; panels ``(T, p, w, 3)`` -> ``(T, h', 2 w
+    + 8, 3)`` uint8 with ``h' = 24 + h + p`` rounded up to even (H.264 needs even sizes; the
+    width is padded likewise).
 
     Raises:
-        ValueError: the two segments differ in shape.
+        ValueError: the segments (or the panels) differ in shape, or a panel's width or length
+            does not match its segment.
     """
     if left.shape != right.shape or left.ndim != 4:
         raise ValueError(f"segments must have equal (T, h, w, 3) shapes, got {left.shape} and "
                          f"{right.shape}")
     steps, h, w, _ = left.shape
-    height = h + BANNER + (h + BANNER) % 2
+    panel_h = 0
+    if left_panel is not None or right_panel is not None:
+        if left_panel is None or right_panel is None or left_panel.shape != right_panel.shape \
+                or left_panel.shape[0] != steps or left_panel.shape[2] != w:
+            raise ValueError(f"panels must both be (T={steps}, p, w={w}, 3), got "
+                             f"{None if left_panel is None else left_panel.shape} and "
+                             f"{None if right_panel is None else right_panel.shape}")
+        panel_h = left_panel.shape[1]
+    height = BANNER + h + panel_h
+    height += height % 2
     width = 2 * w + GAP + (2 * w + GAP) % 2
     out = np.full((steps, height, width, 3), 255, dtype=np.uint8)
     out[:, BANNER:BANNER + h, :w] = left
     out[:, BANNER:BANNER + h, w + GAP:2 * w + GAP] = right
+    if left_panel is not None and right_panel is not None:
+        out[:, BANNER + h:BANNER + h + panel_h, :w] = left_panel
+        out[:, BANNER + h:BANNER + h + panel_h, w + GAP:2 * w + GAP] = right_panel
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.6
     for t in range(steps):
         frame = out[t]
@@ -221,7 +236,9 @@ class TerminalTeacher:
         return key
 
     def ask(self, frames: np.ndarray, on_answer: Callable[[int, float | None], None],
-            header: str = "") -> RoundAnswers:
+            header: str = "",
+            panels: Callable[[int, Path], tuple[np.ndarray, np.ndarray]] | None = None
+            ) -> RoundAnswers:
         """Show each query's clip and read the person's answer.
 
         Args:
@@ -229,6 +246,8 @@ class TerminalTeacher:
             on_answer: called with ``(query index, label)`` the moment an answer is given
                 (label ``None`` = skipped); it must make the answer durable.
             header: totals shown in the prompt (round, queries so far).
+            panels: optional ``(query index, clip path) -> (left panel, right panel)``:
+                explanation panels drawn under each side (see :mod:`lib.explain`).
 
         Returns:
             :class:`RoundAnswers` for the queries asked before the person pressed ``q`` (or
@@ -237,8 +256,9 @@ class TerminalTeacher:
         result = RoundAnswers()
         n = len(frames)
         for i in range(n):
-            clip = write_clip(side_by_side(frames[i, 0], frames[i, 1]),
-                              self.clip_dir / f"query_{self.query_number:06d}.mp4", self.fps)
+            path = self.clip_dir / f"query_{self.query_number:06d}.mp4"
+            extra = panels(i, path) if panels is not None else (None, None)
+            clip = write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path, self.fps)
             self.show(clip)
             while True:
                 action = KEYS.get(self.prompt(i, n, header))

@@ -107,7 +107,20 @@ class TrainConfig:
     """Ask for labels and train the reward model, but keep the agent on the intrinsic
     (state-entropy) reward: collect preferences now, train an agent on them later (prefs_path)."""
     xplain_action: bool = False
+    """Captum attributions of the policy's action, drawn under each query clip."""
     xplain_state: bool = False
+    """Captum attributions of the learned reward r̂(s, a), drawn under each query clip."""
+    xplain_method: str = "integrated_gradients"
+    """integrated_gradients, saliency or gradient_shap (lib/explain.py METHODS)."""
+    xplain_baseline: str = "zeros"
+    """Baseline of integrated_gradients (and saliency's unused one): zeros or mean (replay-buffer
+    mean); gradient_shap always draws baselines from the replay buffer."""
+    xplain_action_dim: int = -1
+    """SAC: the action dimension explained, or -1 for the norm of the mean action."""
+    xplain_top_k: int = 5
+    """Features shown per frame in vector-observation panels."""
+    xplain_clips_per_round: int = 4
+    """Synthetic teachers: explained clips saved per feedback round (a person sees every one)."""
 
     # --- evaluation, logging, snapshots
     eval_frequency: int = 10_000
@@ -190,23 +203,24 @@ def validate(cfg: Any) -> None:
                                 cfg.teacher_eps_skip, cfg.teacher_eps_equal)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("xplain_action", "xplain_state"):
-        if getattr(cfg, key):
-            raise ConfigError(f"{key}=true is not supported yet; set {key}=false")
-    for key in ("human_frame_size", "human_frame_capacity", "clip_fps"):
+    for key in ("human_frame_size", "human_frame_capacity", "clip_fps", "xplain_top_k"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     if cfg.human_viewer not in ("auto", "system", "none"):
         raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
-    for key in ("human_teacher", "collect_prefs_only"):
+    if cfg.xplain_baseline not in ("zeros", "mean"):
+        raise ConfigError(f"xplain_baseline={cfg.xplain_baseline} is unknown; use zeros or mean")
+    if cfg.xplain_clips_per_round < 0:
+        raise ConfigError(f"xplain_clips_per_round={cfg.xplain_clips_per_round} must be >= 0")
+    for key in ("human_teacher", "collect_prefs_only", "xplain_action", "xplain_state"):
         if getattr(cfg, key) and not cfg.learn_reward:
             raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
                               "for a learned reward)")
-    if cfg.human_teacher:
+    if cfg.human_teacher or cfg.xplain_action or cfg.xplain_state:
         if cfg.human_frame_capacity < cfg.segment:
             raise ConfigError(f"human_frame_capacity={cfg.human_frame_capacity} is smaller than "
                               f"segment={cfg.segment}: no clip could be shown")
-        if not cfg.human_piped and not sys.stdin.isatty():
+        if cfg.human_teacher and not cfg.human_piped and not sys.stdin.isatty():
             raise ConfigError("human_teacher=true needs a terminal, but stdin is not a TTY; run "
                               "it in a terminal, or pipe answers on purpose with "
                               "human_piped=true")

@@ -133,7 +133,7 @@ class OnPolicyWorkspace(Workspace):
 
         def thunk(i: int) -> Any:
             return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i,
-                                    render_mode="rgb_array" if cfg.human_teacher else None,
+                                    render_mode="rgb_array" if self.needs_frames else None,
                                     **cfg.env_kwargs)
 
         return gym.vector.SyncVectorEnv([thunk(i) for i in range(cfg.ppo.num_envs)],

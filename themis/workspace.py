@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import getpass
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,10 @@ class Workspace:
 
         # --- environments
         # a person watches clips: render every step (frames kept for the recent steps only)
-        render_mode = "rgb_array" if cfg.human_teacher else None
+        self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
+        render_mode = "rgb_array" if self.needs_frames else None
         self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed, render_mode=render_mode,
-                            **cfg.env_kwargs)
+                            render_size=cfg.human_frame_size, **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
@@ -136,10 +138,18 @@ class Workspace:
                                             rng=np.random.default_rng(cfg.seed + 2))
         self.frames: FrameStore | None = None
         self.human: Any = None  # lib.human_interface.TerminalTeacher when a person labels
-        if cfg.human_teacher:
+        self.clips_saved = 0  # explained clips of synthetic teachers' queries
+        if self.needs_frames:
             self.frames = FrameStore(cfg.human_frame_capacity, self.buffer.capacity,
                                      cfg.human_frame_size)
+        if cfg.human_teacher:
             self.human = self.make_human_teacher()
+        if cfg.xplain_action or cfg.xplain_state:
+            from lib.explain import METHODS
+
+            if cfg.xplain_method not in METHODS:
+                raise ConfigError(f"xplain_method={cfg.xplain_method} is unknown; use one of "
+                                  f"{', '.join(METHODS)} (or register one in lib/explain.py)")
 
         # --- counters and logs
         self.step = 0
@@ -427,6 +437,9 @@ class Workspace:
         else:
             keep, labels = self.teacher.label(queries.true_rewards[:, 0],
                                               queries.true_rewards[:, 1])
+            if cfg.xplain_action or cfg.xplain_state:
+                self.save_explained_clips(queries.take(np.arange(
+                    min(len(queries), cfg.xplain_clips_per_round))))
         rewards_1, rewards_2 = queries.true_rewards[:, 0], queries.true_rewards[:, 1]
         answered = queries.take(keep)
         self.total_feedback += len(queries)  # skipped queries count, as in B-Pref
@@ -471,10 +484,7 @@ class Workspace:
             The queries actually asked (the person may stop the round with ``q``), the mask
             of those answered (not skipped) and their labels.
         """
-        assert self.frames is not None
-        horizon = queries.observations.shape[2]
-        slots = (queries.starts[..., None] + np.arange(horizon)) % self.buffer.capacity
-        frames = self.frames.get(slots)  # (n, 2, H, h, w, 3)
+        frames = self.query_frames(queries)  # (n, 2, H, h, w, 3)
         labeler = self.teacher_description()
         folder = self.run_dir / "preferences"
 
@@ -486,11 +496,65 @@ class Workspace:
 
         header = (f"round {self.feedback_rounds + 1}, {self.total_feedback} of "
                   f"{self.cfg.max_feedback} queries asked before it")
-        result = self.human.ask(frames, record, header)
+        panels = self.explain_panels(queries, frames) \
+            if self.cfg.xplain_action or self.cfg.xplain_state else None
+        result = self.human.ask(frames, record, header, panels)
         asked = queries.take(np.arange(result.asked))
         keep = np.array(result.keep, dtype=bool)
         labels = np.array(result.labels, dtype=np.float32)[keep]
         return asked, keep, labels
+
+    def query_frames(self, queries: SegmentPairs) -> np.ndarray:
+        """Stored frames of the queries' segments, ``(n, 2, H, h, w, 3)`` uint8."""
+        assert self.frames is not None
+        horizon = queries.observations.shape[2]
+        slots = (queries.starts[..., None] + np.arange(horizon)) % self.buffer.capacity
+        return self.frames.get(slots)
+
+    def explain_panels(self, queries: SegmentPairs, frames: np.ndarray
+                       ) -> Callable[[int, Path], tuple[np.ndarray, np.ndarray]]:
+        """``(query index, clip path) -> (left panel, right panel)`` with the Captum
+        explanations of ``lib/explain.py``; also saves the clip's summary PNGs beside it."""
+        from lib.explain import Explainer, action_forward, feature_names, reward_forward
+
+        cfg = self.cfg
+        idx = self.rng.integers(0, len(self.buffer), size=64)
+        explainer = Explainer(
+            cfg.xplain_method, self.obs_shape, self.buffer.obs[idx], self.buffer.actions[idx],
+            cfg.xplain_baseline,
+            action_forward(self.agent, self.discrete, cfg.xplain_action_dim)
+            if cfg.xplain_action else None,
+            reward_forward(self.reward_model) if cfg.xplain_state else None,
+            discrete=self.discrete,
+            names=feature_names(self.env, self.obs_dim) if self.obs_kind == "vector" else (),
+            top_k=cfg.xplain_top_k, device=self.device)
+        height, width = frames.shape[3:5]
+
+        def panels(i: int, clip: Path) -> tuple[np.ndarray, np.ndarray]:
+            attributions = [explainer.explain(queries.observations[i, s], queries.actions[i, s])
+                            for s in (0, 1)]
+            explainer.summaries(attributions, clip.with_suffix(""))
+            left, right = (explainer.panel(queries.observations[i, s], attributions[s], width,
+                                           height) for s in (0, 1))
+            return left, right
+
+        return panels
+
+    def save_explained_clips(self, queries: SegmentPairs) -> None:
+        """Synthetic teachers: write the queries' clips with explanation panels and summary
+        PNGs to ``queries/`` for inspection (no person watches them)."""
+        from lib.human_interface import side_by_side, write_clip
+
+        if not len(queries):
+            return
+        frames = self.query_frames(queries)
+        panels = self.explain_panels(queries, frames)
+        for i in range(len(queries)):
+            path = self.run_dir / "queries" / f"query_{self.clips_saved:06d}.mp4"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_clip(side_by_side(frames[i, 0], frames[i, 1], *panels(i, path)), path,
+                       self.cfg.clip_fps)
+            self.clips_saved += 1
 
     def query_pool_start(self) -> int:
         """Smallest episode number queries may come from (the last ``query_pool_episodes``)."""
@@ -725,6 +789,8 @@ class Workspace:
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()
+        for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
+            env.close()
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
             method = "PEBBLE" if self.cfg.learn_reward else "SAC, true reward"

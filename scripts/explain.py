@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""Explain a finished run: clips of its saved agent with Captum panels of the action and reward.
+
+    python scripts/explain.py RUN_DIR                       # 4 clips, integrated gradients
+    python scripts/explain.py RUN_DIR --clips 8 --method gradient_shap --steps 3000
+    python scripts/explain.py RUN_DIR --no-action           # only the learned reward
+
+Loads ``RUN_DIR/config.yaml``, ``checkpoints/agent.pt`` and ``checkpoints/reward_model.pt``,
+rolls out the agent (sampling its policy) for ``--steps`` steps while rendering frames, cuts
+``--clips`` random pairs of segments and writes them as side-by-side clips with explanation
+panels and summary PNGs (see ``lib/explain.py``) to ``RUN_DIR/explanations/queries/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from themis.config import TrainConfig  # noqa: E402
+from themis.reward import load_reward_model  # noqa: E402
+from themis.utils import ConfigError, eval_mode  # noqa: E402
+from themis.workspace import make_workspace  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--clips", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2000, help="env steps rolled out")
+    parser.add_argument("--method", default=None, help="xplain_method (default: the run's)")
+    parser.add_argument("--no-action", action="store_true", help="skip the policy's action")
+    parser.add_argument("--no-reward", action="store_true", help="skip the learned reward")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    run = args.run_dir
+    ckpt = run / "checkpoints"
+    for needed in (run / "config.yaml", ckpt / "agent.pt"):
+        if not needed.is_file():
+            print(f"explain: error: {needed} not found; point at a Themis run dir",
+                  file=sys.stderr)
+            return 2
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(run / "config.yaml"))
+    explain_reward = not args.no_reward and (ckpt / "reward_model.pt").is_file()
+    cfg.xplain_action, cfg.xplain_state = not args.no_action, explain_reward
+    if not (cfg.xplain_action or cfg.xplain_state):
+        print("explain: error: nothing to explain (no reward model, and --no-action)",
+              file=sys.stderr)
+        return 2
+    cfg.learn_reward = True  # explanations hang off the reward-learning machinery
+    cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    cfg.seed = args.seed
+    cfg.replay_buffer_capacity = args.steps
+    cfg.human_frame_capacity = args.steps
+    if args.method:
+        cfg.xplain_method = args.method
+    try:
+        ws = make_workspace(cfg, run / "explanations")
+    except ConfigError as e:
+        print(f"explain: error: {e}", file=sys.stderr)
+        return 2
+    ws.agent.load_state_dict(torch.load(ckpt / "agent.pt", map_location=ws.device,
+                                        weights_only=False)["agent"])
+    if explain_reward:
+        ws.reward_model = load_reward_model(ckpt / "reward_model.pt", ws.device)
+
+    # --- roll out the saved agent, keeping every frame
+    assert ws.frames is not None
+    env, rng = ws.env, np.random.default_rng(args.seed)
+    obs, _ = env.reset(seed=args.seed)
+    frame, episode, t = env.render(), 0, 0
+    eye = np.eye(ws.action_dim, dtype=np.float32)
+    for _ in range(args.steps):
+        with eval_mode(ws.agent.actor):
+            action = ws.agent.act(obs, sample=True)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        stored = eye[action] if ws.discrete else action
+        ws.frames.add(ws.buffer.ptr, frame)
+        ws.buffer.add(obs, stored, 0.0, next_obs, terminated, episode, t, float(reward))
+        obs, frame, t = next_obs, env.render(), t + 1
+        if terminated or truncated:
+            obs, _ = env.reset()
+            frame, episode, t = env.render(), episode + 1, 0
+    queries = ws.buffer.sample_segment_pairs(args.clips, cfg.segment, rng,
+                                             usable=ws.frames.has)
+    ws.save_explained_clips(queries)
+    out = ws.run_dir / "queries"
+    print(f"{len(queries)} explained clips ({cfg.xplain_method}) in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
