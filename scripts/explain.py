@@ -21,13 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
-from themis.config import TrainConfig  # noqa: E402
-from themis.reward import load_reward_model  # noqa: E402
+from themis.inspection import load_run  # noqa: E402
 from themis.utils import ConfigError, eval_mode  # noqa: E402
-from themis.workspace import make_workspace  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,35 +38,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     run = args.run_dir
-    ckpt = run / "checkpoints"
-    for needed in (run / "config.yaml", ckpt / "agent.pt"):
-        if not needed.is_file():
-            print(f"explain: error: {needed} not found; point at a Themis run dir",
-                  file=sys.stderr)
-            return 2
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(run / "config.yaml"))
-    explain_reward = not args.no_reward and (ckpt / "reward_model.pt").is_file()
-    cfg.xplain_action, cfg.xplain_state = not args.no_action, explain_reward
-    if not (cfg.xplain_action or cfg.xplain_state):
+    overrides = {"xplain_action": not args.no_action,
+                 "xplain_state": not args.no_reward
+                 and (run / "checkpoints" / "reward_model.pt").is_file(),
+                 "learn_reward": True,  # explanations hang off the reward-learning machinery
+                 "seed": args.seed, "replay_buffer_capacity": args.steps,
+                 "human_frame_capacity": args.steps}
+    if args.method:
+        overrides["xplain_method"] = args.method
+    if not (overrides["xplain_action"] or overrides["xplain_state"]):
         print("explain: error: nothing to explain (no reward model, and --no-action)",
               file=sys.stderr)
         return 2
-    cfg.learn_reward = True  # explanations hang off the reward-learning machinery
-    cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
-    cfg.seed = args.seed
-    cfg.replay_buffer_capacity = args.steps
-    cfg.human_frame_capacity = args.steps
-    if args.method:
-        cfg.xplain_method = args.method
     try:
-        ws = make_workspace(cfg, run / "explanations")
-    except ConfigError as e:
+        ws = load_run(run, run / "explanations", **overrides)
+    except (FileNotFoundError, ConfigError) as e:
         print(f"explain: error: {e}", file=sys.stderr)
         return 2
-    ws.agent.load_state_dict(torch.load(ckpt / "agent.pt", map_location=ws.device,
-                                        weights_only=False)["agent"])
-    if explain_reward:
-        ws.reward_model = load_reward_model(ckpt / "reward_model.pt", ws.device)
+    cfg = ws.cfg
 
     # --- roll out the saved agent, keeping every frame
     assert ws.frames is not None

@@ -1,0 +1,43 @@
+#!/usr/bin/env python
+"""Look inside a run's learned reward and write a one-page report.
+
+    python scripts/inspect_reward.py RUN_DIR                 # RUN_DIR/report/report.md + PNGs
+    python scripts/inspect_reward.py RUN_DIR --episodes 3 --max-steps 500
+
+Reward curves of fresh episodes of the saved agent and of a random policy (true reward and the
+learned one, aligned by least squares, with Pearson/Spearman), gridworld heatmaps for
+MiniGrid/BabyAI, learning and reward-model curves, teacher statistics and links to the clips
+(see :mod:`themis.inspection`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from themis.inspection import inspect_run  # noqa: E402
+from themis.utils import ConfigError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--episodes", type=int, default=2, help="per policy (agent, random)")
+    parser.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        report = inspect_run(args.run_dir, args.episodes, args.max_steps, args.seed)
+    except (FileNotFoundError, ConfigError) as e:
+        print(f"inspect_reward: error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
