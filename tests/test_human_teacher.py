@@ -182,3 +182,39 @@ def test_piped_answers_label_minigrid_clips_for_ppo(tmp_path):
     assert labels["label"].tolist() == [0.0, 1.0, 0.5, 1.0, 0.0]  # the empty line skipped
     clip = run / "queries" / "query_000000.mp4"
     assert imageio_ffmpeg.count_frames_and_secs(str(clip))[0] == 8  # segment=8 in TINY_PPO
+
+
+@pytest.mark.slow
+def test_collect_prefs_only_asks_and_learns_but_never_relabels_the_agents_reward(compose,
+                                                                                  tmp_path):
+    from themis.workspace import make_workspace
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "collect_prefs_only=true"]), tmp_path)
+    ws.run()
+    ws.finish()
+    assert len(ws.dataset) == 30  # every round asked (max_feedback=30)
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert (rounds["epochs"] > 0).all()  # the reward model is trained each round
+    assert not ws.buffer.rewards[: len(ws.buffer)].any()  # the agent never got r̂
+    assert set(pd.read_csv(tmp_path / "train.csv")["phase"]) >= {"collect"}
+
+
+@pytest.mark.slow
+def test_saved_labels_train_the_reward_model_before_a_person_is_asked(tmp_path):
+    import subprocess
+
+    first = tmp_path / "first"
+    proc = subprocess.run([str(ROOT / "themis_train.sh"), *TINY_PENDULUM,
+                           f"hydra.run.dir={first}"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run(
+        [str(ROOT / "themis_train.sh"), *HUMAN_RUN, "human_piped=true", "max_feedback=4",
+         f"prefs_path={first / 'preferences'}", f"hydra.run.dir={tmp_path / 'second'}"],
+        input="1\n2\n1\n2\n", capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    trained = proc.stdout.index("reward model trained on 30 preferences from")
+    assert trained < proc.stdout.index(PROMPT)
+    labels = pd.read_csv(tmp_path / "second" / "preferences" / "labels.csv")
+    assert len(labels) == 34 and (labels["labeler"].iloc[30:] == "human:ann").all()
