@@ -74,6 +74,11 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["human_teacher=true", "human_piped=true", "human_frame_capacity=10"],
      "human_frame_capacity=10 is smaller than segment=50"),
     (["human_viewer=vlc"], "human_viewer=vlc is unknown"),
+    (["human_teacher=true", "teacher_ui=web", "label_host=0.0.0.0"],
+     "label_host=0.0.0.0 exposes the labeling page beyond this machine"),
+    (["human_teacher=true", "teacher_ui=web", "labelers=2", "labels_per_query=3"],
+     "labels_per_query=3 needs at least that many labelers"),
+    (["xplain_state=true", "xplain_method=lime"], "xplain_method=lime is unknown"),
     (["pretrained_snapshot=/nonexistent/snapshot.pt"], "does not exist"),
     (["prefs_path=/nonexistent/prefs"], "prefs_path=/nonexistent/prefs"),
 ])

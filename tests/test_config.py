@@ -72,8 +72,8 @@ def test_wrong_type_fails(compose):
     ("num_train_steps=-5", "must be positive"),
     ("max_feedback=50", "max_feedback=50 is smaller than reward_batch=100"),
     ("human_teacher=true", "stdin is not a TTY"),
-    ("xplain_action=true", "not supported yet"),
-    ("xplain_state=true", "not supported yet"),
+    ("xplain_baseline=ones", "xplain_baseline=ones is unknown"),
+    ("teacher_ui=slack", "teacher_ui=slack is unknown"),
     ("num_unsup_steps=200000", "must be smaller than num_train_steps"),
 ])
 def test_bad_values_are_rejected_before_training(compose, override, message):

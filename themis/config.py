@@ -90,6 +90,20 @@ class TrainConfig:
     teacher_eps_equal: float = 0.0
     human_teacher: bool = False
     """A person labels the queries in the terminal (lib/human_interface.py)."""
+    teacher_ui: str = "terminal"
+    """human_teacher: terminal (answer while the run waits) or web (a labeling page; training
+    goes on and uses the answers that have arrived at each round)."""
+    label_host: str = "127.0.0.1"
+    """teacher_ui=web: address the labeling server binds (non-loopback needs labelers=N)."""
+    label_port: int = 8765
+    labelers: int = 0
+    """teacher_ui=web: labeler tokens to create (0: one anonymous labeler, loopback only)."""
+    labels_per_query: int = 1
+    """teacher_ui=web: different labelers asked per query."""
+    label_aggregate: str = "each"
+    """teacher_ui=web: each (every answer is a label) or majority (one label per query)."""
+    min_labels_before_training: int = 0
+    """teacher_ui=web: wait for this many labels before the reward model is first trained."""
     human_piped: bool = False
     """human_teacher: read answers line by line from a pipe instead of keys from a terminal."""
     human_labeler: str = ""
@@ -206,6 +220,30 @@ def validate(cfg: Any) -> None:
     for key in ("human_frame_size", "human_frame_capacity", "clip_fps", "xplain_top_k"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    if cfg.teacher_ui not in ("terminal", "web"):
+        raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
+    if cfg.label_aggregate not in ("each", "majority"):
+        raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
+                          "majority")
+    for key in ("labels_per_query", "label_port"):
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    for key in ("labelers", "min_labels_before_training"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
+    if cfg.human_teacher and cfg.teacher_ui == "web":
+        from ipaddress import ip_address
+
+        try:
+            loopback = cfg.label_host == "localhost" or ip_address(cfg.label_host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback and cfg.labelers == 0:
+            raise ConfigError(f"label_host={cfg.label_host} exposes the labeling page beyond "
+                              "this machine: create labeler tokens with labelers=N")
+        if cfg.labels_per_query > max(1, cfg.labelers):
+            raise ConfigError(f"labels_per_query={cfg.labels_per_query} needs at least that "
+                              f"many labelers (labelers={cfg.labelers})")
     if cfg.human_viewer not in ("auto", "system", "none"):
         raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
     if cfg.xplain_baseline not in ("zeros", "mean"):
@@ -220,7 +258,8 @@ def validate(cfg: Any) -> None:
         if cfg.human_frame_capacity < cfg.segment:
             raise ConfigError(f"human_frame_capacity={cfg.human_frame_capacity} is smaller than "
                               f"segment={cfg.segment}: no clip could be shown")
-        if cfg.human_teacher and not cfg.human_piped and not sys.stdin.isatty():
+        if cfg.human_teacher and cfg.teacher_ui == "terminal" and not cfg.human_piped \
+                and not sys.stdin.isatty():
             raise ConfigError("human_teacher=true needs a terminal, but stdin is not a TTY; run "
                               "it in a terminal, or pipe answers on purpose with "
                               "human_piped=true")

@@ -152,6 +152,7 @@ class OnPolicyWorkspace(Workspace):
         stored = self.buffer.episode[: len(self.buffer)]
         if len(stored):  # continuing (e.g. from a snapshot): new ids after the stored ones
             self.episodes_started = max(self.episodes_started, int(stored.max()) + 1)
+        self.start_label_server()
         envs = self.make_vector_env()
         n_envs, horizon = ppo.num_envs, ppo.num_steps
         obs, _ = envs.reset(seed=[cfg.seed + self.episode + i for i in range(n_envs)])
@@ -219,7 +220,7 @@ class OnPolicyWorkspace(Workspace):
                 checkpoint_now = True
             elif (self.pretraining_done and cfg.learn_reward
                   and self.interact_count >= cfg.num_interact
-                  and self.total_feedback < cfg.max_feedback):
+                  and self.feedback_open()):
                 self.feedback_round()
                 self.interact_count = 0
                 checkpoint_now = True

@@ -43,6 +43,7 @@ from themis.config import TrainConfig, validate
 from themis.envs import episode_limit, get_domain, make_env
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
+from themis.label_store import LabelStore
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer, save_reward_model
 from themis.sampling import (
@@ -142,7 +143,12 @@ class Workspace:
         if self.needs_frames:
             self.frames = FrameStore(cfg.human_frame_capacity, self.buffer.capacity,
                                      cfg.human_frame_size)
-        if cfg.human_teacher:
+        self.label_store: LabelStore | None = None  # teacher_ui=web: posted queries, answers
+        self.label_server: Any = None
+        if cfg.human_teacher and cfg.teacher_ui == "web":
+            self.label_store = LabelStore(self.run_dir / "labels.sqlite", self.run_dir / "web")
+            self.label_tokens = self.label_store.add_labelers(cfg.labelers)
+        elif cfg.human_teacher:
             self.human = self.make_human_teacher()
         if cfg.xplain_action or cfg.xplain_state:
             from lib.explain import METHODS
@@ -270,6 +276,7 @@ class Workspace:
             f"{self.env.action_space}) | reward: "
             f"{'learned from ' + self._teacher_name() if cfg.learn_reward else 'environment'}"
             f" | device {self.device} | run dir {self.run_dir}", "cyan")
+        self.start_label_server()
         obs, _ = self.env.reset(seed=cfg.seed + self.episode)
         frame: Any = self.env.render() if self.frames is not None else None
         episode_reward, episode_step = 0.0, 0
@@ -295,7 +302,7 @@ class Workspace:
                     self.unsupervised_update()
                 else:
                     if (cfg.learn_reward and self.interact_count >= cfg.num_interact
-                            and self.total_feedback < cfg.max_feedback):
+                            and self.feedback_open()):
                         self.feedback_round()
                         self.interact_count = 0
                         self.maybe_checkpoint(force=True)
@@ -404,10 +411,33 @@ class Workspace:
         self.pretraining_done = True
         self.logger.info(f"step {self.step}: pretraining done, critic reset", "cyan")
 
+    def select_queries(self, n_queries: int, sampler: str) -> SegmentPairs:
+        """``n_queries`` segment pairs chosen by ``sampler`` among candidates cut from the query
+        pool (only segments whose frames are stored, when clips are shown)."""
+        cfg = self.cfg
+        n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
+        usable = self.frames.has if self.frames is not None else None  # a person needs frames
+        candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
+                                                      self.query_pool_start(), usable)
+        labelled = self.pair_features(self.dataset.observations[: len(self.dataset)]) \
+            if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
+        picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng,
+                                  features=self.pair_features)
+        return candidates.take(picks)
+
+    def feedback_open(self) -> bool:
+        """Whether feedback rounds go on: queries left to ask, or (web) answers still to come."""
+        if self.total_feedback < self.cfg.max_feedback:
+            return True
+        return self.label_store is not None and self.label_store.pending_count() > 0
+
     def feedback_round(self, first: bool = False) -> None:
         """Ask the teacher one batch of queries, retrain the reward model, relabel the buffer."""
         cfg = self.cfg
         assert self.reward_model is not None
+        if self.label_store is not None:
+            self.web_feedback_round(first)
+            return
         n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
         if n_queries <= 0:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
@@ -418,15 +448,7 @@ class Workspace:
                                  f"(train accuracy {offline.accuracy:.3f})", "cyan")
             return
         sampler = "uniform" if first else self.sampler_name
-        n_candidates = n_queries * cfg.large_batch if needs_large_batch(sampler) else n_queries
-        usable = self.frames.has if self.frames is not None else None  # a person needs frames
-        candidates = self.buffer.sample_segment_pairs(n_candidates, cfg.segment, self.rng,
-                                                      self.query_pool_start(), usable)
-        labelled = self.pair_features(self.dataset.observations[: len(self.dataset)]) \
-            if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
-        picks = SAMPLERS[sampler](candidates, self.reward_model, labelled, n_queries, self.rng,
-                                  features=self.pair_features)
-        queries = candidates.take(picks)
+        queries = self.select_queries(n_queries, sampler)
 
         # --- ask the teacher (margin: recent mean return scaled to one segment, B-Pref)
         if self.recent_returns and self.max_episode_steps:
@@ -475,6 +497,92 @@ class Workspace:
         }
         self.logger.reward.write(row)
         self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
+
+    # ------------------------------------------------------------ web labeling
+    def start_label_server(self) -> None:
+        """Serve the labeling page (lib/label_server.py) from a thread; print its URLs."""
+        if self.label_server is not None or self.label_store is None:
+            return
+        from lib.label_server import LabelServer
+
+        cfg = self.cfg
+        try:
+            self.label_server = LabelServer(self.label_store, cfg.label_host, cfg.label_port,
+                                            self.run_dir).start()
+        except (RuntimeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+        url = self.label_server.url
+        if self.label_tokens:
+            for name, token in self.label_tokens:
+                self.logger.info(f"labeling page for {name}: {url}?token={token}", "green")
+        else:
+            self.logger.info(f"labeling page: {url} (status: {url}status)", "green")
+
+    def gather_web_answers(self) -> int:
+        """Move the answers that have arrived into the preference dataset (saved at once);
+        returns the number of labels added."""
+        assert self.label_store is not None
+        _, pairs, labels, labelers, _ = self.label_store.gather(self.cfg.label_aggregate)
+        if pairs is None:
+            return 0
+        room = self.dataset.capacity - len(self.dataset)
+        for i in range(min(len(labels), room)):
+            self.dataset.add(pairs.take(np.array([i])), labels[i:i + 1], labeler=labelers[i])
+        self.dataset.save(self.run_dir / "preferences")
+        self.labeled_feedback += min(len(labels), room)
+        return min(len(labels), room)
+
+    def web_feedback_round(self, first: bool) -> None:
+        """One round of web labeling: gather the answers that arrived since the last round, post
+        this round's queries (clips + rows in the label store), train on every label so far."""
+        assert self.label_store is not None and self.reward_model is not None
+        cfg = self.cfg
+        self.start_label_server()
+        gathered = self.gather_web_answers()
+        n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
+        sampler = "uniform" if first else self.sampler_name
+        if n_queries > 0:
+            queries = self.select_queries(n_queries, sampler)
+            frames = self.query_frames(queries)
+            from lib.human_interface import side_by_side, write_clip
+
+            clip_dir = self.run_dir / "web" / "clips"
+            clips = [write_clip(side_by_side(frames[i, 0], frames[i, 1]),
+                                clip_dir / f"round{self.feedback_rounds + 1:04d}_{i:03d}.mp4",
+                                cfg.clip_fps) for i in range(len(queries))]
+            self.label_store.post(self.feedback_rounds + 1, queries, clips, cfg.labels_per_query)
+            self.total_feedback += len(queries)
+        last_note = 0.0
+        while len(self.dataset) < cfg.min_labels_before_training and \
+                self.label_store.pending_count() > 0:  # block only while answers can still come
+            if time.time() - last_note > 30:
+                self.logger.info(f"waiting for labels: {len(self.dataset)} of "
+                                 f"{cfg.min_labels_before_training} "
+                                 "(min_labels_before_training)", "yellow")
+                last_note = time.time()
+            time.sleep(0.5)
+            gathered += self.gather_web_answers()
+        self.feedback_rounds += 1
+        fit = None
+        if len(self.dataset):
+            fit = self.reward_trainer.train(self.dataset, cfg.reward_update)
+            self.reward_accuracy = fit.accuracy
+            self.relabel()
+        row = {
+            "step": self.step, "round": self.feedback_rounds, "sampler": sampler,
+            "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
+            "skipped": 0, "equal": 0, "oracle_agreement": float("nan"),
+            "heldout_accuracy": float("nan"), "heldout_pearson": float("nan"),
+            "heldout_spearman": float("nan"),
+            "train_accuracy": fit.accuracy if fit else float("nan"),
+            "train_loss": fit.loss if fit else float("nan"),
+            "epochs": fit.epochs if fit else 0,
+        }
+        self.logger.reward.write(row)
+        self.logger.console("reward", {"step": self.step, "round": self.feedback_rounds,
+                                       "posted": self.total_feedback, "new_labels": gathered,
+                                       "labels": len(self.dataset),
+                                       "pending": self.label_store.pending_count()})
 
     def ask_person(self, queries: SegmentPairs) -> tuple[SegmentPairs, np.ndarray, np.ndarray]:
         """Show the queries' clips to a person and read the answers; each answer is appended
@@ -791,6 +899,10 @@ class Workspace:
         self.logger.close()
         for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
             env.close()
+        if self.label_server is not None:
+            self.label_server.stop()
+            self.logger.info("labeling server stopped; keep labeling this run with "
+                             f"scripts/label_server.py {self.run_dir}", "cyan")
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
             method = "PEBBLE" if self.cfg.learn_reward else "SAC, true reward"

@@ -1,0 +1,294 @@
+"""Web labeling: a FastAPI app serving a run's pending queries to many labelers.
+
+    ./themis_train.sh human_teacher=true teacher_ui=web            # prints the URL, keeps training
+    python scripts/label_server.py RUN_DIR                         # label a run trained elsewhere
+
+The training loop posts each round's queries to the run's :class:`themis.label_store.LabelStore`
+(SQLite) and gathers whatever answers have arrived at the next round; this server is the other
+side: the labeling page (``/``: the side-by-side clip looping, buttons Left / Right / Equal /
+Can't tell, keys 1, 2, 0, s, counters), the status page (``/status``: learning curve, labels per
+labeler, agreement) and a small JSON API (``/api/...``, OpenAPI spec at ``/openapi.json``).
+
+Security: binds 127.0.0.1 by default; any other address needs labeler tokens (``labelers=N``),
+and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` header). Bodies
+are limited to 4 KiB, IDs and labels validated, clips served by query ID only, and a labeler
+cannot answer a query twice (409).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict
+
+from themis.label_store import DuplicateAnswer, LabelStore, UnknownQuery
+
+MAX_BODY = 4096
+LABELS: dict[str, float | None] = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
+LOCAL_LABELER = "local"
+
+
+class Answer(BaseModel):
+    """One answer: ``label`` left (segment 1 better), right, equal or skip (can't tell)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query_id: int
+    label: Literal["left", "right", "equal", "skip"]
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """ASGI middleware: requests with a body over ``limit`` bytes get 413."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = PlainTextResponse("request body too large", status_code=413)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await too_large(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> dict:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await too_large(scope, receive, send)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(store: LabelStore, run_dir: Path | None = None) -> Any:
+    """The labeling app for a store (``run_dir``: where ``eval.csv`` is, for the status page).
+
+    Without labelers in the store everyone is the anonymous labeler ``local`` (only allowed on
+    a loopback address, see :func:`start_server`); with labelers a valid token is required.
+    """
+    app = FastAPI(title="Themis labeling", version="1")
+
+    def labeler(token: str | None = Query(None, max_length=64),
+                x_themis_token: str | None = Header(None, max_length=64)) -> str:
+        given = token or x_themis_token
+        if not store.has_labelers():
+            return LOCAL_LABELER
+        name = store.labeler_for_token(given) if given else None
+        if name is None:
+            raise HTTPException(401, "a valid labeler token is required")
+        return name
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(who: str = Depends(labeler)) -> str:
+        return LABEL_PAGE
+
+    @app.get("/status", response_class=HTMLResponse)
+    def status_page(who: str = Depends(labeler)) -> str:
+        return STATUS_PAGE
+
+    @app.get("/api/next")
+    def next_query(who: str = Depends(labeler)) -> dict[str, Any]:
+        qid = store.next_query(who)
+        return {"query_id": qid, "labeler": who, "pending": store.pending_count(),
+                "answered": store.answered_by(who)}
+
+    @app.get("/api/clips/{query_id}", response_class=FileResponse)
+    def clip(query_id: int = PathParam(ge=1, le=2**62),
+             who: str = Depends(labeler)) -> FileResponse:
+        try:
+            path = store.clip_path(query_id)
+        except UnknownQuery:
+            raise HTTPException(404, f"no query {query_id}") from None
+        if not path.is_file():
+            raise HTTPException(404, f"the clip of query {query_id} is missing")
+        media = "video/mp4" if path.suffix == ".mp4" else "image/gif"
+        return FileResponse(path, media_type=media)
+
+    @app.post("/api/answers", status_code=201)
+    def answer(body: Answer, who: str = Depends(labeler)) -> dict[str, Any]:
+        if not 1 <= body.query_id <= 2**62:
+            raise HTTPException(404, f"no query {body.query_id}")
+        try:
+            store.answer(body.query_id, who, LABELS[body.label])
+        except UnknownQuery:
+            raise HTTPException(404, f"no query {body.query_id}") from None
+        except DuplicateAnswer as e:
+            raise HTTPException(409, str(e)) from None
+        return {"stored": True, "query_id": body.query_id, "labeler": who,
+                "answered": store.answered_by(who)}
+
+    @app.get("/api/status")
+    def status(who: str = Depends(labeler)) -> dict[str, Any]:
+        out = store.status()
+        curve: list[list[float]] = []
+        eval_csv = run_dir / "eval.csv" if run_dir else None
+        if eval_csv is not None and eval_csv.is_file() and eval_csv.stat().st_size:
+            df = pd.read_csv(eval_csv)
+            curve = df[["step", "episode_reward"]].astype(float).values.tolist()
+        out["learning_curve"] = curve
+        return out
+
+    return BodyLimit(app)
+
+
+class LabelServer:
+    """uvicorn serving :func:`create_app` in a background thread of the training run.
+
+    Raises:
+        ValueError: a non-loopback ``host`` without labeler tokens.
+    """
+
+    def __init__(self, store: LabelStore, host: str = "127.0.0.1", port: int = 8765,
+                 run_dir: Path | None = None) -> None:
+        import uvicorn
+
+        if not is_loopback(host) and not store.has_labelers():
+            raise ValueError(f"binding {host} exposes the labeling page beyond this machine: "
+                             "create labeler tokens with labelers=N")
+        self.host, self.port = host, port
+        config = uvicorn.Config(create_app(store, run_dir), host=host, port=port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="label-server", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/"
+
+    def start(self, timeout: float = 15.0) -> LabelServer:
+        """Start serving; returns once the socket is open.
+
+        Raises:
+            RuntimeError: the server did not start (e.g. the port is taken).
+        """
+        self.thread.start()
+        deadline = time.time() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.time() > deadline:
+                raise RuntimeError(f"the labeling server could not listen on "
+                                   f"{self.host}:{self.port} (port taken?); set label_port=")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+LABEL_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Themis labeling</title>
+<style>
+ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; }
+ video { width: 100%; background: #eee; }
+ button { font-size: 1.2em; margin: 0.3em; padding: 0.4em 1em; }
+ #counters { color: #555; margin: 0.5em 0; }
+</style></head>
+<body>
+<h1>Which clip is better?</h1>
+<div id="counters">answered: <span id="answered">0</span> · pending: <span id="pending">0</span>
+ · labeler: <span id="labeler"></span> · <a id="status-link" href="status">status</a></div>
+<div id="query"><video id="clip" autoplay loop muted playsinline></video>
+<p>Left = clip 1, right = clip 2.</p>
+<div>
+ <button id="left" onclick="send('left')">Left better (1)</button>
+ <button id="right" onclick="send('right')">Right better (2)</button>
+ <button id="equal" onclick="send('equal')">Equal (0)</button>
+ <button id="skip" onclick="send('skip')">Can't tell (s)</button>
+</div></div>
+<p id="empty" hidden>No query waiting. This page checks again every few seconds.</p>
+<script>
+const token = new URLSearchParams(location.search).get("token");
+const q = token ? "?token=" + encodeURIComponent(token) : "";
+document.getElementById("status-link").href = "status" + q;
+let current = null;
+async function load() {
+  const r = await fetch("api/next" + q);
+  const d = await r.json();
+  document.getElementById("answered").textContent = d.answered;
+  document.getElementById("pending").textContent = d.pending;
+  document.getElementById("labeler").textContent = d.labeler;
+  current = d.query_id;
+  document.getElementById("query").hidden = current === null;
+  document.getElementById("empty").hidden = current !== null;
+  if (current === null) { setTimeout(load, 3000); return; }
+  document.getElementById("clip").src = "api/clips/" + current + q;
+  document.body.dataset.query = current;
+}
+async function send(label) {
+  if (current === null) return;
+  const id = current; current = null;
+  await fetch("api/answers" + q, {method: "POST", headers: {"Content-Type": "application/json"},
+                                  body: JSON.stringify({query_id: id, label: label})});
+  await load();
+}
+document.addEventListener("keydown", e => {
+  const k = {"1": "left", "2": "right", "0": "equal", "s": "skip"}[e.key];
+  if (k) send(k);
+});
+load();
+</script></body></html>
+"""
+
+STATUS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Themis run status</title>
+<style>body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; }
+ td, th { padding: 0.2em 1em; text-align: left; }</style></head>
+<body><h1>Run status</h1>
+<p>Queries: <span id="queries"></span> · pending: <span id="pending"></span> · answers:
+ <span id="answers"></span> · agreement between labelers: <span id="agreement"></span></p>
+<h2>Learning curve (true return)</h2><svg id="curve" width="600" height="250"></svg>
+<h2>Labels per labeler</h2><table id="labelers"><tr><th>labeler</th><th>labels</th></tr></table>
+<script>
+const token = new URLSearchParams(location.search).get("token");
+const q = token ? "?token=" + encodeURIComponent(token) : "";
+fetch("api/status" + q).then(r => r.json()).then(d => {
+  for (const k of ["queries", "pending", "answers"]) document.getElementById(k).textContent = d[k];
+  document.getElementById("agreement").textContent =
+    d.agreement === null ? "n/a" : (100 * d.agreement).toFixed(0) + " %";
+  const t = document.getElementById("labelers");
+  for (const [name, n] of Object.entries(d.answers_per_labeler)) {
+    const row = t.insertRow();
+    row.insertCell().textContent = name;
+    row.insertCell().textContent = n;
+  }
+  const c = d.learning_curve, svg = document.getElementById("curve");
+  if (c.length > 1) {
+    const xs = c.map(p => p[0]), ys = c.map(p => p[1]);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+    const pts = c.map(p => [20 + 560 * (p[0] - x0) / ((x1 - x0) || 1),
+                            230 - 210 * (p[1] - y0) / ((y1 - y0) || 1)].join(",")).join(" ");
+    svg.innerHTML = '<polyline fill="none" stroke="steelblue" stroke-width="2" points="' + pts +
+      '"/><text x="20" y="15">' + y1.toFixed(1) + '</text><text x="20" y="245">' +
+      y0.toFixed(1) + '</text>';
+  }
+});
+</script></body></html>
+"""

@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""Serve a run's labeling page on its own, e.g. while the run trains on a cluster.
+
+    python scripts/label_server.py RUN_DIR                          # http://127.0.0.1:8765/
+    python scripts/label_server.py RUN_DIR --host 0.0.0.0 --labelers 5   # prints 5 token URLs
+
+Reads and writes ``RUN_DIR/labels.sqlite`` (the run's posted queries and the answers; see
+``themis/label_store.py``); the run gathers the answers at its next feedback round. Stop with
+Ctrl-C: every answer is already on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lib.label_server import LabelServer  # noqa: E402
+from themis.label_store import LabelStore  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--labelers", type=int, default=0, help="labeler tokens to create")
+    args = parser.parse_args(argv)
+    db = args.run_dir / "labels.sqlite"
+    if not db.is_file():
+        print(f"label_server: error: {db} not found; start the run with human_teacher=true "
+              "teacher_ui=web", file=sys.stderr)
+        return 2
+    store = LabelStore(db, args.run_dir / "web")
+    tokens = store.add_labelers(args.labelers) if args.labelers else []
+    try:
+        server = LabelServer(store, args.host, args.port, args.run_dir).start()
+    except (RuntimeError, ValueError) as e:
+        print(f"label_server: error: {e}", file=sys.stderr)
+        return 2
+    for name, token in tokens:
+        print(f"{name}: {server.url}?token={token}")
+    if not tokens:
+        print(f"labeling page: {server.url}  (status: {server.url}status)")
+    try:
+        server.thread.join()
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
