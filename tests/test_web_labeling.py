@@ -126,11 +126,11 @@ def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
     assert {op.path for op in operations} >= {"/api/answers", "/api/clips/{query_id}"}
     codes: list[int] = []
 
-    def fuzz(op):  # noqa: ANN001, ANN202
+    def fuzz(op):
         @settings(max_examples=30, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(op.as_strategy())
-        def check(case):  # noqa: ANN001, ANN202
+        def check(case):
             response = case.call()
             codes.append(response.status_code)
             case.validate_response(response, checks=[not_a_server_error])
