@@ -271,3 +271,23 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
     assert resumed.returncode == 0, out[-3000:]
     labels = pd.read_csv(run / "preferences" / "labels.csv")
     assert len(labels) >= 6 and set(labels["labeler"]) == {"human:local"}
+
+
+@pytest.mark.slow
+def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(compose,
+                                                                               tmp_path):
+    import imageio_ffmpeg
+
+    from lib.human_interface import BANNER
+    from themis.workspace import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", f"label_port={free_port()}"]),
+                        tmp_path)
+    ws.run()
+    ws.finish()
+    clips = sorted((tmp_path / "web" / "clips").glob("*.mp4"))
+    assert len(clips) == 3 * 4  # 3 rounds of 4 queries posted, nobody answered, training went on
+    reader = imageio_ffmpeg.read_frames(str(clips[0]))
+    assert next(reader)["size"][1] == BANNER + 2 * 48  # frame + reward panel
+    reader.close()
+    assert len(ws.dataset) == 0 and LabelStore(tmp_path / "labels.sqlite").pending_count() > 0

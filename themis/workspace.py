@@ -547,9 +547,15 @@ class Workspace:
             from lib.human_interface import side_by_side, write_clip
 
             clip_dir = self.run_dir / "web" / "clips"
-            clips = [write_clip(side_by_side(frames[i, 0], frames[i, 1]),
-                                clip_dir / f"round{self.feedback_rounds + 1:04d}_{i:03d}.mp4",
-                                cfg.clip_fps) for i in range(len(queries))]
+            panels = self.explain_panels(queries, frames) \
+                if cfg.xplain_action or cfg.xplain_state else None
+            clips = []
+            for i in range(len(queries)):
+                path = clip_dir / f"round{self.feedback_rounds + 1:04d}_{i:03d}.mp4"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                extra = panels(i, path) if panels is not None else (None, None)
+                clips.append(write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path,
+                                        cfg.clip_fps))
             self.label_store.post(self.feedback_rounds + 1, queries, clips, cfg.labels_per_query)
             self.total_feedback += len(queries)
         last_note = 0.0
