@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""Learning quality: PEBBLE with an oracle teacher against SAC on the true reward, same budget.
+
+    python scripts/bench_feedback.py           # HalfCheetah-v5, 100k steps, 500 queries, 3 seeds
+    python scripts/bench_feedback.py --quick   # a smoke test of a few minutes
+    python scripts/bench_feedback.py --seeds 0 1 2 3 4 --steps 200000 --max-feedback 1000
+
+Each run goes through ``./themis_train.sh`` (as a user would) into ``--out/METHOD/seed_N``;
+runs already finished there are reused, so an interrupted benchmark continues. The final
+evaluation return (mean over ``num_eval_episodes`` of the true env return) of each run is read
+from its ``eval.csv``. Prints, last, a Markdown table with mean ± std per method and the ratio
+PEBBLE / SAC (the target is ≥ 70 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+METHODS = {
+    "PEBBLE, oracle teacher": ["learn_reward=true", "teacher=oracle"],
+    "SAC, true reward": ["learn_reward=false"],
+}
+QUICK = ["num_seed_steps=500", "num_unsup_steps=1000", "num_interact=1000", "reward_batch=10",
+         "eval_frequency=2500", "num_eval_episodes=2", "sac.hidden_dim=64",
+         "reward_hidden_dim=64", "reward_update=10"]
+
+
+def final_return(run: Path) -> float | None:
+    """The last evaluation's true return of a finished run (None if it did not finish)."""
+    eval_csv = run / "eval.csv"
+    if not (run / "learning_curve.png").is_file() or not eval_csv.is_file():
+        return None
+    return float(pd.read_csv(eval_csv)["episode_reward"].iloc[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--max-feedback", type=int, default=500)
+    parser.add_argument("--reward-batch", type=int, default=50)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_feedback")
+    parser.add_argument("--quick", action="store_true", help="5k steps, 40 queries, 1 seed")
+    args = parser.parse_args(argv)
+    extra: list[str] = []
+    if args.quick:
+        args.steps, args.max_feedback, args.seeds = 5000, 40, args.seeds[:1]
+        args.reward_batch = 10
+        extra = QUICK
+        args.out = args.out.with_name(args.out.name + "_quick")
+
+    results: dict[str, list[float]] = {m: [] for m in METHODS}
+    total = len(METHODS) * len(args.seeds)
+    done = 0
+    start = time.time()
+    for seed in args.seeds:
+        for method, overrides in METHODS.items():
+            run = args.out / method.split(",")[0].lower() / f"seed_{seed}"
+            value = final_return(run)
+            if value is None:
+                print(f"[{done + 1}/{total}] {method}, seed {seed} -> {run} "
+                      f"({time.time() - start:.0f} s so far)", flush=True)
+                cmd = [str(ROOT / "themis_train.sh"), f"env={args.env}", f"seed={seed}",
+                       f"num_train_steps={args.steps}", f"max_feedback={args.max_feedback}",
+                       f"reward_batch={args.reward_batch}", *extra, *overrides,
+                       f"hydra.run.dir={run}"]
+                proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ))
+                if proc.returncode != 0:
+                    print(f"run failed ({proc.returncode}): {' '.join(cmd)}", file=sys.stderr)
+                    return 1
+                value = final_return(run)
+            assert value is not None
+            results[method].append(value)
+            done += 1
+            print(f"[{done}/{total}] {method}, seed {seed}: final true return {value:.1f}",
+                  flush=True)
+
+    pebble, sac = (np.array(results[m]) for m in METHODS)
+    ratio = pebble.mean() / sac.mean() if sac.mean() > 0 else float("nan")
+    print(f"\n{args.env}, {args.steps} steps, at most {args.max_feedback} queries (PEBBLE), "
+          f"seeds {args.seeds}, final evaluation return (mean ± std over seeds)\n")
+    print("| method | final true return | per seed |")
+    print("|---|---|---|")
+    for method, values in results.items():
+        arr = np.array(values)
+        print(f"| {method} | {arr.mean():.1f} ± {arr.std():.1f} | "
+              f"{', '.join(f'{v:.0f}' for v in values)} |")
+    print(f"| ratio PEBBLE / SAC | {ratio:.1%} | target ≥ 70 % |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
