@@ -291,3 +291,27 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     assert next(reader)["size"][1] == BANNER + 2 * 48  # frame + reward panel
     reader.close()
     assert len(ws.dataset) == 0 and LabelStore(tmp_path / "labels.sqlite").pending_count() > 0
+
+
+def test_standalone_label_server_serves_an_existing_run(tmp_path):
+    import sys
+
+    posted_store(tmp_path)
+    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "label_server.py"),
+                              str(tmp_path / "nothing")], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "labels.sqlite not found" in missing.stderr
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "label_server.py"),
+                             str(tmp_path), "--port", str(port), "--labelers", "2"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(2)]
+        assert all("?token=" in u for u in urls)
+        token = urls[0].split("token=")[1]
+        nxt = httpx.get(f"http://127.0.0.1:{port}/api/next?token={token}", timeout=10).json()
+        assert nxt["query_id"] == 1 and nxt["labeler"] == "labeler1"
+        assert httpx.get(f"http://127.0.0.1:{port}/api/next", timeout=10).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -35,6 +35,9 @@ def _mujoco_warning(message: str) -> None:
 
 
 def _route_mujoco_warnings() -> None:
+    # PyOpenGL (imported by MuJoCo's renderers) announces at INFO that an optional speed-up
+    # module is missing; that is not news for a Themis user
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)
     try:
         import mujoco
     except ImportError:  # pragma: no cover - MuJoCo is a dependency, but domains need not be
