@@ -65,3 +65,22 @@ def test_presets():
     assert SyntheticTeacher.from_preset("mistake").eps_mistake == 0.1
     with pytest.raises(ValueError, match="unknown teacher preset"):
         SyntheticTeacher.from_preset("perfect")
+
+
+def test_synthetic_channel_answers_posted_queries_at_once():
+    from themis.buffers import SegmentPairs
+    from themis.teacher_channels import SyntheticChannel
+    from themis.teachers import SyntheticTeacher
+
+    rewards = np.zeros((3, 2, 4), dtype=np.float32)
+    rewards[0, 1] = 1.0  # segment 2 better
+    rewards[1, 0] = 1.0  # segment 1 better
+    pairs = SegmentPairs(np.zeros((3, 2, 4, 2), np.float32), np.zeros((3, 2, 4, 1), np.float32),
+                         rewards, np.zeros((3, 2), np.int64))
+    channel = SyntheticChannel(SyntheticTeacher(), "oracle")
+    assert channel.post(pairs) == 3
+    got = channel.gather(pairs.take(np.zeros(0, np.int64)))
+    assert got.keep.tolist() == [True, True, True] and got.labels.tolist() == [1.0, 0.0, 0.5]
+    assert got.labelers == ["oracle"] * 3 and not got.saved
+    empty = channel.gather(pairs.take(np.zeros(0, np.int64)))  # nothing twice
+    assert len(empty.pairs) == 0 and len(empty.labels) == 0

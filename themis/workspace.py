@@ -53,6 +53,7 @@ from themis.sampling import (
     resolve_feed_type,
     uses_labelled_features,
 )
+from themis.teacher_channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
 from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode, get_device, set_num_threads, set_seed_everywhere
 
@@ -150,6 +151,11 @@ class Workspace:
             self.label_tokens = self.label_store.add_labelers(cfg.labelers)
         elif cfg.human_teacher:
             self.human = self.make_human_teacher()
+        self.channel: Channel | None = None  # who answers: posted queries, gathered answers
+        if cfg.learn_reward:
+            self.channel = WebChannel(self) if self.label_store is not None else \
+                TerminalChannel(self) if self.human is not None else \
+                SyntheticChannel(self.teacher, self.teacher_description())
         if cfg.xplain_action or cfg.xplain_state:
             from lib.explain import METHODS
 
@@ -225,8 +231,11 @@ class Workspace:
         cfg = self.cfg
         meta = {"env": self.env_id, "domain": cfg.domain, "teacher": self.teacher_description(),
                 "obs_shape": list(self.obs_shape)}
+        # on the web each query may get labels_per_query labels, all kept as training labels
+        capacity = cfg.max_feedback * (cfg.labels_per_query if cfg.human_teacher
+                                       and cfg.teacher_ui == "web" else 1)
         if not cfg.prefs_path:
-            return PreferenceDataset(cfg.max_feedback, cfg.segment, self.obs_dim, self.action_dim,
+            return PreferenceDataset(capacity, cfg.segment, self.obs_dim, self.action_dim,
                                      metadata=meta, obs_dtype=self.obs_dtype)
         try:
             loaded = PreferenceDataset.load(cfg.prefs_path)
@@ -240,7 +249,7 @@ class Workspace:
         if loaded.segment != cfg.segment:
             raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
                               f"segment={loaded.segment}; set segment={loaded.segment}")
-        data = PreferenceDataset(len(loaded) + cfg.max_feedback, cfg.segment, self.obs_dim,
+        data = PreferenceDataset(len(loaded) + capacity, cfg.segment, self.obs_dim,
                                  self.action_dim, metadata={**loaded.metadata, **meta},
                                  obs_dtype=self.obs_dtype)
         data.extend(loaded)
@@ -432,14 +441,14 @@ class Workspace:
         return self.label_store is not None and self.label_store.pending_count() > 0
 
     def feedback_round(self, first: bool = False) -> None:
-        """Ask the teacher one batch of queries, retrain the reward model, relabel the buffer."""
+        """One feedback round: select queries and post them to the teacher, gather the answers
+        that exist (a synthetic teacher's and a person's in the terminal at once, web answers
+        whenever people gave them), retrain the reward model on all labels, relabel."""
         cfg = self.cfg
-        assert self.reward_model is not None
-        if self.label_store is not None:
-            self.web_feedback_round(first)
-            return
+        assert self.reward_model is not None and self.channel is not None
         n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
-        if n_queries <= 0:
+        web_pending = self.label_store is not None and self.label_store.pending_count() > 0
+        if n_queries <= 0 and not web_pending:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
                 offline = self.reward_trainer.train(self.dataset, cfg.reward_update)
                 self.reward_accuracy = offline.accuracy
@@ -448,36 +457,39 @@ class Workspace:
                                  f"(train accuracy {offline.accuracy:.3f})", "cyan")
             return
         sampler = "uniform" if first else self.sampler_name
-        queries = self.select_queries(n_queries, sampler)
-
-        # --- ask the teacher (margin: recent mean return scaled to one segment, B-Pref)
-        if self.recent_returns and self.max_episode_steps:
-            self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
-                                    / self.max_episode_steps)
-        if self.human is not None:
-            queries, keep, labels = self.ask_person(queries)
-        else:
-            keep, labels = self.teacher.label(queries.true_rewards[:, 0],
-                                              queries.true_rewards[:, 1])
-            if cfg.xplain_action or cfg.xplain_state:
+        if n_queries > 0:
+            queries = self.select_queries(n_queries, sampler)
+            # B-Pref's margin: the recent mean return scaled to one segment
+            if self.recent_returns and self.max_episode_steps:
+                self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
+                                        / self.max_episode_steps)
+            self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
+            if isinstance(self.channel, SyntheticChannel) and (cfg.xplain_action
+                                                               or cfg.xplain_state):
                 self.save_explained_clips(queries.take(np.arange(
                     min(len(queries), cfg.xplain_clips_per_round))))
-        rewards_1, rewards_2 = queries.true_rewards[:, 0], queries.true_rewards[:, 1]
-        answered = queries.take(keep)
-        self.total_feedback += len(queries)  # skipped queries count, as in B-Pref
-        self.labeled_feedback += int(keep.sum())
-        oracle_labels = ORACLE.label(rewards_1[keep], rewards_2[keep])[1]
+        wait_for = max(0, cfg.min_labels_before_training - len(self.dataset)) \
+            if self.label_store is not None else 0
+        got = self.channel.gather(self.empty_pairs(), at_least=wait_for)
+        answered, labels = got.pairs.take(got.keep), got.labels
+        self.labeled_feedback += int(got.keep.sum())
+        true = got.pairs.true_rewards
+        oracle_labels = ORACLE.label(true[got.keep, 0], true[got.keep, 1])[1]
         round_stats = TeacherStats()
         for stats in (round_stats, self.teacher_stats):
-            stats.update(keep, labels, oracle_labels)
+            stats.update(got.keep, labels, oracle_labels)
 
-        # --- quality of the current model on the fresh queries (held out: not trained on yet)
+        # --- quality of the current model on the fresh labels (held out: not trained on yet)
         quality = {"heldout_accuracy": float("nan"), "heldout_pearson": float("nan"),
                    "heldout_spearman": float("nan")}
         if self.feedback_rounds > 0 and len(answered):
             quality = self.reward_quality(answered, labels)
-        if len(answered) and self.human is None:  # a person's answers are saved as given
-            self.dataset.add(answered, labels, labeler=self.teacher_description())
+        if len(answered) and not got.saved:  # a person's terminal answers are saved as given
+            runs = np.flatnonzero(np.r_[True, np.array(got.labelers[1:]) !=
+                                        np.array(got.labelers[:-1])])
+            for lo, hi in zip(runs, [*runs[1:], len(answered)], strict=True):
+                self.dataset.add(answered.take(np.arange(lo, hi)), labels[lo:hi],
+                                 labeler=got.labelers[lo])
             self.dataset.save(self.run_dir / "preferences")  # labels are on disk at once
         self.feedback_rounds += 1
         fit = None
@@ -496,7 +508,17 @@ class Workspace:
             "epochs": fit.epochs if fit else 0,
         }
         self.logger.reward.write(row)
-        self.logger.console("reward", {k: v for k, v in row.items() if k != "sampler"})
+        console = {k: v for k, v in row.items() if k != "sampler"}
+        if self.label_store is not None:
+            console.update(new_labels=len(labels), pending=self.label_store.pending_count())
+        self.logger.console("reward", console)
+
+    def empty_pairs(self) -> SegmentPairs:
+        """No segment pairs, with this run's shapes."""
+        h = self.cfg.segment
+        return SegmentPairs(np.zeros((0, 2, h, *self.obs_shape), dtype=self.obs_dtype),
+                            np.zeros((0, 2, h, self.action_dim), dtype=np.float32),
+                            np.zeros((0, 2, h), dtype=np.float32), np.zeros((0, 2), np.int64))
 
     # ------------------------------------------------------------ web labeling
     def start_label_server(self) -> None:
@@ -518,77 +540,25 @@ class Workspace:
         else:
             self.logger.info(f"labeling page: {url} (status: {url}status)", "green")
 
-    def gather_web_answers(self) -> int:
-        """Move the answers that have arrived into the preference dataset (saved at once);
-        returns the number of labels added."""
+    def post_web_queries(self, queries: SegmentPairs) -> None:
+        """Write the queries' clips (with explanation panels when ``xplain_*`` is on) and post
+        them to the label store, where the labeling page finds them."""
         assert self.label_store is not None
-        _, pairs, labels, labelers, _ = self.label_store.gather(self.cfg.label_aggregate)
-        if pairs is None:
-            return 0
-        room = self.dataset.capacity - len(self.dataset)
-        for i in range(min(len(labels), room)):
-            self.dataset.add(pairs.take(np.array([i])), labels[i:i + 1], labeler=labelers[i])
-        self.dataset.save(self.run_dir / "preferences")
-        self.labeled_feedback += min(len(labels), room)
-        return min(len(labels), room)
+        from lib.human_interface import side_by_side, write_clip
 
-    def web_feedback_round(self, first: bool) -> None:
-        """One round of web labeling: gather the answers that arrived since the last round, post
-        this round's queries (clips + rows in the label store), train on every label so far."""
-        assert self.label_store is not None and self.reward_model is not None
         cfg = self.cfg
-        self.start_label_server()
-        gathered = self.gather_web_answers()
-        n_queries = min(cfg.reward_batch, cfg.max_feedback - self.total_feedback)
-        sampler = "uniform" if first else self.sampler_name
-        if n_queries > 0:
-            queries = self.select_queries(n_queries, sampler)
-            frames = self.query_frames(queries)
-            from lib.human_interface import side_by_side, write_clip
-
-            clip_dir = self.run_dir / "web" / "clips"
-            panels = self.explain_panels(queries, frames) \
-                if cfg.xplain_action or cfg.xplain_state else None
-            clips = []
-            for i in range(len(queries)):
-                path = clip_dir / f"round{self.feedback_rounds + 1:04d}_{i:03d}.mp4"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                extra = panels(i, path) if panels is not None else (None, None)
-                clips.append(write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path,
-                                        cfg.clip_fps))
-            self.label_store.post(self.feedback_rounds + 1, queries, clips, cfg.labels_per_query)
-            self.total_feedback += len(queries)
-        last_note = 0.0
-        while len(self.dataset) < cfg.min_labels_before_training and \
-                self.label_store.pending_count() > 0:  # block only while answers can still come
-            if time.time() - last_note > 30:
-                self.logger.info(f"waiting for labels: {len(self.dataset)} of "
-                                 f"{cfg.min_labels_before_training} "
-                                 "(min_labels_before_training)", "yellow")
-                last_note = time.time()
-            time.sleep(0.5)
-            gathered += self.gather_web_answers()
-        self.feedback_rounds += 1
-        fit = None
-        if len(self.dataset):
-            fit = self.reward_trainer.train(self.dataset, cfg.reward_update)
-            self.reward_accuracy = fit.accuracy
-            self.relabel()
-        row = {
-            "step": self.step, "round": self.feedback_rounds, "sampler": sampler,
-            "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
-            "skipped": 0, "equal": 0, "oracle_agreement": float("nan"),
-            "heldout_accuracy": float("nan"), "heldout_pearson": float("nan"),
-            "heldout_spearman": float("nan"),
-            "train_accuracy": fit.accuracy if fit else float("nan"),
-            "train_loss": fit.loss if fit else float("nan"),
-            "epochs": fit.epochs if fit else 0,
-        }
-        self.logger.reward.write(row)
-        self.logger.console("reward", {"step": self.step, "round": self.feedback_rounds,
-                                       "posted": self.total_feedback, "new_labels": gathered,
-                                       "labels": len(self.dataset),
-                                       "pending": self.label_store.pending_count()})
+        frames = self.query_frames(queries)
+        clip_dir = self.run_dir / "web" / "clips"
+        clip_dir.mkdir(parents=True, exist_ok=True)
+        panels = self.explain_panels(queries, frames) \
+            if cfg.xplain_action or cfg.xplain_state else None
+        clips = []
+        for i in range(len(queries)):
+            path = clip_dir / f"round{self.feedback_rounds + 1:04d}_{i:03d}.mp4"
+            extra = panels(i, path) if panels is not None else (None, None)
+            clips.append(write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path,
+                                    cfg.clip_fps))
+        self.label_store.post(self.feedback_rounds + 1, queries, clips, cfg.labels_per_query)
 
     def ask_person(self, queries: SegmentPairs) -> tuple[SegmentPairs, np.ndarray, np.ndarray]:
         """Show the queries' clips to a person and read the answers; each answer is appended
