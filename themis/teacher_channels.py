@@ -55,39 +55,39 @@ class Channel(Protocol):
         still come); ``template`` gives the shapes of an empty result."""
 
 
-class SyntheticChannel:
+class _AnswersAtOnce:
+    """A channel whose posted queries are answered before ``post`` returns."""
+
+    _answered: Gathered | None = None
+
+    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+        answered, self._answered = self._answered, None
+        return answered if answered is not None else _empty_like(template)
+
+
+class SyntheticChannel(_AnswersAtOnce):
     """A B-Pref synthetic teacher: every posted query is answered at once."""
 
     def __init__(self, teacher: SyntheticTeacher, labeler: str) -> None:
         self.teacher, self.labeler = teacher, labeler
-        self._answered: Gathered | None = None
 
     def post(self, queries: SegmentPairs) -> int:
         keep, labels = self.teacher.label(queries.true_rewards[:, 0], queries.true_rewards[:, 1])
         self._answered = Gathered(queries, keep, labels, [self.labeler] * int(keep.sum()))
         return len(queries)
 
-    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
-        answered, self._answered = self._answered, None
-        return answered if answered is not None else _empty_like(template)
 
-
-class TerminalChannel:
+class TerminalChannel(_AnswersAtOnce):
     """A person in the terminal (``lib/human_interface.py``); answers are saved as given."""
 
     def __init__(self, workspace: Any) -> None:
         self.ws = workspace
-        self._answered: Gathered | None = None
 
     def post(self, queries: SegmentPairs) -> int:
         asked, keep, labels = self.ws.ask_person(queries)
         labeler = self.ws.teacher_description()
         self._answered = Gathered(asked, keep, labels, [labeler] * len(labels), saved=True)
         return len(asked)
-
-    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
-        answered, self._answered = self._answered, None
-        return answered if answered is not None else _empty_like(template)
 
 
 class WebChannel:
