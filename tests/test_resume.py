@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, TINY_PENDULUM, launch
 from themis.checkpoint import (
@@ -122,3 +123,22 @@ def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose,
                                   data.observations[counted + 1])
     assert resumed.total_feedback == resumed.labeled_feedback == counted + 1
     resumed.logger.close()
+
+
+@pytest.mark.slow
+def test_resume_with_the_original_command_line_and_a_longer_budget(tmp_path):
+    """Config groups on the command line (domain=, teacher=) are accepted again on resume; the
+    group's keys and later overrides keep their composed values, new keys apply on top."""
+    run = tmp_path / "run"
+    first = [*TINY_PENDULUM, "teacher=mistake", "teacher_eps_mistake=0.2",
+             f"hydra.run.dir={run}"]
+    done = launch("themis_train.sh", *first)
+    assert done.returncode == 0, done.stderr[-2000:]
+    longer = [o for o in first if not o.startswith("num_train_steps=")]
+    resumed = launch("themis_train.sh", *longer, "num_train_steps=1800", "resume=true")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    cfg = OmegaConf.load(run / "config.yaml")
+    assert cfg.teacher_eps_mistake == 0.2 and cfg.teacher_beta == -1
+    assert cfg.env == "Pendulum-v1" and cfg.num_train_steps == 1800
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]

@@ -161,10 +161,20 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     saved = out / "config.yaml"
     if not saved.is_file():
         fail(f"resume={cfg.resume}: {saved} not found; point resume= at a Themis run dir")
-    overrides = [o.lstrip("+") for o in HydraConfig.get().overrides.task
-                 if not o.startswith(("resume=", "hydra", "+hydra", "~"))]
-    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved),
-                             OmegaConf.from_dotlist(overrides))
+    keys: list[str] = []  # config keys this command line sets, group choices expanded
+    for override in HydraConfig.get().overrides.task:
+        key, _, choice = override.lstrip("+").partition("=")
+        if override.startswith(("resume=", "hydra", "+hydra", "~")):
+            continue
+        group_file = CONFIG_DIR / key / f"{choice}.yaml"
+        if "." not in key and group_file.is_file():  # e.g. teacher=oracle, domain=ALE
+            keys += [str(k) for k in OmegaConf.load(group_file)]
+        else:
+            keys.append(key)
+    on_top = OmegaConf.create()
+    for key in keys:
+        OmegaConf.update(on_top, key, OmegaConf.select(cfg, key), force_add=True)
+    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved), on_top)
     merged.resume = "true"
     assert isinstance(merged, DictConfig)
     return out, merged
