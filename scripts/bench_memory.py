@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIGS = {
@@ -41,14 +43,18 @@ def measure(overrides: list[str]) -> dict[str, float]:
         cfg = compose(config_name="train_themis", overrides=overrides)
     with TemporaryDirectory() as tmp:
         ws = make_workspace(cfg, Path(tmp))
-        buffer_arrays = [v for v in vars(ws.buffer).values() if hasattr(v, "nbytes")]
-        dataset_arrays = [ws.dataset.observations, ws.dataset.actions, ws.dataset.true_rewards]
+        def arrays(obj: object) -> list[np.ndarray]:  # the stores, not views of them
+            return [v for v in vars(obj).values() if isinstance(v, np.ndarray)
+                    and v.flags.writeable and v.dtype != object]
+
+        buffer_arrays, dataset_arrays = arrays(ws.buffer), arrays(ws.dataset)
         for array in buffer_arrays + dataset_arrays:
             array.fill(0)  # touch every page, as a full run would
         ws.logger.close()
         return {
             "capacity": ws.buffer.capacity,
             "obs_dtype": str(ws.buffer.obs.dtype),
+            "frame_stack": ws.frame_stack,
             "buffer_gb": sum(a.nbytes for a in buffer_arrays) / 1e9,
             "dataset_gb": sum(a.nbytes for a in dataset_arrays) / 1e9,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
@@ -69,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
                              text=True, check=True)
         rows[name] = json.loads(out.stdout.strip().splitlines()[-1])
         print(name, rows[name], flush=True)
-    print("\n| configuration | store capacity | obs dtype | buffer (GB) | preference dataset "
-          "(GB) | peak RSS (GB) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| configuration | store capacity | obs dtype | frames per stack stored | buffer (GB) "
+          "| preference dataset (GB) | peak RSS (GB) |")
+    print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
-        print(f"| {' '.join(CONFIGS[name])} | {r['capacity']} | {r['obs_dtype']} | "
+        stack = "1 (de-duplicated)" if r["frame_stack"] > 1 else "-"
+        print(f"| {' '.join(CONFIGS[name])} | {r['capacity']} | {r['obs_dtype']} | {stack} | "
               f"{r['buffer_gb']:.2f} | {r['dataset_gb']:.2f} | {r['peak_rss_gb']:.2f} |")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import gymnasium as gym
 import numpy as np
@@ -208,7 +209,8 @@ def test_every_domain_trains_end_to_end(tmp_path, overrides):
     assert len(evals) >= 1 and evals["episode_reward"].notna().all()
     assert rounds["total_feedback"].iloc[-1] == 20
     assert (tmp_path / "checkpoints" / "reward_model.pt").is_file()
-    assert (tmp_path / "preferences" / "meta.json").is_file()
+    meta = json.loads((tmp_path / "preferences" / "meta.json").read_text())
+    assert meta.get("frame_stack", 1) == (4 if "domain=ALE" in overrides else 1)
 
 
 def test_wrong_agent_for_the_action_space_fails_before_training(tmp_path):

@@ -46,7 +46,7 @@ def test_dataset_save_load_round_trips_exactly(tmp_path):
     assert sorted(p.name for p in (tmp_path / "prefs").iterdir()) == [
         "labels.csv", "meta.json", "segments.npz"]
     meta = json.loads((tmp_path / "prefs" / "meta.json").read_text())
-    assert meta["format_version"] == FORMAT_VERSION and meta["num_pairs"] == 6
+    assert meta["format_version"] == 2 and meta["num_pairs"] == 6
     assert meta["env"] == "Pendulum-v1" and meta["teacher"] == "oracle"
     assert pd.read_csv(tmp_path / "prefs" / "labels.csv").columns.tolist() == [
         "pair", "label", "labeler", "timestamp"]

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from themis.framestack import stacked
+
 
 class ReplayBufferSamples(NamedTuple):
     """A batch of transitions (Stable-Baselines3 style). Shapes: ``(B, ...)``; rewards ``(B,)``."""
@@ -59,10 +61,15 @@ class ReplayBuffer:
             grids (4× less memory; converted on sampling).
         store_next_obs: keep ``next_obs`` (off-policy SAC needs it; PPO's episode store, which
             only feeds queries, does not).
+        frame_stack: ``k > 1`` for observations that are stacks of the last ``k`` frames,
+            ``(k, *frame_shape)`` oldest first (Atari): only the newest frame of each step is
+            stored, with a link to the episode's previous step, and stacks are rebuilt on
+            reading (:mod:`themis.framestack`; 4× less memory). Needs ``store_next_obs=False``.
 
     Stored per transition: ``obs, action, next_obs`` (float32), ``reward`` (what the agent is
     trained on: true reward or the learned reward after :meth:`relabel`), ``true_reward``,
     ``not_done`` (0 only on termination, not on time-limit truncation), ``episode`` and ``t``.
+    Read observations with :meth:`observations` (``obs`` is empty when frames are stacked).
 
     Once :attr:`reward_fn` is set (by :meth:`relabel`), the reward passed to :meth:`add` is
     ignored: new transitions are labelled by ``reward_fn`` lazily, in one batch, the first time
@@ -72,13 +79,25 @@ class ReplayBuffer:
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
                  device: torch.device, obs_dtype: np.dtype | type = np.float32,
-                 store_next_obs: bool = True) -> None:
+                 store_next_obs: bool = True, frame_stack: int = 1) -> None:
         if capacity <= 0:
             raise ValueError(f"replay buffer capacity must be positive, got {capacity}")
+        if frame_stack > 1 and (store_next_obs or len(obs_shape) < 2
+                                or obs_shape[0] != frame_stack):
+            raise ValueError(f"frame_stack={frame_stack} needs observations (frame_stack, ...) "
+                             f"(got {obs_shape}) and store_next_obs=False")
         self.capacity = capacity
         self.device = device
         self.store_next_obs = store_next_obs
-        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.obs_shape = tuple(obs_shape)
+        self.frame_stack = frame_stack
+        self.obs = np.zeros((0 if frame_stack > 1 else capacity, *obs_shape), dtype=obs_dtype)
+        # stacked observations: newest frame of each step, and the slot of the step before it
+        # in its episode (itself at t = 0: the stack is padded with the reset frame; -1: unknown)
+        self.frames = np.zeros((capacity if frame_stack > 1 else 0, *obs_shape[1:]),
+                               dtype=obs_dtype)
+        self.prev = np.full(capacity if frame_stack > 1 else 0, -1, dtype=np.int64)
+        self._tails: dict[int, int] = {}  # episode -> slot of its newest stored step
         self.next_obs = np.zeros((capacity if store_next_obs else 0, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
         self.rewards = np.zeros(capacity, dtype=np.float32)
@@ -98,7 +117,10 @@ class ReplayBuffer:
             terminated: bool, episode: int, t: int, true_reward: float | None = None) -> None:
         """Store one transition; ``t`` is its time step within episode number ``episode``."""
         i = self.ptr
-        self.obs[i] = obs
+        if self.frame_stack > 1:
+            self._add_frame(i, obs, episode, t)
+        else:
+            self.obs[i] = obs
         self.actions[i] = action
         if self.store_next_obs:
             self.next_obs[i] = next_obs
@@ -116,8 +138,77 @@ class ReplayBuffer:
         """Compute the rewards of transitions added since the last labelling."""
         if self._pending and self.reward_fn is not None:
             idx = (self.ptr - np.arange(self._pending, 0, -1)) % self.capacity
-            self.rewards[idx] = self.reward_fn(self.obs[idx], self.actions[idx])
+            self.rewards[idx] = self.reward_fn(self.observations(idx), self.actions[idx])
         self._pending = 0
+
+    # -------------------------------------------------------- stacked frames
+    def _add_frame(self, i: int, obs: np.ndarray, episode: int, t: int) -> None:
+        """Store the newest frame of ``obs`` in slot ``i``, linked to the episode's step t-1.
+
+        Raises:
+            ValueError: ``obs`` does not continue the episode's previous stack (or, at t = 0,
+                is not one frame repeated): not a frame stack this buffer can de-duplicate.
+        """
+        self.episode[i] = -1  # slot i no longer holds what it held (checked by _history)
+        prev = i
+        if t > 0:
+            tail = self._tails.pop(episode, -1)
+            ok = tail >= 0 and self.episode[tail] == episode and self.t[tail] == t - 1
+            prev = tail if ok else -1
+        if prev >= 0:
+            if t == 0:  # reset padding: one frame repeated
+                same = bool((obs[:-1] == obs[-1]).all())
+            else:  # the previous stack shifted by one (as far as it is still stored)
+                history, whole = self._history(np.array([prev]))
+                same = np.array_equal(self.frames[history[0, 1:]], obs[:-1]) if whole[0] \
+                    else np.array_equal(self.frames[prev], obs[-2])
+            if not same:
+                raise ValueError(
+                    f"observation at step {t} of episode {episode} does not continue the "
+                    f"episode's frame stack: frame_stack={self.frame_stack} expects "
+                    "FrameStackObservation stacks (oldest frame first, reset padding)")
+        self.frames[i] = obs[-1]
+        self.prev[i] = prev
+        self._tails[episode] = i
+        if len(self._tails) > 4096:  # episodes that never ended (e.g. cut by a resume)
+            del self._tails[next(iter(self._tails))]
+
+    def _history(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots of the ``k`` frames of each slot's stack, oldest first: ``(*slots.shape, k)``,
+        and whether each stack is still complete (no link overwritten or unknown)."""
+        k = self.frame_stack
+        hist = np.empty((*slots.shape, k), dtype=np.int64)
+        ok = self.episode[slots] >= 0
+        cur = hist[..., k - 1] = slots
+        for j in range(k - 2, -1, -1):
+            prev = self.prev[cur]
+            valid = prev >= 0
+            prev = np.where(valid, prev, cur)
+            start = self.t[cur] == 0
+            ok &= valid & (start | ((self.episode[prev] == self.episode[cur])
+                                    & (self.t[prev] == self.t[cur] - 1)))
+            cur = hist[..., j] = prev
+        return hist, ok
+
+    def readable(self, idx: np.ndarray) -> np.ndarray:
+        """Whether the observation at each slot of ``idx`` can still be read (a stacked one
+        whose earlier frames were overwritten cannot)."""
+        idx = np.asarray(idx)
+        return self._history(idx)[1] if self.frame_stack > 1 else np.ones(idx.shape, bool)
+
+    def observations(self, idx: np.ndarray) -> np.ndarray:
+        """Stored observations at slots ``idx`` (any shape): ``(*idx.shape, *obs_shape)``.
+
+        Raises:
+            ValueError: a stacked observation whose earlier frames were overwritten.
+        """
+        idx = np.asarray(idx)
+        if self.frame_stack == 1:
+            return self.obs[idx]
+        hist, ok = self._history(idx)
+        if not ok.all():
+            raise ValueError("some stacked observations lost earlier frames to newer steps")
+        return self.frames[hist]
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Uniform indices into the stored transitions, shape ``(batch_size,)``."""
@@ -153,7 +244,8 @@ class ReplayBuffer:
         self._pending = 0
         for lo in range(0, self.size, chunk_size):
             hi = min(lo + chunk_size, self.size)
-            self.rewards[lo:hi] = reward_fn(self.obs[lo:hi], self.actions[lo:hi])
+            self.rewards[lo:hi] = reward_fn(self.observations(np.arange(lo, hi)),
+                                            self.actions[lo:hi])
 
     # --------------------------------------------------------------- segments
     def segment_starts(self, segment: int, min_episode: int = 0) -> np.ndarray:
@@ -170,6 +262,8 @@ class ReplayBuffer:
         ok &= self.episode[starts] == self.episode[ends]
         ok &= self.t[ends] - self.t[starts] == segment - 1
         ok &= self.episode[starts] >= min_episode
+        if self.frame_stack > 1:  # the first step's earlier frames must still be stored
+            ok &= self._history(starts)[1]
         return starts[ok]
 
     def sample_segment_pairs(self, n: int, segment: int, rng: np.random.Generator,
@@ -197,15 +291,24 @@ class ReplayBuffer:
             )
         chosen = starts[rng.integers(0, len(starts), size=(n, 2))]
         idx = (chosen[..., None] + np.arange(segment)) % self.capacity  # (n, 2, segment)
-        return SegmentPairs(self.obs[idx], self.actions[idx], self.true_rewards[idx], chosen)
+        if self.frame_stack == 1:
+            observations = self.obs[idx]
+        else:  # segment + k - 1 frames per segment, viewed as stacks
+            older = self._history(chosen)[0][..., :-1]
+            frames = self.frames[np.concatenate([older, idx], axis=-1)]
+            observations = stacked(frames, self.frame_stack, len(self.obs_shape) - 1,
+                                   writeable=True)  # a fresh gather: nothing else reads it
+        return SegmentPairs(observations, self.actions[idx], self.true_rewards[idx], chosen)
 
     # ------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """The stored part of the buffer as NumPy arrays (for snapshots)."""
         self._label_pending()
         n = self.size
+        frames = {"frames": self.frames[:n].copy(), "prev": self.prev[:n].copy()} \
+            if self.frame_stack > 1 else {}
         return {
-            "capacity": self.capacity, "ptr": self.ptr, "size": n,
+            "capacity": self.capacity, "ptr": self.ptr, "size": n, **frames,
             "obs": self.obs[:n].copy(), "next_obs": self.next_obs[:n].copy(),
             "actions": self.actions[:n].copy(), "rewards": self.rewards[:n].copy(),
             "true_rewards": self.true_rewards[:n].copy(), "not_dones": self.not_dones[:n].copy(),
@@ -220,11 +323,14 @@ class ReplayBuffer:
         """
         n = int(state["size"])
         if state["obs"].shape[1:] != self.obs.shape[1:] or \
-                state["actions"].shape[1:] != self.actions.shape[1:]:
+                state["actions"].shape[1:] != self.actions.shape[1:] or \
+                ("frames" in state) != (self.frame_stack > 1):
             raise ValueError(
                 f"snapshot holds observations {state['obs'].shape[1:]} and actions "
                 f"{state['actions'].shape[1:]}, but this environment has "
                 f"{self.obs.shape[1:]} and {self.actions.shape[1:]}"
+                + (" (frame stacks differ)" if state["obs"].shape[1:] == self.obs.shape[1:]
+                   else "")
             )
         if n > self.capacity:
             raise ValueError(f"snapshot holds {n} transitions, more than capacity {self.capacity}")
@@ -233,7 +339,16 @@ class ReplayBuffer:
             order = np.roll(np.arange(n), -int(state["ptr"]))
         else:
             order = np.arange(n)
-        keys = ["obs", "actions", "rewards", "true_rewards", "not_dones", "episode", "t"]
+        keys = ["actions", "rewards", "true_rewards", "not_dones", "episode", "t"]
+        if self.frame_stack > 1:
+            keys.append("frames")
+            new_slot = np.empty(n, dtype=np.int64)
+            new_slot[order] = np.arange(n)  # old slot -> slot after unrolling
+            prev = state["prev"][order]
+            self.prev[:n] = np.where(prev >= 0, new_slot[np.maximum(prev, 0)], -1)
+            self._tails = {}
+        else:
+            keys.append("obs")
         if self.store_next_obs:
             if len(state["next_obs"]) != n:
                 raise ValueError("snapshot holds no next observations; this buffer needs them")

@@ -282,3 +282,15 @@ def episode_limit(env: gym.Env) -> int | None:
         return int(spec.max_episode_steps)
     max_steps = getattr(env.unwrapped, "max_steps", None)
     return int(max_steps) if isinstance(max_steps, int) else None
+
+
+def frame_stack_size(env: gym.Env) -> int:
+    """``k`` when observations are stacks of the last ``k`` frames (gymnasium's
+    ``FrameStackObservation`` with reset padding, e.g. Atari), else 1."""
+    inner: Any = env
+    while inner is not None:
+        if isinstance(inner, gym.wrappers.FrameStackObservation) and \
+                inner.padding_type == "reset":
+            return int(inner.stack_size)
+        inner = getattr(inner, "env", None)
+    return 1

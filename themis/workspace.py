@@ -40,7 +40,7 @@ from themis.checkpoint import (
     truncate_csv,
 )
 from themis.config import TrainConfig, validate
-from themis.envs import episode_limit, get_domain, make_env
+from themis.envs import episode_limit, frame_stack_size, get_domain, make_env
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
@@ -108,6 +108,7 @@ class Workspace:
         self.obs_shape = tuple(obs_space.shape or ())
         self.obs_dim = int(np.prod(self.obs_shape))
         self.obs_dtype = np.float32 if self.obs_kind == "vector" else np.uint8
+        self.frame_stack = frame_stack_size(self.env)  # stored once per frame, not per stack
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
             else int(np.prod(action_space.shape or ()))
@@ -116,7 +117,9 @@ class Workspace:
         self.agent = self.make_agent()
         self.buffer = ReplayBuffer(self.obs_shape, self.action_dim, self.buffer_capacity(),
                                    self.device, obs_dtype=self.obs_dtype,
-                                   store_next_obs=self.agent_name == "sac")
+                                   store_next_obs=self.agent_name == "sac",
+                                   frame_stack=self.frame_stack if self.agent_name != "sac"
+                                   else 1)
         # state entropy of pixels and grids: k-NN in a fixed random encoder's features (RE3)
         self.feature_encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
@@ -236,7 +239,8 @@ class Workspace:
                                        and cfg.teacher_ui == "web" else 1)
         if not cfg.prefs_path:
             return PreferenceDataset(capacity, cfg.segment, self.obs_dim, self.action_dim,
-                                     metadata=meta, obs_dtype=self.obs_dtype)
+                                     metadata=meta, obs_dtype=self.obs_dtype,
+                                     frame_stack=self.frame_stack)
         try:
             loaded = PreferenceDataset.load(cfg.prefs_path)
         except (FileNotFoundError, ValueError) as e:
@@ -251,7 +255,7 @@ class Workspace:
                               f"segment={loaded.segment}; set segment={loaded.segment}")
         data = PreferenceDataset(len(loaded) + capacity, cfg.segment, self.obs_dim,
                                  self.action_dim, metadata={**loaded.metadata, **meta},
-                                 obs_dtype=self.obs_dtype)
+                                 obs_dtype=self.obs_dtype, frame_stack=self.frame_stack)
         data.extend(loaded)
         return data
 
@@ -603,8 +607,10 @@ class Workspace:
 
         cfg = self.cfg
         idx = self.rng.integers(0, len(self.buffer), size=64)
+        idx = idx[self.buffer.readable(idx)]
         explainer = Explainer(
-            cfg.xplain_method, self.obs_shape, self.buffer.obs[idx], self.buffer.actions[idx],
+            cfg.xplain_method, self.obs_shape, self.buffer.observations(idx),
+            self.buffer.actions[idx],
             cfg.xplain_baseline,
             action_forward(self.agent, self.discrete, cfg.xplain_action_dim)
             if cfg.xplain_action else None,
@@ -651,12 +657,17 @@ class Workspace:
         if self.feature_encoder is None:
             return pair_features(observations)
         n, _, horizon = observations.shape[:3]
-        frames = torch.as_tensor(observations.reshape(n * 2 * horizon, *self.obs_shape),
-                                 device=self.device)
-        with torch.no_grad():
-            feats = torch.cat([self.feature_encoder(chunk) for chunk in frames.split(4096)]) \
-                if len(frames) else torch.zeros(0, self.feature_encoder.feature_dim)
-        return feats.reshape(n, 2, horizon, -1).mean(2).reshape(n, -1).cpu().numpy()
+        out = np.zeros((n, 2 * self.feature_encoder.feature_dim), dtype=np.float32)
+        chunk = max(1, 2048 // (2 * horizon))  # pairs per encoder call: bounded memory
+        for lo in range(0, n, chunk):
+            part = observations[lo:lo + chunk]  # copied chunk by chunk (stacks may be views)
+            m = len(part)
+            frames = torch.as_tensor(part.reshape(m * 2 * horizon, *self.obs_shape),
+                                     device=self.device)
+            with torch.no_grad():
+                feats = self.feature_encoder(frames)
+            out[lo:lo + m] = feats.reshape(m, 2, horizon, -1).mean(2).reshape(m, -1).cpu().numpy()
+        return out
 
     def reward_quality(self, pairs: SegmentPairs, labels: np.ndarray) -> dict[str, float]:
         """Held-out quality of the reward model on labelled pairs it was not trained on.
@@ -803,7 +814,7 @@ class Workspace:
         folder = self.run_dir / "preferences"
         data = PreferenceDataset(self.dataset.capacity, self.cfg.segment, self.obs_dim,
                                  self.action_dim, metadata=self.dataset.metadata,
-                                 obs_dtype=self.obs_dtype)
+                                 obs_dtype=self.obs_dtype, frame_stack=self.frame_stack)
         if size == 0:
             return data
         try:

@@ -15,15 +15,19 @@ import pandas as pd
 import torch
 
 from themis.buffers import SegmentPairs
+from themis.framestack import stacked, stacked_tensor, unstack
 
 FORMAT_NAME = "themis-preferences"
-FORMAT_VERSION = 2
-"""Version of the on-disk preference-dataset format written by :meth:`PreferenceDataset.save`
-(1: one ``segments.npz``; 2: segments may be split into shards listed in ``meta.json``)."""
+FORMAT_VERSION = 3
+"""Newest on-disk preference-dataset format :meth:`PreferenceDataset.save` writes (1: one
+``segments.npz``; 2: segments may be split into shards listed in ``meta.json``; 3: stacked-frame
+observations are stored as their frames, ``frames`` instead of ``observations``, with
+``frame_stack`` in ``meta.json``). Datasets without frame stacks are still written as version 2,
+which older Themis versions read."""
 MAX_SHARDS = 32
 """Incremental saves append shard files; past this many they are compacted into one file."""
 _STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim", "action_dim",
-                    "shards"}
+                    "shards", "frame_stack"}
 
 
 @contextlib.contextmanager
@@ -46,6 +50,10 @@ class PreferenceDataset:
         obs_dim, action_dim: feature sizes (observations flattened).
         metadata: free-form JSON-able facts saved with the dataset (env, teacher, ...).
         obs_dtype: float32 for vector observations, uint8 for pixels and grids.
+        frame_stack: ``k > 1`` when each observation is a stack of the last ``k`` frames
+            (flattened ``(k, H, W)``, oldest first; Atari): each segment is stored as its
+            ``H + k - 1`` frames and :attr:`observations` is a read-only view of the stacks
+            (:mod:`themis.framestack`; 4× less memory).
 
     Labels follow BPref: 0.0 = segment 1 preferred, 1.0 = segment 2 preferred, 0.5 = equally
     preferred.
@@ -53,14 +61,22 @@ class PreferenceDataset:
 
     def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int,
                  metadata: dict[str, Any] | None = None,
-                 obs_dtype: np.dtype | type = np.float32) -> None:
+                 obs_dtype: np.dtype | type = np.float32, frame_stack: int = 1) -> None:
+        if frame_stack < 1 or obs_dim % frame_stack:
+            raise ValueError(f"obs_dim={obs_dim} is not a stack of {frame_stack} frames")
         self.capacity = capacity
+        self.frame_stack = frame_stack
         self.segment = segment
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.labelers = np.full(capacity, "", dtype=object)
-        self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=obs_dtype)
+        if frame_stack > 1:
+            self.frames = np.zeros((capacity, 2, segment + frame_stack - 1,
+                                    obs_dim // frame_stack), dtype=obs_dtype)
+            self.observations = stacked(self.frames, frame_stack, frame_ndim=1, flat=True)
+        else:
+            self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=obs_dtype)
         self.actions = np.zeros((capacity, 2, segment, action_dim), dtype=np.float32)
         self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
         self.labels = np.zeros(capacity, dtype=np.float32)
@@ -88,7 +104,7 @@ class PreferenceDataset:
         if self.size + n > self.capacity:
             raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
         sl = slice(self.size, self.size + n)
-        self.observations[sl] = pairs.observations.reshape(n, 2, self.segment, self.obs_dim)
+        self._set_observations(sl, pairs.observations)
         self.actions[sl] = pairs.actions
         self.true_rewards[sl] = pairs.true_rewards
         self.labels[sl] = labels
@@ -97,14 +113,31 @@ class PreferenceDataset:
         self.size += n
         self._tensors = None
 
+    def _set_observations(self, sl: slice, observations: np.ndarray) -> None:
+        """Store ``(n, 2, H, ...)`` observations (whole stacks or flattened) in rows ``sl``."""
+        n, k = sl.stop - sl.start, self.frame_stack
+        if k == 1:
+            self.observations[sl] = observations.reshape(n, 2, self.segment, self.obs_dim)
+        else:
+            stacks = observations.reshape(n, 2, self.segment, k, self.obs_dim // k)
+            self.frames[sl] = unstack(stacks, frame_ndim=1)
+
     def tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """``(observations, actions, labels)`` of the stored pairs as tensors (cached)."""
+        """``(observations, actions, labels)`` of the stored pairs as tensors (cached).
+
+        Shapes: ``(n, 2, H, obs_dim)``, ``(n, 2, H, action_dim)``, ``(n,)``. With frame stacks
+        the observations are a strided view of the frames (on CPU they share this dataset's
+        memory; on CUDA only the frames are copied).
+        """
         if self._tensors is None or self._tensors[0].device != device:
             n = self.size
-            self._tensors = tuple(
-                torch.as_tensor(a[:n], device=device)
-                for a in (self.observations, self.actions, self.labels)
-            )
+            if self.frame_stack > 1:
+                frames = torch.as_tensor(self.frames[:n], device=device)
+                obs = stacked_tensor(frames, self.frame_stack, frame_ndim=1, flat=True)
+            else:
+                obs = torch.as_tensor(self.observations[:n], device=device)
+            self._tensors = (obs, *(torch.as_tensor(a[:n], device=device)
+                                    for a in (self.actions, self.labels)))
         return self._tensors
 
     def save(self, path: str | Path, metadata: dict[str, Any] | None = None) -> Path:
@@ -115,13 +148,14 @@ class PreferenceDataset:
         - segment shards, ``segments.npz`` and possibly ``segments-NNNNNNN.npz`` (rows from
           ``NNNNNNN`` on): ``observations (m, 2, H, obs_dim)``, ``actions (m, 2, H,
           action_dim)``, ``true_rewards (m, 2, H)``; float32, except observations of pixel and
-          grid envs, which are uint8 (flattened ``(C, H, W)`` images);
+          grid envs, which are uint8 (flattened ``(C, H, W)`` images); with frame stacks
+          (version 3) ``frames (m, 2, H + k - 1, frame_size)`` instead of observations;
         - ``labels.csv``: columns ``pair, label, labeler, timestamp`` (label 0 = segment 1
           preferred, 1 = segment 2, 0.5 = equal; timestamp = when it was given, Unix seconds,
           empty if unknown);
         - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
-          ``action_dim``, ``shards`` (``[file, first row, end row]`` in order) and the caller's
-          ``metadata`` (env, teacher, ...).
+          ``action_dim``, ``frame_stack`` (version 3), ``shards`` (``[file, first row, end
+          row]`` in order) and the caller's ``metadata`` (env, teacher, ...).
 
         Saving again to the same folder appends only the new pairs as a new shard (a person's
         answer is on disk at once without rewriting every earlier segment); after
@@ -153,9 +187,11 @@ class PreferenceDataset:
         with _atomic(path / "labels.csv") as f:
             f.write(labels.to_csv(index=False).encode())
         meta = {**self.metadata, **(metadata or {}), "format": FORMAT_NAME,
-                "format_version": FORMAT_VERSION, "num_pairs": n, "segment": self.segment,
-                "obs_dim": self.obs_dim, "action_dim": self.action_dim,
-                "shards": [list(s) for s in shards]}
+                "format_version": FORMAT_VERSION if self.frame_stack > 1 else 2,
+                "num_pairs": n, "segment": self.segment, "obs_dim": self.obs_dim,
+                "action_dim": self.action_dim, "shards": [list(s) for s in shards]}
+        if self.frame_stack > 1:
+            meta["frame_stack"] = self.frame_stack
         self.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         with _atomic(path / "meta.json") as f:
             f.write(json.dumps(meta, indent=2, sort_keys=True).encode())
@@ -166,8 +202,10 @@ class PreferenceDataset:
 
     def _write_segments(self, file: Path, lo: int, hi: int) -> None:
         with _atomic(file) as f:
-            np.savez(f, observations=self.observations[lo:hi], actions=self.actions[lo:hi],
-                     true_rewards=self.true_rewards[lo:hi])
+            arrays = {"frames": self.frames[lo:hi]} if self.frame_stack > 1 else \
+                {"observations": self.observations[lo:hi]}
+            arrays.update(actions=self.actions[lo:hi], true_rewards=self.true_rewards[lo:hi])
+            np.savez(f, **arrays)  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: str | Path, capacity: int | None = None) -> PreferenceDataset:
@@ -203,7 +241,8 @@ class PreferenceDataset:
                 break
             with np.load(path / name, allow_pickle=False) as arrays:
                 for key, chunks in parts.items():
-                    chunks.append(arrays[key][: min(hi, n) - lo])
+                    stored = "frames" if key == "observations" and "frames" in arrays else key
+                    chunks.append(arrays[stored][: min(hi, n) - lo])
         obs, act, true = (np.concatenate(parts[k]) for k in parts)
         labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str},
                              keep_default_na=False).iloc[:n]
@@ -211,9 +250,14 @@ class PreferenceDataset:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
                              f"{len(obs)} and labels.csv {len(labels)}")
         data = cls(max(n, capacity or 0), int(meta["segment"]), int(meta["obs_dim"]),
-                   int(meta["action_dim"]), obs_dtype=obs.dtype)
+                   int(meta["action_dim"]), obs_dtype=obs.dtype,
+                   frame_stack=int(meta.get("frame_stack", 1)))
         data.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
-        data.observations[:n], data.actions[:n], data.true_rewards[:n] = obs, act, true
+        if data.frame_stack > 1:
+            data.frames[:n] = obs  # stored as frames
+        else:
+            data.observations[:n] = obs
+        data.actions[:n], data.true_rewards[:n] = act, true
         data.labels[:n] = labels["label"].to_numpy(np.float32)
         data.labelers[:n] = labels["labeler"].to_numpy(object)
         if "timestamp" in labels:
@@ -236,7 +280,7 @@ class PreferenceDataset:
         if self.size + n > self.capacity:
             raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
         sl = slice(self.size, self.size + n)
-        self.observations[sl] = other.observations[:n]
+        self._set_observations(sl, other.observations[:n])
         self.actions[sl] = other.actions[:n]
         self.true_rewards[sl] = other.true_rewards[:n]
         self.labels[sl] = other.labels[:n]
@@ -247,5 +291,7 @@ class PreferenceDataset:
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size
-        return {"observations": self.observations[:n].copy(), "actions": self.actions[:n].copy(),
+        observations = {"frames": self.frames[:n].copy()} if self.frame_stack > 1 else \
+            {"observations": self.observations[:n].copy()}
+        return {**observations, "actions": self.actions[:n].copy(),
                 "true_rewards": self.true_rewards[:n].copy(), "labels": self.labels[:n].copy()}

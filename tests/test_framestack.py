@@ -1,0 +1,141 @@
+"""Frame stacks stored once per frame: the episode store and the preference dataset give back
+exactly the stacks the env produced, with 4× less memory."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from themis.buffers import ReplayBuffer
+from themis.envs import frame_stack_size, make_env
+from themis.framestack import stacked, stacked_tensor, unstack
+from themis.reward import PreferenceDataset
+
+CPU = torch.device("cpu")
+
+
+def test_stacked_view_and_unstack_are_inverse():
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, size=(3, 2, 9, 5, 6), dtype=np.uint8)
+    stacks = stacked(frames, 4, frame_ndim=2)
+    assert stacks.shape == (3, 2, 6, 4, 5, 6) and not stacks.flags.writeable
+    for t in range(6):
+        np.testing.assert_array_equal(stacks[:, :, t], frames[:, :, t:t + 4])
+    np.testing.assert_array_equal(unstack(stacks, frame_ndim=2), frames)
+    flat = stacked(frames.reshape(3, 2, 9, 30), 4, frame_ndim=1, flat=True)
+    np.testing.assert_array_equal(flat, stacks.reshape(3, 2, 6, 120))
+    tensor = stacked_tensor(torch.from_numpy(frames.reshape(3, 2, 9, 30)), 4, 1, flat=True)
+    assert torch.equal(tensor, torch.from_numpy(np.ascontiguousarray(flat)))
+    with pytest.raises(ValueError, match="too few"):
+        stacked(frames[:, :, :3], 4, frame_ndim=2)
+
+
+def _atari_steps(n: int, seed: int = 0) -> tuple[list[np.ndarray], list[int]]:
+    """Observations of ``n`` random-action steps of Breakout and each step's time index."""
+    env = make_env("ALE", "Breakout-v5", seed=seed)
+    assert frame_stack_size(env) == 4
+    obs, _ = env.reset(seed=seed)
+    observations, ts, t = [], [], 0
+    for _ in range(n):
+        observations.append(obs)
+        ts.append(t)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        t += 1
+        if terminated or truncated:
+            obs, _ = env.reset()
+            t = 0
+    env.close()
+    return observations, ts
+
+
+def test_episode_store_gives_back_the_env_stacks_from_interleaved_pieces():
+    # two envs' episodes flushed in alternating pieces of 25 steps, as PPO's rollouts do
+    a, ta = _atari_steps(150, seed=0)
+    b, tb = _atari_steps(150, seed=1)
+    store = ReplayBuffer((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    assert store.frames.nbytes == 1000 * 84 * 84 and store.obs.nbytes == 0
+    originals, episodes = [], []
+    for lo in range(0, 150, 25):
+        for steps, ts, base in ((a, ta, 0), (b, tb, 100)):
+            for i in range(lo, lo + 25):
+                episode = base + sum(1 for t in ts[1:i + 1] if t == 0)  # a new id at each reset
+                store.add(steps[i], np.zeros(1), 0.0, None, False, episode, ts[i], 0.0)
+                originals.append(steps[i])
+                episodes.append(episode)
+    np.testing.assert_array_equal(store.observations(np.arange(300)), np.stack(originals))
+    pairs = store.sample_segment_pairs(40, 20, np.random.default_rng(0))
+    assert pairs.observations.shape == (40, 2, 20, 4, 84, 84)
+    expected = np.stack(originals)[(pairs.starts[..., None] + np.arange(20))]
+    np.testing.assert_array_equal(pairs.observations, expected)
+    # a checkpoint round trip keeps every stack
+    clone = ReplayBuffer((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    clone.load_state_dict(store.state_dict())
+    np.testing.assert_array_equal(clone.observations(np.arange(300)), np.stack(originals))
+
+
+def test_overwritten_history_is_never_served():
+    frames = np.arange(40, dtype=np.uint8)[:, None, None] * np.ones((1, 2, 2), np.uint8)
+
+    def stack(t: int) -> np.ndarray:
+        return frames[np.maximum(np.arange(t - 3, t + 1), 0)]
+
+    store = ReplayBuffer((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    for t in range(25):  # one episode of 25 steps in a store of 10: it wraps twice
+        store.add(stack(t), np.zeros(1), 0.0, None, False, 0, t, 0.0)
+    readable = store.readable(np.arange(10))
+    # the 3 oldest stored steps (t = 15, 16, 17) lost earlier frames; the other 7 did not
+    assert readable.sum() == 7
+    for slot in np.flatnonzero(readable):
+        np.testing.assert_array_equal(store.observations(np.array([slot]))[0],
+                                      stack(int(store.t[slot])))
+    assert set(store.t[store.segment_starts(4)]) == {18, 19, 20, 21}
+    with pytest.raises(ValueError, match="lost earlier frames"):
+        store.observations(np.arange(10))
+
+
+def test_stacks_that_do_not_continue_are_refused():
+    store = ReplayBuffer((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    with pytest.raises(ValueError, match="reset padding"):  # t = 0 must repeat one frame
+        store.add(np.arange(16, dtype=np.uint8).reshape(4, 2, 2), np.zeros(1), 0, None, False,
+                  0, 0, 0.0)
+    store.add(np.zeros((4, 2, 2), np.uint8), np.zeros(1), 0, None, False, 0, 0, 0.0)
+    with pytest.raises(ValueError, match="does not continue"):
+        store.add(np.ones((4, 2, 2), np.uint8), np.zeros(1), 0, None, False, 0, 1, 0.0)
+
+
+def test_stacked_preference_dataset_round_trip(tmp_path):
+    steps, _ = _atari_steps(120)
+    store = ReplayBuffer((4, 84, 84), 1, 200, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    for t, obs in enumerate(steps):
+        store.add(obs, np.eye(1)[0], 0.0, None, False, 0, t, float(t))
+    pairs = store.sample_segment_pairs(6, 10, np.random.default_rng(1))
+    data = PreferenceDataset(10, 10, 4 * 84 * 84, 1, obs_dtype=np.uint8, frame_stack=4)
+    data.add(pairs, np.array([0, 1, 0.5, 0, 1, 1]))
+    assert data.frames.nbytes == 10 * 2 * 13 * 84 * 84
+    flat = pairs.observations.reshape(6, 2, 10, -1)
+    np.testing.assert_array_equal(data.observations[:6], flat)
+    obs_t, _, labels = data.tensors(CPU)
+    assert labels.tolist() == [0, 1, 0.5, 0, 1, 1]
+    assert torch.equal(obs_t[torch.tensor([[4, 1]])], torch.from_numpy(flat[[4, 1]])[None])
+    data.save(tmp_path / "prefs")
+    meta = json.loads((tmp_path / "prefs" / "meta.json").read_text())
+    assert meta["format_version"] == 3 and meta["frame_stack"] == 4
+    loaded = PreferenceDataset.load(tmp_path / "prefs", capacity=20)
+    np.testing.assert_array_equal(loaded.observations[:6], flat)
+    np.testing.assert_array_equal(loaded.labels[:6], [0, 1, 0.5, 0, 1, 1])
+    # a dataset of whole stacks (no frame_stack) merges into a stacked one, and back
+    whole = PreferenceDataset(6, 10, 4 * 84 * 84, 1, obs_dtype=np.uint8)
+    whole.extend(loaded)
+    np.testing.assert_array_equal(whole.observations[:6], flat)
+    whole.save(tmp_path / "whole")
+    assert json.loads((tmp_path / "whole" / "meta.json").read_text())["format_version"] == 2
+    loaded.extend(PreferenceDataset.load(tmp_path / "whole"))
+    np.testing.assert_array_equal(loaded.observations[6:12], flat)
