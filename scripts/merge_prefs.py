@@ -26,7 +26,8 @@ def merge(sources: list[Path], out: Path) -> PreferenceDataset:
     datasets = [PreferenceDataset.load(p) for p in sources]
     first = datasets[0]
     merged = PreferenceDataset(sum(len(d) for d in datasets), first.segment, first.obs_dim,
-                               first.action_dim)
+                               first.action_dim, obs_dtype=first.observations.dtype,
+                               frame_stack=first.frame_stack)
     envs = set()
     for path, data in zip(sources, datasets, strict=True):
         unnamed = data.labelers[: len(data)] == ""

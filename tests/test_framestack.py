@@ -4,6 +4,9 @@ exactly the stacks the env produced, with 4× less memory."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +142,12 @@ def test_stacked_preference_dataset_round_trip(tmp_path):
     assert json.loads((tmp_path / "whole" / "meta.json").read_text())["format_version"] == 2
     loaded.extend(PreferenceDataset.load(tmp_path / "whole"))
     np.testing.assert_array_equal(loaded.observations[6:12], flat)
+    # merge_prefs keeps the frames (and uint8)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "merge_prefs.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "merged"),
+                           str(tmp_path / "prefs"), str(tmp_path / "whole")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    merged = PreferenceDataset.load(tmp_path / "merged")
+    assert merged.frame_stack == 4 and merged.frames.dtype == np.uint8 and len(merged) == 12
+    np.testing.assert_array_equal(merged.observations[6:12], flat)
