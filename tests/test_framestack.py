@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from themis.buffers import ReplayBuffer
+from themis.buffers import ReplayBuffer, SegmentPairs
 from themis.envs import frame_stack_size, make_env
 from themis.framestack import stacked, stacked_tensor, unstack
 from themis.reward import PreferenceDataset
@@ -151,3 +151,34 @@ def test_stacked_preference_dataset_round_trip(tmp_path):
     merged = PreferenceDataset.load(tmp_path / "merged")
     assert merged.frame_stack == 4 and merged.frames.dtype == np.uint8 and len(merged) == 12
     np.testing.assert_array_equal(merged.observations[6:12], flat)
+
+
+def test_snapshot_of_whole_stacks_loads_into_a_frame_stacked_store():
+    """Checkpoints written before frame stacks were de-duplicated still resume."""
+    a, ta = _atari_steps(60, seed=2)
+    assert ta == list(range(60))  # one episode
+    whole = ReplayBuffer((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8, store_next_obs=False)
+    for obs, t in zip(a, ta, strict=True):  # wraps: the 10 oldest steps are overwritten
+        whole.add(obs, np.zeros(1), 0.0, None, False, 0, t, 0.0)
+    store = ReplayBuffer((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8, store_next_obs=False,
+                         frame_stack=4)
+    store.load_state_dict(whole.state_dict())
+    readable = store.readable(np.arange(50))
+    assert readable.sum() == 47  # the oldest three lost earlier frames
+    np.testing.assert_array_equal(store.observations(np.flatnonzero(readable)),
+                                  np.stack(a[13:]))
+    # not frame stacks at all: refused with a message
+    whole.obs[:50] = np.random.default_rng(0).integers(0, 255, (50, 4, 84, 84), np.uint8)
+    with pytest.raises(ValueError, match="not frame stacks"):
+        store.load_state_dict(whole.state_dict())
+
+
+def test_dataset_refuses_observations_that_are_not_frame_stacks():
+    data = PreferenceDataset(2, 5, 4 * 4, 1, obs_dtype=np.uint8, frame_stack=4)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, (1, 2, 5, 16), np.uint8)
+    pairs = SegmentPairs(obs, np.zeros((1, 2, 5, 1), np.float32), np.zeros((1, 2, 5)),
+                         np.zeros((1, 2), np.int64))
+    with pytest.raises(ValueError, match="not stacks of 4 consecutive frames"):
+        data.add(pairs, np.array([1.0]))
+    assert len(data) == 0

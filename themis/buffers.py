@@ -137,9 +137,16 @@ class ReplayBuffer:
     def _label_pending(self) -> None:
         """Compute the rewards of transitions added since the last labelling."""
         if self._pending and self.reward_fn is not None:
-            idx = (self.ptr - np.arange(self._pending, 0, -1)) % self.capacity
-            self.rewards[idx] = self.reward_fn(self.observations(idx), self.actions[idx])
+            self._relabel_slots((self.ptr - np.arange(self._pending, 0, -1)) % self.capacity)
         self._pending = 0
+
+    def _relabel_slots(self, idx: np.ndarray) -> None:
+        """``rewards[idx] = reward_fn(obs, action)``; a stacked observation that lost earlier
+        frames keeps its reward (it can be neither sampled nor cut into a segment)."""
+        assert self.reward_fn is not None
+        if self.frame_stack > 1:
+            idx = idx[self.readable(idx)]
+        self.rewards[idx] = self.reward_fn(self.observations(idx), self.actions[idx])
 
     # -------------------------------------------------------- stacked frames
     def _add_frame(self, i: int, obs: np.ndarray, episode: int, t: int) -> None:
@@ -243,9 +250,7 @@ class ReplayBuffer:
         self.reward_fn = reward_fn
         self._pending = 0
         for lo in range(0, self.size, chunk_size):
-            hi = min(lo + chunk_size, self.size)
-            self.rewards[lo:hi] = reward_fn(self.observations(np.arange(lo, hi)),
-                                            self.actions[lo:hi])
+            self._relabel_slots(np.arange(lo, min(lo + chunk_size, self.size)))
 
     # --------------------------------------------------------------- segments
     def segment_starts(self, segment: int, min_episode: int = 0) -> np.ndarray:
@@ -323,15 +328,14 @@ class ReplayBuffer:
         """
         n = int(state["size"])
         if state["obs"].shape[1:] != self.obs.shape[1:] or \
-                state["actions"].shape[1:] != self.actions.shape[1:] or \
-                ("frames" in state) != (self.frame_stack > 1):
+                state["actions"].shape[1:] != self.actions.shape[1:]:
             raise ValueError(
                 f"snapshot holds observations {state['obs'].shape[1:]} and actions "
                 f"{state['actions'].shape[1:]}, but this environment has "
                 f"{self.obs.shape[1:]} and {self.actions.shape[1:]}"
-                + (" (frame stacks differ)" if state["obs"].shape[1:] == self.obs.shape[1:]
-                   else "")
             )
+        if "frames" in state and self.frame_stack == 1:
+            raise ValueError("snapshot stores frame stacks once per frame; this buffer does not")
         if n > self.capacity:
             raise ValueError(f"snapshot holds {n} transitions, more than capacity {self.capacity}")
         if n == state["capacity"] and state["ptr"] != 0:
@@ -340,14 +344,14 @@ class ReplayBuffer:
         else:
             order = np.arange(n)
         keys = ["actions", "rewards", "true_rewards", "not_dones", "episode", "t"]
-        if self.frame_stack > 1:
+        if self.frame_stack > 1 and "frames" in state:
             keys.append("frames")
             new_slot = np.empty(n, dtype=np.int64)
             new_slot[order] = np.arange(n)  # old slot -> slot after unrolling
             prev = state["prev"][order]
             self.prev[:n] = np.where(prev >= 0, new_slot[np.maximum(prev, 0)], -1)
             self._tails = {}
-        else:
+        elif self.frame_stack == 1:
             keys.append("obs")
         if self.store_next_obs:
             if len(state["next_obs"]) != n:
@@ -357,3 +361,30 @@ class ReplayBuffer:
             getattr(self, key)[:n] = state[key][order]
         self.size = n
         self.ptr = n % self.capacity
+        if self.frame_stack > 1 and "frames" not in state:  # whole stacks (older snapshots)
+            self._frames_from_stacks(state["obs"][order])
+
+    def _frames_from_stacks(self, stacks: np.ndarray, chunk: int = 4096) -> None:
+        """Fill ``frames`` and ``prev`` of the first ``len(stacks)`` slots from whole stacks
+        (slot order, ``episode`` and ``t`` already restored); a step whose earlier frames are
+        not stored stays unreadable.
+
+        Raises:
+            ValueError: the stacks are not consecutive frame stacks.
+        """
+        n, self._tails = len(stacks), {}
+        self.frames[:n] = stacks[:, -1]
+        episode, t = self.episode[:n], self.t[:n]
+        by_step = np.lexsort((t, episode))  # each episode's steps in order of t
+        before, after = by_step[:-1], by_step[1:]
+        linked = (episode[after] == episode[before]) & (t[after] == t[before] + 1)
+        self.prev[:n] = -1
+        self.prev[after[linked]] = before[linked]
+        starts = np.flatnonzero(t == 0)
+        self.prev[starts] = starts
+        for lo in range(0, n, chunk):
+            idx = np.arange(lo, min(lo + chunk, n))
+            hist, ok = self._history(idx)
+            if not np.array_equal(self.frames[hist[ok]], stacks[idx[ok]]):
+                raise ValueError("snapshot observations are not frame stacks of consecutive "
+                                 f"steps (frame_stack={self.frame_stack})")

@@ -290,7 +290,7 @@ def frame_stack_size(env: gym.Env) -> int:
     inner: Any = env
     while inner is not None:
         if isinstance(inner, gym.wrappers.FrameStackObservation) and \
-                inner.padding_type == "reset":
+                isinstance(inner.padding_type, str) and inner.padding_type == "reset":
             return int(inner.stack_size)
         inner = getattr(inner, "env", None)
     return 1

@@ -200,7 +200,11 @@ class Workspace:
         self.logger = Logger(self.run_dir, backends=cfg.logger,
                              purge_step=int(resume_state["step"]) if resume_state else None)
         if resume_state is not None:
-            self.load_state_dict(resume_state)
+            try:
+                self.load_state_dict(resume_state)
+            except ValueError as e:  # e.g. a checkpoint of other observation/action shapes
+                self.logger.close()
+                raise ConfigError(f"resume: {path} does not fit this run: {e}") from None
             self.logger.info(f"resumed from {path} at step {self.step} "
                              f"({self.total_feedback} queries asked)", "cyan")
         elif cfg.pretrained_snapshot:
@@ -608,6 +612,8 @@ class Workspace:
         cfg = self.cfg
         idx = self.rng.integers(0, len(self.buffer), size=64)
         idx = idx[self.buffer.readable(idx)]
+        if len(idx) == 0:  # unlikely: take the readable ones in storage order
+            idx = np.flatnonzero(self.buffer.readable(np.arange(len(self.buffer))))[:64]
         explainer = Explainer(
             cfg.xplain_method, self.obs_shape, self.buffer.observations(idx),
             self.buffer.actions[idx],

@@ -93,7 +93,8 @@ class PreferenceDataset:
         """Append labelled pairs; ``labeler`` names who answered (``"oracle"``, a person, ...).
 
         Raises:
-            ValueError: lengths differ, a label is not in {0, 0.5, 1}, or capacity is exceeded.
+            ValueError: lengths differ, a label is not in {0, 0.5, 1}, capacity is exceeded, or
+                (``frame_stack > 1``) the observations are not consecutive frame stacks.
         """
         n = len(pairs)
         labels = np.asarray(labels, dtype=np.float32).reshape(-1)
@@ -120,7 +121,12 @@ class PreferenceDataset:
             self.observations[sl] = observations.reshape(n, 2, self.segment, self.obs_dim)
         else:
             stacks = observations.reshape(n, 2, self.segment, k, self.obs_dim // k)
-            self.frames[sl] = unstack(stacks, frame_ndim=1)
+            frames = unstack(stacks, frame_ndim=1)
+            if not np.array_equal(stacked(frames, k, frame_ndim=1), stacks):
+                raise ValueError(f"these observations are not stacks of {k} consecutive frames "
+                                 "(step t+1's stack = step t's shifted by one frame); they "
+                                 "cannot go into a frame-stacked preference dataset")
+            self.frames[sl] = frames
 
     def tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """``(observations, actions, labels)`` of the stored pairs as tensors (cached).
