@@ -162,13 +162,9 @@ class ReplayBuffer:
             tail = self._tails.pop(episode, -1)
             ok = tail >= 0 and self.episode[tail] == episode and self.t[tail] == t - 1
             prev = tail if ok else -1
-        if prev >= 0:
-            if t == 0:  # reset padding: one frame repeated
-                same = bool((obs[:-1] == obs[-1]).all())
-            else:  # the previous stack shifted by one (as far as it is still stored)
-                history, whole = self._history(np.array([prev]))
-                same = np.array_equal(self.frames[history[0, 1:]], obs[:-1]) if whole[0] \
-                    else np.array_equal(self.frames[prev], obs[-2])
+        if prev >= 0:  # cheap check per step: the frame before the newest is the last stored
+            same = bool((obs[:-1] == obs[-1]).all()) if t == 0 else \
+                np.array_equal(self.frames[prev], obs[-2])
             if not same:
                 raise ValueError(
                     f"observation at step {t} of episode {episode} does not continue the "
