@@ -1,0 +1,50 @@
+"""A fixed seed gives the recorded numbers: a tiny SAC run and a tiny PPO run reproduce the
+``eval.csv`` and preference labels recorded in ``tests/fixtures/`` before the redesign of the
+loops. A change that alters numbers on purpose re-records them:
+``THEMIS_RECORD_FIXTURES=1 scripts/test.sh tests/test_fixed_seed_fixture.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, TINY_PENDULUM
+from themis.reward import PreferenceDataset
+from themis.workspace import make_workspace
+
+FIXTURES = ROOT / "tests" / "fixtures"
+RUNS = {
+    "sac": [*TINY_PENDULUM, "feed_type=4", "teacher=noisy"],
+    "ppo": [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
+            "ppo.num_steps=32", "feed_type=2"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_fixed_seed_reproduces_the_recorded_run(compose, tmp_path, name):
+    ws = make_workspace(compose(RUNS[name]), tmp_path)
+    ws.run()
+    ws.finish()
+    expected = FIXTURES / name
+    if os.environ.get("THEMIS_RECORD_FIXTURES"):
+        expected.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "eval.csv", expected / "eval.csv")
+        shutil.copy(tmp_path / "preferences" / "labels.csv", expected / "labels.csv")
+    got_eval = pd.read_csv(tmp_path / "eval.csv")
+    want_eval = pd.read_csv(expected / "eval.csv")
+    assert list(got_eval.columns) == list(want_eval.columns)
+    for column in ("step", "total_feedback", "labeled_feedback"):
+        assert got_eval[column].tolist() == want_eval[column].tolist()
+    np.testing.assert_allclose(got_eval["episode_reward"], want_eval["episode_reward"],
+                               rtol=1e-4)
+    got_labels = pd.read_csv(tmp_path / "preferences" / "labels.csv")
+    want_labels = pd.read_csv(expected / "labels.csv")
+    assert got_labels["label"].tolist() == want_labels["label"].tolist()
+    assert got_labels["labeler"].tolist() == want_labels["labeler"].tolist()
+    assert len(PreferenceDataset.load(tmp_path / "preferences")) == len(want_labels)
