@@ -18,6 +18,8 @@ cannot answer a query twice (409).
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -173,7 +175,7 @@ class LabelServer:
         if not is_loopback(host) and not store.has_labelers():
             raise ValueError(f"binding {host} exposes the labeling page beyond this machine: "
                              "create labeler tokens with labelers=N")
-        self.host, self.port = host, port
+        self.host, self.port, self.run_dir = host, port, run_dir
         config = uvicorn.Config(create_app(store, run_dir), host=host, port=port,
                                 log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
@@ -184,7 +186,9 @@ class LabelServer:
         return f"http://{self.host}:{self.port}/"
 
     def start(self, timeout: float = 15.0) -> LabelServer:
-        """Start serving; returns once the socket is open.
+        """Start serving; returns once the socket is open. Port 0 takes a free port, read back
+        into :attr:`port`; with a ``run_dir`` the address is written to
+        ``RUN_DIR/web/server.json`` (``{"url", "host", "port"}``) for scripts and tests.
 
         Raises:
             RuntimeError: the server did not start (e.g. the port is taken).
@@ -196,11 +200,21 @@ class LabelServer:
                 raise RuntimeError(f"the labeling server could not listen on "
                                    f"{self.host}:{self.port} (port taken?); set label_port=")
             time.sleep(0.05)
+        if self.port == 0:
+            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+        if self.run_dir is not None:
+            info = self.run_dir / "web" / "server.json"
+            info.parent.mkdir(parents=True, exist_ok=True)
+            tmp = info.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"url": self.url, "host": self.host, "port": self.port}))
+            os.replace(tmp, info)
         return self
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        if self.run_dir is not None:
+            (self.run_dir / "web" / "server.json").unlink(missing_ok=True)
 
 
 LABEL_PAGE = """<!doctype html>

@@ -82,9 +82,16 @@ def test_bad_values_are_rejected_before_training(compose, override, message):
         validate(cfg)
 
 
-@pytest.mark.parametrize("feed_type", ["0", "1", "2", "3", "4", "5", "kcenter_entropy"])
-def test_every_feed_type_validates(compose, feed_type):
-    validate(compose([f"feed_type={feed_type}"]))
+@pytest.mark.parametrize("feed_type,name", [
+    ("0", "uniform"), ("1", "disagreement"), ("2", "entropy"), ("3", "kcenter"),
+    ("4", "kcenter_disagreement"), ("5", "kcenter_entropy"), ("kcenter_entropy", "kcenter_entropy"),
+])
+def test_every_feed_type_validates_and_names_its_sampler(compose, feed_type, name):
+    from themis.sampling import resolve_feed_type
+
+    cfg = compose([f"feed_type={feed_type}"])
+    validate(cfg)
+    assert resolve_feed_type(cfg.feed_type) == name
 
 
 def test_pretrain_config_composes(compose):

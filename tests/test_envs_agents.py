@@ -19,10 +19,19 @@ def test_control_domain_makes_halfcheetah():
 
 
 def test_actions_are_rescaled_to_unit_box():
+    import gymnasium as gym
+
     env = make_env("Classic", "Pendulum-v1", seed=0)
+    raw = gym.make("Pendulum-v1")
     assert np.all(env.action_space.high == 1.0)
-    obs, *_ = env.step(np.array([1.0], dtype=np.float32))  # maps to the true bound 2.0
-    assert obs.shape == (3,)
+    for ours, theirs in ((1.0, 2.0), (-0.5, -1.0), (0.25, 0.5)):  # Pendulum torque in [-2, 2]
+        obs, _ = env.reset(seed=3)
+        raw_obs, _ = raw.reset(seed=3)
+        np.testing.assert_allclose(obs, raw_obs)
+        obs, reward, *_ = env.step(np.array([ours], dtype=np.float32))
+        raw_obs, raw_reward, *_ = raw.step(np.array([theirs], dtype=np.float32))
+        np.testing.assert_allclose(obs, raw_obs, rtol=1e-6)
+        assert reward == pytest.approx(raw_reward)
 
 
 def test_unknown_env_lists_close_matches():
@@ -39,7 +48,8 @@ def test_unknown_domain():
 
 def test_device_fallback():
     assert get_device("cpu").type == "cpu"
-    assert get_device("auto").type in ("cpu", "cuda")
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert get_device("auto").type == want
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             get_device("cuda")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import TINY_PENDULUM, launch
@@ -94,4 +97,14 @@ def test_report_is_written_for_a_tiny_run(tmp_path):
         assert section in text
     for png in ("learning_curve.png", "reward_model.png", "reward_curves.png"):
         assert (report.parent / png).stat().st_size > 0
+    # the tables hold this run's numbers
+    rounds = pd.read_csv(run / "reward.csv")
+    for _, r in rounds.iterrows():
+        assert f"| {int(r['round'])} | {int(r['step'])} | {int(r['total_feedback'])} | " in text
+    assert "| labeled_feedback | 30 |" in text
+    assert "| synthetic(beta=-1.0,gamma=1.0,eps_mistake=0.0,eps_skip=0.0,eps_equal=0.0) | 30 |" \
+        in text
+    pearson = float(re.search(r"Over all steps: Pearson \*\*(-?[0-9.]+)\*\*", text).group(1))
+    assert -1.0 <= pearson <= 1.0
+    assert "env: Pendulum-v1" in text and "max_feedback: 30" in text
     assert not (run / "inspection").exists() and (run / "eval.csv").is_file()

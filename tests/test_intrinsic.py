@@ -47,14 +47,49 @@ def test_running_mean_std_matches_numpy_on_uneven_batches():
     assert stats.count == pytest.approx(len(data))
 
 
-def test_state_entropy_reward_is_normalised_knn_distance():
+def _brute_knn(x: np.ndarray, pool: np.ndarray, k: int, exclude_self: bool = False):
+    out = []
+    for xi in x.astype(np.float64):
+        d = np.sort(np.sqrt(((pool.astype(np.float64) - xi) ** 2).sum(1)))
+        if exclude_self and d[0] == 0:
+            d = d[1:]
+        out.append(d[k - 1])
+    return np.array(out)
+
+
+def test_state_entropy_reward_is_knn_distance_over_its_std():
     rng = np.random.default_rng(0)
     replay = rng.normal(size=(50, 4)).astype(np.float32)
     reward = StateEntropyReward(k=3, pool_size=1000)  # pool larger than replay: all states
-    x = torch.from_numpy(rng.normal(size=(64, 4)).astype(np.float32))
-    r = reward(x, replay, rng)
-    dist = knn_distance(x, torch.from_numpy(replay), 3)
-    np.testing.assert_allclose(r.numpy(), (dist / float(reward.stats.std)).numpy(), rtol=1e-5)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    r = reward(torch.from_numpy(x), replay, rng).numpy()
+    dist = _brute_knn(x, replay, 3)
+    np.testing.assert_allclose(r, dist / dist.std(), rtol=1e-3)  # std of this first batch
     # states far from everything visited earn more than states in the crowd
     far = torch.full((1, 4), 10.0)
-    assert reward(far, replay, rng).item() > r.max().item()
+    assert reward(far, replay, rng).item() > r.max()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_state_is_never_its_own_neighbour(k):
+    rng = np.random.default_rng(k)
+    pool = rng.normal(size=(300, 3)).astype(np.float32)
+    x = pool[:40]  # states that are in the pool (PEBBLE rewards next_obs, stored as obs)
+    ours = knn_distance(torch.from_numpy(x), torch.from_numpy(pool), k, exclude_self=True)
+    np.testing.assert_allclose(ours.numpy(), _brute_knn(x, pool, k, exclude_self=True),
+                               rtol=1e-5)
+    assert (ours > 0).all()
+    # the same distances when the pool is a sample that does not hold the states themselves
+    others = torch.from_numpy(pool[40:])
+    np.testing.assert_allclose(knn_distance(torch.from_numpy(x), others, k,
+                                            exclude_self=True).numpy(),
+                               _brute_knn(x, pool[40:], k), rtol=1e-5)
+
+
+def test_state_entropy_reward_skips_the_state_itself_in_the_pool():
+    rng = np.random.default_rng(0)
+    replay = rng.normal(size=(100, 4)).astype(np.float32)
+    reward = StateEntropyReward(k=2, pool_size=1000)
+    r = reward(torch.from_numpy(replay[:30]), replay, rng).numpy()
+    dist = _brute_knn(replay[:30], replay, 2, exclude_self=True)
+    np.testing.assert_allclose(r / r[0], dist / dist[0], rtol=1e-4)

@@ -68,7 +68,7 @@ def test_sigkill_then_resume_continues_the_run(tmp_path, agent):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.time() < deadline
         time.sleep(0.05)
-    time.sleep(random.uniform(0.0, 3.0))
+    time.sleep(random.Random(len(agent)).uniform(0.5, 2.5))  # a fixed kill point per agent
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = pd.read_csv(run / "train.csv")["step"].max() if (run / "train.csv").exists() \

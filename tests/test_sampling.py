@@ -146,13 +146,58 @@ def test_kcenter_variants_choose_from_the_top_half(sampler):
     assert idx.max() < 20
 
 
-def test_every_sampler_runs_on_a_real_ensemble():
+def _brute_force_kcenter(features: np.ndarray, labelled: np.ndarray, k: int) -> list[int]:
+    """B-Pref's k-center: recompute every distance at every pick (no cache)."""
+    chosen: list[int] = []
+    for _ in range(k):
+        ref = np.concatenate([labelled, features[chosen]]) if chosen or len(labelled) else None
+        if ref is None:
+            dist = ((features - features.mean(0)) ** 2).sum(1)
+        else:
+            dist = ((features[:, None, :] - ref[None]) ** 2).sum(-1).min(1)
+        dist[chosen] = -1
+        chosen.append(int(np.argmax(dist)))
+    return chosen
+
+
+@pytest.mark.parametrize("name,scores", [("kcenter_disagreement", "std"),
+                                         ("kcenter_entropy", "entropy")])
+def test_hybrid_samplers_pick_brute_force_kcenter_on_the_top_half(name, scores):
+    n, k = 60, 6
+    pairs = make_pairs(n, seed=5)
+    p = np.random.default_rng(6).uniform(0.05, 0.95, size=(3, n))
+    model = FixedProbabilities(p)
+    labelled = pair_features(make_pairs(4, seed=7).observations)
+    if scores == "std":
+        score = p.std(0)
+    else:
+        score = (-(p * np.log(p) + (1 - p) * np.log(1 - p))).mean(0)
+    half = np.argsort(-score, kind="stable")[: n // 2]
+    feats = pair_features(pairs.observations)[half]
+    want = half[_brute_force_kcenter(feats, labelled, k)]
+    got = SAMPLERS[name](pairs, model, labelled, k, np.random.default_rng(0))
+    np.testing.assert_array_equal(got, want)
+    # and not merely the k best scores: k-center spreads the picks
+    assert set(got.tolist()) != set(half[:k].tolist())
+
+
+def test_every_sampler_on_a_real_ensemble_picks_what_its_scores_say():
     pairs = make_pairs(50)
     model = RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8, hidden_depth=1)
     labelled = pair_features(make_pairs(7, seed=3).observations)
+    p = model.preference_probabilities(pairs.observations, pairs.actions)
+    feats = pair_features(pairs.observations)
+    ent = (-(p * np.log(p) + (1 - p) * np.log(1 - p))).mean(0)
+    want = {
+        "disagreement": set(np.argsort(-p.std(0), kind="stable")[:10].tolist()),
+        "entropy": set(np.argsort(-ent, kind="stable")[:10].tolist()),
+        "kcenter": set(_brute_force_kcenter(feats, labelled, 10)),
+    }
     for name, sampler in SAMPLERS.items():
         idx = sampler(pairs, model, labelled, 10, np.random.default_rng(0))
         assert len(idx) == 10 and len(set(idx.tolist())) == 10, name
+        if name in want:
+            assert set(idx.tolist()) == want[name], name
 
 
 def test_feed_type_spellings():

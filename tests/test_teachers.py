@@ -84,3 +84,43 @@ def test_synthetic_channel_answers_posted_queries_at_once():
     assert got.labelers == ["oracle"] * 3 and not got.saved
     empty = channel.gather(pairs.take(np.zeros(0, np.int64)))  # nothing twice
     assert len(empty.pairs) == 0 and len(empty.labels) == 0
+
+
+def test_teacher_stats_on_a_hand_made_round():
+    from themis.teachers import TeacherStats
+
+    stats = TeacherStats()
+    keep = np.array([True, False, True, True, True, False])
+    labels = np.array([1.0, 0.5, 0.0, 1.0], np.float32)  # the four kept pairs
+    oracle = np.array([1.0, 1.0, 1.0, 0.0], np.float32)  # strict: 0, 2, 3 agree? 0 yes, 2/3 no
+    stats.update(keep, labels, oracle)
+    assert (stats.total, stats.skipped, stats.equal, stats.agree, stats.compared) == \
+        (6, 2, 1, 1, 3)
+    assert stats.as_dict() == pytest.approx({"skip_fraction": 2 / 6, "equal_fraction": 1 / 4,
+                                             "oracle_agreement": 1 / 3})
+    stats.update(np.array([True]), np.array([0.0], np.float32), np.array([0.5], np.float32))
+    assert (stats.total, stats.agree, stats.compared) == (7, 1, 3)  # oracle tie: not compared
+    assert np.isnan(TeacherStats().as_dict()["oracle_agreement"])
+
+
+def test_equal_threshold_uses_undiscounted_returns_when_myopic():
+    # undiscounted returns 10 and 10.05 differ by less than eps_equal * margin = 0.1: equal,
+    # although the discounted ones (gamma 0.5: 5 and 10.05) differ a lot
+    r1 = np.array([[10.0, 0.0]])
+    r2 = np.array([[0.0, 10.05]])
+    teacher = SyntheticTeacher(gamma=0.5, eps_equal=0.1)
+    teacher.set_margin(1.0)
+    _, labels = teacher.label(r1, r2)
+    np.testing.assert_array_equal(labels, [0.5])
+    teacher.set_margin(0.1)  # threshold 0.01: strict, decided by the discounted returns
+    _, labels = teacher.label(r1, r2)
+    np.testing.assert_array_equal(labels, [1.0])
+
+
+def test_mistakes_never_turn_a_tie_into_a_preference():
+    r = np.zeros((50, 4))
+    keep, labels = SyntheticTeacher(eps_mistake=1.0, rng=np.random.default_rng(0)).label(r, r)
+    assert keep.all() and (labels == 0.5).all()
+    r2 = np.ones((50, 4))  # strict pairs: every one flips at eps_mistake = 1
+    _, labels = SyntheticTeacher(eps_mistake=1.0, rng=np.random.default_rng(0)).label(r, r2)
+    assert (labels == 0.0).all()

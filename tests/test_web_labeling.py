@@ -3,10 +3,10 @@ once, a real run labelled over HTTP and in headless Chromium, and a kill mid-rou
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,10 +24,16 @@ from themis.buffers import SegmentPairs
 from themis.label_store import DuplicateAnswer, LabelStore, UnknownQuery
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def server_url(run: Path, proc: subprocess.Popen | None = None, timeout: float = 300,
+               after: float = 0.0) -> str:
+    """The URL a run's labeling server (started with label_port=0) wrote to web/server.json."""
+    info = run / "web" / "server.json"
+    deadline = time.time() + timeout
+    while not (info.is_file() and info.stat().st_mtime >= after):
+        assert proc is None or proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.time() < deadline, "the labeling server did not start"
+        time.sleep(0.1)
+    return json.loads(info.read_text())["url"]
 
 
 def posted_store(tmp_path: Path, n: int = 4, labels_needed: int = 1) -> tuple[LabelStore, list]:
@@ -144,7 +150,8 @@ def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
 def test_eight_labelers_answering_at_once_lose_and_duplicate_nothing(tmp_path):
     store, ids = posted_store(tmp_path, n=50, labels_needed=8)
     tokens = [t for _, t in store.add_labelers(8)]
-    server = LabelServer(store, "127.0.0.1", free_port(), tmp_path).start()
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    assert server.port > 0 and server_url(tmp_path) == server.url
     codes: list[int] = []
     lock = threading.Lock()
 
@@ -175,7 +182,7 @@ def test_eight_labelers_answering_at_once_lose_and_duplicate_nothing(tmp_path):
 def test_a_public_address_needs_tokens(tmp_path):
     store, _ = posted_store(tmp_path)
     with pytest.raises(ValueError, match="labelers=N"):
-        LabelServer(store, "0.0.0.0", free_port())
+        LabelServer(store, "0.0.0.0", 0)
 
 
 # ------------------------------------------------------------------ real runs over HTTP
@@ -183,8 +190,8 @@ WEB_RUN = [o for o in TINY_PENDULUM if not o.startswith("reward_batch")] + [
     "reward_batch=4", "human_teacher=true", "teacher_ui=web", "human_frame_size=48"]
 
 
-def start_run(run: Path, port: int, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([str(ROOT / "themis_train.sh"), *WEB_RUN, f"label_port={port}",
+def start_run(run: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([str(ROOT / "themis_train.sh"), *WEB_RUN, "label_port=0",
                              f"hydra.run.dir={run}", *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "THEMIS_THREADS": "1"})
@@ -209,9 +216,9 @@ def wait_for_query(url: str, timeout: float = 300) -> int:
 def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    port, run = free_port(), tmp_path / "run"
-    proc = start_run(run, port, "min_labels_before_training=3")
-    url = f"http://127.0.0.1:{port}/"
+    run = tmp_path / "run"
+    proc = start_run(run, "min_labels_before_training=3")
+    url = server_url(run, proc)
     wait_for_query(url)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
@@ -244,9 +251,9 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
 
 @pytest.mark.slow
 def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_path):
-    port, run = free_port(), tmp_path / "run"
-    url = f"http://127.0.0.1:{port}/"
-    proc = start_run(run, port, "max_feedback=12")
+    run = tmp_path / "run"
+    proc = start_run(run, "max_feedback=12")
+    url = server_url(run, proc)
     answered = []
     while len(answered) < 6:  # answer the first rounds over HTTP as queries appear
         qid = wait_for_query(url)
@@ -261,9 +268,11 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
         "SELECT id FROM queries WHERE id NOT IN (SELECT query_id FROM answers)")}
     assert pending
 
+    started = time.time()
     resumed = subprocess.Popen([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "THEMIS_THREADS": "1"})
+    url = server_url(run, resumed, after=started - 1)  # a new free port
     served = wait_for_query(url)
     assert served in pending  # the still-pending queries are served again
     httpx.post(url + "api/answers", json={"query_id": served, "label": "left"}, timeout=10)
@@ -281,7 +290,7 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     from lib.human_interface import BANNER
     from themis.workspace import make_workspace
 
-    ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", f"label_port={free_port()}"]),
+    ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", "label_port=0"]),
                         tmp_path)
     ws.run()
     ws.finish()
@@ -301,13 +310,14 @@ def test_standalone_label_server_serves_an_existing_run(tmp_path):
                               str(tmp_path / "nothing")], capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 2 and "labels.sqlite not found" in missing.stderr
-    port = free_port()
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "label_server.py"),
-                             str(tmp_path), "--port", str(port), "--labelers", "2"],
+                             str(tmp_path), "--port", "0", "--labelers", "2"],
                             stdout=subprocess.PIPE, text=True)
     try:
         urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(2)]
         assert all("?token=" in u for u in urls)
+        port = int(urls[0].split(":")[2].split("/")[0])
+        assert port > 0
         token = urls[0].split("token=")[1]
         nxt = httpx.get(f"http://127.0.0.1:{port}/api/next?token={token}", timeout=10).json()
         assert nxt["query_id"] == 1 and nxt["labeler"] == "labeler1"

@@ -96,6 +96,8 @@ class TrainConfig:
     label_host: str = "127.0.0.1"
     """teacher_ui=web: address the labeling server binds (non-loopback needs labelers=N)."""
     label_port: int = 8765
+    """teacher_ui=web: TCP port of the labeling server; 0 = any free port (the address is
+    printed and written to RUN_DIR/web/server.json)."""
     labelers: int = 0
     """teacher_ui=web: labeler tokens to create (0: one anonymous labeler, loopback only)."""
     labels_per_query: int = 1
@@ -225,9 +227,11 @@ def validate(cfg: Any) -> None:
     if cfg.label_aggregate not in ("each", "majority"):
         raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
                           "majority")
-    for key in ("labels_per_query", "label_port"):
-        if getattr(cfg, key) <= 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    if cfg.labels_per_query <= 0:
+        raise ConfigError(f"labels_per_query={cfg.labels_per_query} must be positive")
+    if not 0 <= cfg.label_port <= 65535:
+        raise ConfigError(f"label_port={cfg.label_port} is not a TCP port; use 1-65535, or 0 "
+                          "for any free port")
     for key in ("labelers", "min_labels_before_training"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")

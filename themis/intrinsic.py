@@ -57,13 +57,18 @@ class RunningMeanStd:
         self.count = float(state["count"])  # type: ignore[arg-type]
 
 
-def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int) -> torch.Tensor:
+def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int,
+                 exclude_self: bool = False) -> torch.Tensor:
     """Euclidean distance from each row of ``x`` to its ``k``-th nearest row of ``pool``.
 
     Args:
         x: ``(B, d)`` query points.
         pool: ``(N, d)`` reference points, ``N >= k``.
         k: neighbour rank, 1-based (``k = 1`` is the nearest).
+        exclude_self: a row of ``x`` that is itself in ``pool`` (distance exactly 0) is not
+            its own neighbour: its ``k``-th nearest *other* row is measured. B-Pref uses
+            ``kthvalue(k + 1)`` on a pool that always holds the state; this also holds when the
+            pool is a sample that may not hold it (PEBBLE Eq. 3 counts other states only).
 
     Returns:
         ``(B,)`` distances.
@@ -79,13 +84,17 @@ def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int) -> torch.Tensor:
     center = pool.float().mean(0)  # distances do not change; rounding of |p|² does
     x, pool = x.float() - center, pool.float() - center
     rank = torch.addmm(pool.square().sum(1).expand(len(x), -1), x, pool.T, beta=1.0, alpha=-2.0)
-    candidates = rank.topk(min(k + 4, len(pool)), dim=1, largest=False).indices  # (B, k + 4)
-    exact = (x[:, None, :] - pool[candidates]).norm(dim=-1)
-    return exact.sort(dim=1).values[:, k - 1]
+    candidates = rank.topk(min(k + 5, len(pool)), dim=1, largest=False).indices  # (B, k + 5)
+    exact = (x[:, None, :] - pool[candidates]).norm(dim=-1).sort(dim=1).values
+    rank_k = torch.full((len(x),), k - 1, dtype=torch.long, device=x.device)
+    if exclude_self:  # the same row gives exactly 0: skip one such neighbour
+        rank_k = (rank_k + (exact[:, 0] == 0).long()).clamp_max(exact.shape[1] - 1)
+    return exact.gather(1, rank_k[:, None]).squeeze(1)
 
 
 class StateEntropyReward:
-    """Intrinsic reward ``knn_distance(s', sample of replay states, k) / running std``.
+    """Intrinsic reward ``knn_distance(s', sample of replay states, k) / running std``; the
+    state itself, when it is in the sample, is not its own neighbour.
 
     Args:
         k: neighbour rank (``topK``).
@@ -126,6 +135,7 @@ class StateEntropyReward:
         idx = rng.choice(n, size=self.pool_size, replace=False) if n > self.pool_size \
             else np.arange(n)
         pool = torch.as_tensor(replay_obs[idx], device=next_obs.device)
-        dist = knn_distance(self.features(next_obs), self.features(pool), self.k)
+        dist = knn_distance(self.features(next_obs), self.features(pool), self.k,
+                            exclude_self=True)
         self.stats.update(dist)
         return dist / float(self.stats.std + 1e-8)

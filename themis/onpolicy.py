@@ -269,8 +269,7 @@ class OnPolicyWorkspace(Workspace):
         flat = torch.as_tensor(rollout_obs.reshape(horizon * n_envs, *self.obs_shape),
                                device=self.device)
         feats = self.state_entropy.features(flat)
-        k = min(self.cfg.topK + 1, len(feats))  # +1: each state is its own nearest neighbour
-        dist = knn_distance(feats, feats, k)
+        dist = knn_distance(feats, feats, min(self.cfg.topK, len(feats) - 1), exclude_self=True)
         self.state_entropy.stats.update(dist)
         reward = dist / float(self.state_entropy.stats.std + 1e-8)
         return reward.reshape(horizon, n_envs).cpu().numpy().astype(np.float32)
