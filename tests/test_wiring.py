@@ -197,3 +197,18 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     np.testing.assert_array_equal(resumed.dataset.labels[: len(ws.dataset)],
                                   ws.dataset.labels[: len(ws.dataset)])
     resumed.logger.close()
+
+
+@pytest.mark.slow
+def test_reset_updates_count_their_own_index(compose, tmp_path):
+    """With critic_target_update_frequency=2 the target is refreshed on every other reset
+    update, whatever the step pretraining ends at (B-Pref ``update_after_reset``)."""
+    ws = make_workspace(compose([*TINY_PENDULUM, "num_unsup_steps=201", "reset_update=6",
+                                 "sac.critic_target_update_frequency=2"]), tmp_path)
+    ws.run(until=ws.pretrain_end)  # an odd step: the old code refreshed the target never
+    steps: list[int] = []
+    update = ws.agent.update
+    ws.agent.update = lambda batch, step, **kw: (steps.append(step), update(batch, step))[1]
+    ws.run(until=ws.pretrain_end + 1)
+    assert steps[:6] == [0, 1, 2, 3, 4, 5]  # then the regular update of this step
+    assert steps[6] == ws.pretrain_end

@@ -423,8 +423,8 @@ class Workspace:
         if cfg.learn_reward:  # otherwise the stored rewards are the true ones already
             self.feedback_round(first=True)
         self.agent.reset_critic()
-        for _ in range(cfg.reset_update):
-            self.agent.update(self.buffer.sample(cfg.sac.batch_size, self.rng), self.step)
+        for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
+            self.agent.update(self.buffer.sample(cfg.sac.batch_size, self.rng), index)
         self.pretraining_done = True
         self.logger.info(f"step {self.step}: pretraining done, critic reset", "cyan")
 
