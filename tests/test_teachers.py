@@ -62,7 +62,24 @@ def test_out_of_range_parameters_are_rejected(kwargs):
 
 def test_presets():
     assert set(PRESETS) == {"oracle", "mistake", "noisy", "skip", "myopic", "equal"}
+    rng = np.random.default_rng(0)
+    for name, preset in PRESETS.items():  # every knob reaches the teacher, and the generator
+        teacher = SyntheticTeacher.from_preset(name, rng=rng)
+        assert (teacher.beta, teacher.gamma, teacher.eps_mistake, teacher.eps_skip,
+                teacher.eps_equal) == (preset.beta, preset.gamma, preset.eps_mistake,
+                                       preset.eps_skip, preset.eps_equal), name
+        assert teacher.rng is rng
     assert SyntheticTeacher.from_preset("mistake").eps_mistake == 0.1
+    # the config-group files hold the same values as PRESETS
+    import yaml
+
+    from tests.conftest import ROOT
+
+    for name, preset in PRESETS.items():
+        values = yaml.safe_load((ROOT / "config" / "teacher" / f"{name}.yaml").read_text())
+        assert {k.removeprefix("teacher_"): v for k, v in values.items()} == \
+            {k: getattr(preset, k) for k in ("beta", "gamma", "eps_mistake", "eps_skip",
+                                             "eps_equal")}, name
     with pytest.raises(ValueError, match="unknown teacher preset"):
         SyntheticTeacher.from_preset("perfect")
 
@@ -124,3 +141,18 @@ def test_mistakes_never_turn_a_tie_into_a_preference():
     r2 = np.ones((50, 4))  # strict pairs: every one flips at eps_mistake = 1
     _, labels = SyntheticTeacher(eps_mistake=1.0, rng=np.random.default_rng(0)).label(r, r2)
     assert (labels == 0.0).all()
+
+
+@pytest.mark.parametrize("margin", [-300.0, 0.0])
+def test_skip_teacher_skips_nothing_while_its_threshold_is_not_positive(margin):
+    """B-Pref applies the skip filter only when eps_skip * margin > 0: with negative returns
+    (Pendulum, early HalfCheetah) the skip teacher would otherwise drop every pair."""
+    rng = np.random.default_rng(0)
+    r1, r2 = rng.normal(-5, 1, size=(40, 10)), rng.normal(-5, 1, size=(40, 10))
+    teacher = SyntheticTeacher(eps_skip=0.1)
+    teacher.set_margin(margin)
+    keep, labels = teacher.label(r1, r2)
+    assert keep.all() and len(labels) == 40
+    teacher.set_margin(300.0)  # positive threshold 30: these segments (returns ~ -50) skipped
+    keep, _ = teacher.label(r1, r2)
+    assert not keep.any()

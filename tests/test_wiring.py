@@ -1,5 +1,8 @@
 """The loops wire the pieces together: each test here fails when one connection is cut.
 
+They are short in-process runs (seconds each), not marked slow: the mutation run
+(scripts/mutation.sh) uses them.
+
 Every formula has its own unit test elsewhere; these check that the learned reward reaches the
 agent, that pretraining is what PEBBLE says, that the samplers get the candidates and the
 teacher the margin the config asks for, and that a resume restores every component exactly.
@@ -30,7 +33,6 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 # ---------------------------------------------------------------- the learned reward
-@pytest.mark.slow
 def test_after_a_feedback_round_sac_trains_on_the_reward_model(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     ws.run(until=ws.pretrain_end + 1)  # the first feedback round and relabel happened
@@ -50,7 +52,6 @@ def test_after_a_feedback_round_sac_trains_on_the_reward_model(compose, tmp_path
         np.testing.assert_allclose(batch.rewards.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_ppo_rollouts_carry_the_reward_models_prediction(compose, tmp_path):
     ws = make_workspace(compose([*PPO_TINY, "num_train_steps=1000"]), tmp_path)
     eye = np.eye(ws.action_dim, dtype=np.float32)
@@ -75,7 +76,6 @@ def test_ppo_rollouts_carry_the_reward_models_prediction(compose, tmp_path):
 
 
 # ----------------------------------------------------------------------- pretraining
-@pytest.mark.slow
 def test_pretraining_updates_see_the_state_entropy_reward(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "entropy_pool_size=100000"]), tmp_path)
     ws.run(until=ws.cfg.num_seed_steps + 20)
@@ -95,7 +95,6 @@ def test_pretraining_updates_see_the_state_entropy_reward(compose, tmp_path):
         np.testing.assert_allclose(ratio, ratio[0], rtol=1e-4)
 
 
-@pytest.mark.slow
 def test_end_of_pretraining_resets_the_critic_but_not_the_actor(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "reset_update=0"]), tmp_path)
     ws.run(until=ws.pretrain_end)
@@ -111,7 +110,6 @@ def test_end_of_pretraining_resets_the_critic_but_not_the_actor(compose, tmp_pat
 
 
 # ------------------------------------------------------------------ query selection
-@pytest.mark.slow
 @pytest.mark.parametrize("feed_type", [1, 2, 3, 4, 5])
 def test_active_samplers_choose_among_reward_batch_times_large_batch(compose, tmp_path,
                                                                       monkeypatch, feed_type):
@@ -135,7 +133,6 @@ def test_active_samplers_choose_among_reward_batch_times_large_batch(compose, tm
     assert seen[1] == (ws.sampler_name, 70, 10)
 
 
-@pytest.mark.slow
 def test_the_teacher_margin_is_the_recent_return_scaled_to_a_segment(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     margins: list[tuple[float, float]] = []
@@ -176,7 +173,6 @@ def _assert_same_state(a: Any, b: Any, path: str = "state") -> None:
         assert a == b, path
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("agent", [["feed_type=3", "teacher=noisy"], PPO_TINY[-4:]],
                          ids=["sac", "ppo"])
 def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
@@ -199,7 +195,6 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     resumed.logger.close()
 
 
-@pytest.mark.slow
 def test_reset_updates_count_their_own_index(compose, tmp_path):
     """With critic_target_update_frequency=2 the target is refreshed on every other reset
     update, whatever the step pretraining ends at (B-Pref ``update_after_reset``)."""
@@ -212,3 +207,51 @@ def test_reset_updates_count_their_own_index(compose, tmp_path):
     ws.run(until=ws.pretrain_end + 1)
     assert steps[:6] == [0, 1, 2, 3, 4, 5]  # then the regular update of this step
     assert steps[6] == ws.pretrain_end
+
+
+# ------------------------------------------------------------ B-Pref margin and rounds
+def test_margin_without_a_time_limit_uses_the_recent_episode_length(compose, tmp_path):
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    ws.max_episode_steps = None  # as an env without a time limit
+    ws.recent_returns.extend([-400.0, -800.0])
+    ws.recent_lengths.extend([100, 300])
+    ws.set_teacher_margin()
+    assert ws.teacher.margin == pytest.approx(-600.0 * ws.cfg.segment / 200)
+    ws.logger.close()
+
+
+def test_atari_time_limit_is_its_frame_limit_in_agent_steps():
+    from themis.envs import episode_limit, make_env
+
+    env = make_env("ALE", "Breakout-v5")
+    assert episode_limit(env) == 108_000 // 4  # frame skip 4 (AtariPreprocessing)
+    env.close()
+
+
+def test_a_snapshot_keeps_the_recent_returns_for_the_first_margin(compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=1200"]), tmp_path / "pre")
+    ws.run(until=ws.pretrain_end - 1)
+    assert len(ws.recent_returns) >= 1
+    snapshot = ws.save_snapshot()
+    ws.logger.close()
+    resumed = make_workspace(compose([*TINY_PENDULUM, f"pretrained_snapshot={snapshot}"]),
+                             tmp_path / "train")
+    assert list(resumed.recent_returns) == list(ws.recent_returns)
+    assert list(resumed.recent_lengths) == list(ws.recent_lengths)
+    resumed.logger.close()
+
+
+def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tmp_path):
+    """Hopper falls within tens of steps under a random policy: no episode holds a 100-step
+    segment, so the rounds are postponed (one console line, a reward.csv row) and the run
+    goes on."""
+    import pandas as pd
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "domain=Control", "env=Hopper-v5",
+                                 "segment=100", "num_train_steps=900"]), tmp_path)
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert rounds["postponed"].sum() >= 1 and ws.postponed_rounds == rounds["postponed"].sum()
+    assert (rounds.loc[rounds["postponed"] == 1, "total_feedback"] == 0).all()
+    assert (tmp_path / "eval.csv").is_file()

@@ -18,6 +18,10 @@ import torch
 from themis.framestack import stacked
 
 
+class NoSegmentsError(ValueError):
+    """No stored episode (in the query pool) is long enough to cut a segment from."""
+
+
 class ReplayBufferSamples(NamedTuple):
     """A batch of transitions (Stable-Baselines3 style). Shapes: ``(B, ...)``; rewards ``(B,)``."""
 
@@ -279,14 +283,14 @@ class ReplayBuffer:
                 steps whose frames are still stored for a person to watch).
 
         Raises:
-            ValueError: no stored episode is at least ``segment`` steps long.
+            NoSegmentsError: no stored episode is at least ``segment`` steps long.
         """
         starts = self.segment_starts(segment, min_episode)
         if usable is not None and len(starts):
             steps = (starts[:, None] + np.arange(segment)) % self.capacity
             starts = starts[usable(steps).all(axis=1)]
         if len(starts) == 0:
-            raise ValueError(
+            raise NoSegmentsError(
                 f"no stored episode has {segment} consecutive steps; lower `segment` "
                 f"(now {segment}) or collect more steps before asking for preferences"
             )

@@ -281,7 +281,20 @@ def episode_limit(env: gym.Env) -> int | None:
     if spec is not None and spec.max_episode_steps is not None:
         return int(spec.max_episode_steps)
     max_steps = getattr(env.unwrapped, "max_steps", None)
-    return int(max_steps) if isinstance(max_steps, int) else None
+    if isinstance(max_steps, int):
+        return max_steps
+    ale = getattr(env.unwrapped, "ale", None)
+    if ale is not None:  # ALE: max_num_frames_per_episode emulator frames
+        frames = int(ale.getInt("max_num_frames_per_episode"))
+        skip = getattr(env.unwrapped, "_frameskip", 1)
+        skip = skip if isinstance(skip, int) else 1
+        inner: Any = env
+        while inner is not None:  # AtariPreprocessing repeats each action frame_skip times
+            skip *= int(getattr(inner, "frame_skip", 1)) \
+                if isinstance(inner, gym.wrappers.AtariPreprocessing) else 1
+            inner = getattr(inner, "env", None)
+        return frames // skip if frames > 0 else None
+    return None
 
 
 def frame_stack_size(env: gym.Env) -> int:

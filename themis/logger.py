@@ -95,7 +95,7 @@ class Logger:
 
     Args:
         run_dir: the run dir.
-        stream: console stream.
+        stream: console stream (default: ``sys.stdout`` when the logger is made).
         backends: subset of :data:`LOGGER_BACKENDS`; ``"tensorboard"`` adds event files in
             ``run_dir/tensorboard`` (``tensorboard --logdir runs/``).
         purge_step: a resumed run's checkpoint step: TensorBoard events written after it by
@@ -105,7 +105,7 @@ class Logger:
         ValueError: an unknown backend.
     """
 
-    def __init__(self, run_dir: Path, stream: TextIO = sys.stdout,
+    def __init__(self, run_dir: Path, stream: TextIO | None = None,
                  backends: tuple[str, ...] | list[str] = ("csv",),
                  purge_step: int | None = None) -> None:
         unknown = sorted(set(backends) - set(LOGGER_BACKENDS))
@@ -113,7 +113,7 @@ class Logger:
             raise ValueError(f"logger={','.join(backends)}: unknown backend {unknown[0]!r}; "
                              f"choose from {', '.join(LOGGER_BACKENDS)}")
         self.run_dir = run_dir
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stdout  # the current one, not import's
         self.tensorboard = None
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter

@@ -252,6 +252,7 @@ class OnPolicyWorkspace(Workspace):
         length, ret = stage.t, stage.episode_return
         self.last_episode_reward = ret
         self.recent_returns.append(ret)
+        self.recent_lengths.append(length)
         self.logger.train.write({
             "step": self.step, "episode": self.episode, "episode_reward": ret,
             "episode_length": length, "total_feedback": self.total_feedback,

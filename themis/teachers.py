@@ -57,7 +57,8 @@ class SyntheticTeacher:
 
     Given true per-step rewards of segment 1 and 2 it:
 
-    1. skips the pair when neither (undiscounted) return exceeds ``eps_skip * margin``;
+    1. skips the pair when neither (undiscounted) return exceeds ``eps_skip * margin`` (only
+       while that threshold is positive, as B-Pref);
     2. weights step ``t`` of an ``H``-step segment by ``gamma^(H-1-t)`` (myopia);
     3. answers 1.0 (segment 2 preferred) with probability sigmoid(beta (R₂ − R₁)) for
        ``beta > 0`` (Bradley–Terry), or deterministically by the larger return for ``beta = -1``;
@@ -122,7 +123,10 @@ class SyntheticTeacher:
         if r1.shape != r2.shape or r1.ndim != 2:
             raise ValueError(f"rewards must both be (batch, segment), got {r1.shape}, {r2.shape}")
         sum1, sum2 = r1.sum(1), r2.sum(1)
-        keep = np.maximum(sum1, sum2) > self.eps_skip * self.margin if self.eps_skip > 0 \
+        skip_threshold = self.eps_skip * self.margin
+        # B-Pref skips only while the threshold is positive: with a margin <= 0 (negative
+        # returns, e.g. Pendulum or early HalfCheetah) every pair would be skipped
+        keep = np.maximum(sum1, sum2) > skip_threshold if skip_threshold > 0 \
             else np.ones(len(r1), dtype=bool)
         r1, r2, sum1, sum2 = r1[keep], r2[keep], sum1[keep], sum2[keep]
 

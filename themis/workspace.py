@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from themis.agents import SAC, resolve_agent
 from themis.agents.encoders import observation_kind, random_encoder
-from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.buffers import NoSegmentsError, ReplayBuffer, SegmentPairs
 from themis.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -176,6 +176,8 @@ class Workspace:
         self.reward_accuracy = float("nan")
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
+        self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
+        self.postponed_rounds = 0  # feedback rounds without a segment to cut (episodes too short)
         self.last_episode_reward = float("nan")
         self.interact_count = 0
         self.last_checkpoint_step = 0
@@ -351,6 +353,7 @@ class Workspace:
             if terminated or truncated:
                 self.last_episode_reward = episode_reward
                 self.recent_returns.append(episode_reward)
+                self.recent_lengths.append(episode_step)
                 self.logger.train.write({
                     "step": self.step, "episode": self.episode,
                     "episode_reward": episode_reward, "episode_length": episode_step,
@@ -465,12 +468,16 @@ class Workspace:
                                  f"(train accuracy {offline.accuracy:.3f})", "cyan")
             return
         sampler = "uniform" if first else self.sampler_name
+        postponed = False
         if n_queries > 0:
-            queries = self.select_queries(n_queries, sampler)
-            # B-Pref's margin: the recent mean return scaled to one segment
-            if self.recent_returns and self.max_episode_steps:
-                self.teacher.set_margin(float(np.mean(self.recent_returns)) * cfg.segment
-                                        / self.max_episode_steps)
+            try:
+                queries = self.select_queries(n_queries, sampler)
+            except NoSegmentsError as e:  # e.g. Hopper falling early: ask again next round
+                postponed, n_queries = True, 0
+                self.postponed_rounds += 1
+                self.logger.info(f"step {self.step}: feedback round postponed: {e}", "yellow")
+        if n_queries > 0:
+            self.set_teacher_margin()
             self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
             if isinstance(self.channel, SyntheticChannel) and (cfg.xplain_action
                                                                or cfg.xplain_state):
@@ -514,12 +521,28 @@ class Workspace:
             "train_accuracy": fit.accuracy if fit else float("nan"),
             "train_loss": fit.loss if fit else float("nan"),
             "epochs": fit.epochs if fit else 0,
+            "postponed": int(postponed),
         }
         self.logger.reward.write(row)
         console = {k: v for k, v in row.items() if k != "sampler"}
         if self.label_store is not None:
             console.update(new_labels=len(labels), pending=self.label_store.pending_count())
         self.logger.console("reward", console)
+
+    def set_teacher_margin(self) -> None:
+        """B-Pref's margin: the mean return of the recent episodes scaled to one segment
+        (``× segment / episode length``), with the env's time limit as the episode length
+        (Atari: its frame limit in agent steps) or, without one, the recent mean length."""
+        length = self.max_episode_steps or (float(np.mean(self.recent_lengths))
+                                            if self.recent_lengths else None)
+        if self.recent_returns and length:
+            self.teacher.set_margin(float(np.mean(self.recent_returns)) * self.cfg.segment
+                                    / length)
+        elif self.teacher.margin == 0.0 and (self.cfg.teacher_eps_skip > 0
+                                             or self.cfg.teacher_eps_equal > 0):
+            self.logger.info("no episode has ended yet, so the teacher has no margin: "
+                             "teacher_eps_skip/teacher_eps_equal have no effect this round",
+                             "yellow")
 
     def empty_pairs(self) -> SegmentPairs:
         """No segment pairs, with this run's shapes."""
@@ -756,6 +779,8 @@ class Workspace:
             "pretraining_done": self.pretraining_done, "reward_accuracy": self.reward_accuracy,
             "teacher_stats": vars(self.teacher_stats).copy(),
             "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "postponed_rounds": self.postponed_rounds,
             "last_episode_reward": self.last_episode_reward,
             "interact_count": self.interact_count,
             "agent": self.agent.state_dict(), "buffer": self.buffer.state_dict(),
@@ -784,6 +809,8 @@ class Workspace:
             setattr(self, key, state[key])
         vars(self.teacher_stats).update(state["teacher_stats"])
         self.recent_returns.extend(state["recent_returns"])
+        self.recent_lengths.extend(state.get("recent_lengths", []))  # older checkpoints: none
+        self.postponed_rounds = int(state.get("postponed_rounds", 0))
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
         self.state_entropy.stats.load_state_dict(state["state_entropy_stats"])
@@ -858,6 +885,8 @@ class Workspace:
             "agent_name": self.agent_name, "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "recent_returns": list(self.recent_returns),  # the teacher's first margin
+            "recent_lengths": list(self.recent_lengths),
         }, path)
         return path
 
@@ -880,6 +909,8 @@ class Workspace:
         except ValueError as e:
             raise ConfigError(f"pretrained_snapshot={path}: {e}") from None
         self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+        self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
+        self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
         self.step = int(snap["step"])
         self.episode = int(snap["episode"]) + 1
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")

@@ -1,0 +1,52 @@
+"""Kill rate of the last mutation run, per module (reads ``mutmut results --all true``).
+
+    python scripts/mutation_report.py            # after scripts/mutation.sh
+
+Prints a Markdown table: mutants, killed (a test failed or timed out), survived, not covered by
+any fast test, and the kill rate = killed / (killed + survived + no tests).
+"""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+KILLED = {"killed", "timeout", "segfault"}
+
+
+def main() -> int:
+    out = subprocess.run(["mutmut", "results", "--all", "true"], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"mutation_report: error: mutmut results failed: {out.stderr.strip()}",
+              file=sys.stderr)
+        return 2
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in out.stdout.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if not sep or "__mutmut_" not in name:
+            continue
+        module = name.split(".x")[0].split("__mutmut_")[0]
+        module = ".".join(p for p in module.split(".") if not p.startswith(("x_", "xǁ")))
+        counts[module][status.strip()] += 1
+    print("| module | mutants | killed | survived | no tests | kill rate |")
+    print("|---|---|---|---|---|---|")
+    total: collections.Counter[str] = collections.Counter()
+    for module in sorted(counts):
+        c = counts[module]
+        total.update(c)
+        print(_row(module, c))
+    print(_row("**all**", total))
+    return 0
+
+
+def _row(name: str, c: collections.Counter[str]) -> str:
+    killed = sum(c[s] for s in KILLED)
+    judged = killed + c["survived"] + c["no tests"]
+    rate = f"{100 * killed / judged:.1f} %" if judged else "-"
+    return (f"| {name} | {sum(c.values())} | {killed} | {c['survived']} | {c['no tests']} "
+            f"| {rate} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
