@@ -290,8 +290,8 @@ def episode_limit(env: gym.Env) -> int | None:
         skip = skip if isinstance(skip, int) else 1
         inner: Any = env
         while inner is not None:  # AtariPreprocessing repeats each action frame_skip times
-            skip *= int(getattr(inner, "frame_skip", 1)) \
-                if isinstance(inner, gym.wrappers.AtariPreprocessing) else 1
+            if isinstance(inner, gym.wrappers.AtariPreprocessing):
+                skip *= int(inner.frame_skip)
             inner = getattr(inner, "env", None)
         return frames // skip if frames > 0 else None
     return None

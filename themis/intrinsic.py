@@ -84,7 +84,8 @@ def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int,
     center = pool.float().mean(0)  # distances do not change; rounding of |p|² does
     x, pool = x.float() - center, pool.float() - center
     rank = torch.addmm(pool.square().sum(1).expand(len(x), -1), x, pool.T, beta=1.0, alpha=-2.0)
-    candidates = rank.topk(min(k + 5, len(pool)), dim=1, largest=False).indices  # (B, k + 5)
+    extra = 5 if exclude_self else 4  # one more candidate when the state itself is among them
+    candidates = rank.topk(min(k + extra, len(pool)), dim=1, largest=False).indices
     exact = (x[:, None, :] - pool[candidates]).norm(dim=-1).sort(dim=1).values
     rank_k = torch.full((len(x),), k - 1, dtype=torch.long, device=x.device)
     if exclude_self:  # the same row gives exactly 0: skip one such neighbour
