@@ -21,22 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from themis.config import compose
+from themis.envs import make_env
+from themis.utils import set_num_threads
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from themis.envs import make_env  # noqa: E402
-from themis.utils import set_num_threads  # noqa: E402
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from themis.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
-        return hydra_compose(config_name="train_themis", overrides=overrides)
 
 
 def random_return(domain: str, env: str, episodes: int, seed: int) -> float:
@@ -56,7 +45,7 @@ def random_return(domain: str, env: str, episodes: int, seed: int) -> float:
 
 def run(overrides: list[str], run_dir: Path) -> tuple[float, int, float]:
     """One Themis run; returns (final eval return, total feedback, seconds)."""
-    from themis.workspace import make_workspace
+    from themis.train import make_workspace
 
     start = time.time()
     ws = make_workspace(compose(overrides), run_dir)

@@ -32,22 +32,17 @@ CONFIGS = {
 
 def measure(overrides: list[str]) -> dict[str, float]:
     """Build the workspace, touch its arrays, return sizes (GB) and peak RSS (GB)."""
-    sys.path.insert(0, str(ROOT))
-    from hydra import compose, initialize_config_dir
+    from themis.config import compose
+    from themis.train import make_workspace
 
-    from themis.config import register_configs
-    from themis.workspace import make_workspace
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
-        cfg = compose(config_name="train_themis", overrides=overrides)
+    cfg = compose(overrides)
     with TemporaryDirectory() as tmp:
         ws = make_workspace(cfg, Path(tmp))
         def arrays(obj: object) -> list[np.ndarray]:  # the stores, not views of them
             return [v for v in vars(obj).values() if isinstance(v, np.ndarray)
                     and v.flags.writeable and v.dtype != object]
 
-        buffer_arrays, dataset_arrays = arrays(ws.buffer), arrays(ws.dataset)
+        buffer_arrays, dataset_arrays = arrays(ws.buffer), arrays(ws.learner.dataset)
         for array in buffer_arrays + dataset_arrays:
             array.fill(0)  # touch every page, as a full run would
         ws.logger.close()

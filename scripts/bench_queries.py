@@ -19,19 +19,15 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from themis.buffers import ReplayBuffer  # noqa: E402
-from themis.reward import RewardEnsemble  # noqa: E402
-from themis.sampling import SAMPLERS, kcenter_greedy, pair_features  # noqa: E402
-from themis.teachers import SyntheticTeacher  # noqa: E402
-from themis.utils import set_num_threads  # noqa: E402
+from themis.buffers import ReplayBuffer
+from themis.reward import RewardEnsemble
+from themis.sampling import SAMPLERS, kcenter_greedy, pair_features
+from themis.teachers import SyntheticTeacher
+from themis.utils import set_num_threads
 
 OBS_DIM, ACTION_DIM, SEGMENT, PICKS = 17, 6, 50, 100
 

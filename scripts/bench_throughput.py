@@ -26,23 +26,10 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from themis.utils import set_num_threads  # noqa: E402
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from themis.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
-        return hydra_compose(config_name="train_themis", overrides=overrides)
+from themis.config import compose
+from themis.utils import set_num_threads
 
 
 class SB3Runner:
@@ -65,7 +52,7 @@ class ThemisRunner:
     """(b) and (c): a Themis workspace run ``steps`` further each call."""
 
     def __init__(self, overrides: list[str], run_dir: Path) -> None:
-        from themis.workspace import make_workspace
+        from themis.train import make_workspace
 
         self.ws = make_workspace(compose(overrides), run_dir)
         self.ws.logger.stream = open(os.devnull, "w")

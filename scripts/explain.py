@@ -6,7 +6,7 @@
     python scripts/explain.py RUN_DIR --no-action           # only the learned reward
 
 Loads ``RUN_DIR/config.yaml``, ``checkpoints/agent.pt`` and ``checkpoints/reward_model.pt``,
-rolls out the agent (sampling its policy) for ``--steps`` steps while rendering frames, cuts
+rolls out the agent (its evaluation action) for ``--steps`` steps while rendering frames, cuts
 ``--clips`` random pairs of segments and writes them as side-by-side clips with explanation
 panels and summary PNGs (see ``lib/explain.py``) to ``RUN_DIR/explanations/queries/``.
 """
@@ -17,13 +17,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from themis.inspection import load_run  # noqa: E402
-from themis.utils import ConfigError, eval_mode  # noqa: E402
+from themis.feedback.factory import make_clips
+from themis.inspection import load_run
+from themis.utils import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     frame, episode, t = env.render(), 0, 0
     eye = np.eye(ws.action_dim, dtype=np.float32)
     for _ in range(args.steps):
-        with eval_mode(ws.agent.actor):
-            action = ws.agent.act(obs, sample=True)
+        action = ws.eval_action(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         stored = eye[action] if ws.discrete else action
         ws.frames.add(ws.buffer.ptr, frame)
@@ -76,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             frame, episode, t = env.render(), episode + 1, 0
     queries = ws.buffer.sample_segment_pairs(args.clips, cfg.segment, rng,
                                              usable=ws.frames.has)
-    ws.save_explained_clips(queries)
+    make_clips(ws, ws.reward_model).save_explained(queries)
     out = ws.run_dir / "queries"
     print(f"{len(queries)} explained clips ({cfg.xplain_method}) in {out}")
     return 0

@@ -16,11 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from themis.inspection import inspect_run  # noqa: E402
-from themis.utils import ConfigError  # noqa: E402
+from themis.inspection import inspect_run
+from themis.utils import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:

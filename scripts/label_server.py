@@ -15,11 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lib.label_server import LabelServer  # noqa: E402
-from themis.label_store import LabelStore  # noqa: E402
+from lib.label_server import LabelServer
+from themis.label_store import LabelStore
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,18 +17,9 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture
 def compose():
     """Compose ``config/<name>.yaml`` with overrides, as the launchers would."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from themis.config import compose as themis_compose
 
-    from themis.config import register_configs
-
-    register_configs()
-
-    def _compose(overrides: list[str] | None = None, name: str = "train_themis"):
-        with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
-            return hydra_compose(config_name=name, overrides=overrides or [])
-
-    return _compose
+    return themis_compose
 
 
 # Tiny settings for end-to-end runs on Pendulum (200-step episodes).

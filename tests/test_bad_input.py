@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.conftest import launch
+from themis.train import make_workspace
 from themis.utils import ConfigError
-from themis.workspace import make_workspace
 
 
 @pytest.mark.parametrize("override,message", [

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.reward import PreferenceDataset
-from themis.workspace import make_workspace
+from themis.train import make_workspace
 
 FIXTURES = ROOT / "tests" / "fixtures"
 RUNS = {

@@ -187,12 +187,12 @@ def test_piped_answers_label_minigrid_clips_for_ppo(tmp_path):
 @pytest.mark.slow
 def test_collect_prefs_only_asks_and_learns_but_never_relabels_the_agents_reward(compose,
                                                                                   tmp_path):
-    from themis.workspace import make_workspace
+    from themis.train import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "collect_prefs_only=true"]), tmp_path)
     ws.run()
     ws.finish()
-    assert len(ws.dataset) == 30  # every round asked (max_feedback=30)
+    assert len(ws.learner.dataset) == 30  # every round asked (max_feedback=30)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert (rounds["epochs"] > 0).all()  # the reward model is trained each round
     assert not ws.buffer.rewards[: len(ws.buffer)].any()  # the agent never got r̂

@@ -97,7 +97,7 @@ def test_sigkill_then_resume_continues_the_run(tmp_path, agent):
 
 
 def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose, tmp_path):
-    from themis.workspace import make_workspace
+    from themis.train import make_workspace
 
     overrides = [*TINY_PENDULUM, "checkpoint_frequency=100000"]
     ws = make_workspace(compose(overrides), tmp_path)
@@ -105,7 +105,7 @@ def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose,
     ws.logger.close()
     state, _ = load_checkpoint(tmp_path / "checkpoints")
     counted = state["dataset_size"]
-    assert counted == len(ws.dataset) == 20 and state["total_feedback"] == 20
+    assert counted == len(ws.learner.dataset) == 20 and state["total_feedback"] == 20
     # labels that reached the disk after the checkpoint: one synthetic, one from a person
     data = PreferenceDataset.load(tmp_path / "preferences", capacity=counted + 2)
     for i, labeler in ((0, "synthetic(beta=-1.0)"), (1, "alice")):
@@ -117,9 +117,9 @@ def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose,
 
     resumed = make_workspace(compose([*overrides, "resume=true"]), tmp_path)
     assert resumed.step == state["step"]
-    assert len(resumed.dataset) == counted + 1
-    assert resumed.dataset.labelers[counted] == "alice"
-    np.testing.assert_array_equal(resumed.dataset.observations[counted],
+    assert len(resumed.learner.dataset) == counted + 1
+    assert resumed.learner.dataset.labelers[counted] == "alice"
+    np.testing.assert_array_equal(resumed.learner.dataset.observations[counted],
                                   data.observations[counted + 1])
     assert resumed.total_feedback == resumed.labeled_feedback == counted + 1
     resumed.logger.close()

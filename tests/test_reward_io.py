@@ -227,9 +227,9 @@ def test_tensorboard_scalars_beside_the_csvs(tmp_path):
 # ---------------------------------------------------------------- prefs_path in a run
 @pytest.mark.slow
 def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose):
-    from themis.workspace import Workspace
+    from themis.train import make_workspace
 
-    first = Workspace(compose(TINY_PENDULUM), tmp_path / "first")
+    first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run()
     first.finish()
     saved = tmp_path / "first" / "preferences"
@@ -238,19 +238,19 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
     assert {"heldout_accuracy", "heldout_pearson", "heldout_spearman"} <= set(rounds.columns)
     assert rounds["heldout_spearman"].iloc[1:].notna().all()  # from round 2 on
 
-    second = Workspace(compose([*TINY_PENDULUM, f"prefs_path={saved}", "max_feedback=0",
+    second = make_workspace(compose([*TINY_PENDULUM, f"prefs_path={saved}", "max_feedback=0",
                                 "reward_update=200"]), tmp_path / "second")
-    data = second.dataset
-    untrained = second.reward_trainer.accuracy(data.observations[:30], data.actions[:30],
+    data = second.learner.dataset
+    untrained = second.learner.trainer.accuracy(data.observations[:30], data.actions[:30],
                                                data.labels[:30])
     second.run()
     second.finish()
-    assert second.total_feedback == 0 and len(second.dataset) == 30
-    trained = second.reward_trainer.accuracy(data.observations[:30], data.actions[:30],
+    assert second.total_feedback == 0 and len(second.learner.dataset) == 30
+    trained = second.learner.trainer.accuracy(data.observations[:30], data.actions[:30],
                                              data.labels[:30])
     assert trained >= 0.9 and trained >= untrained + 0.2  # fitted to the saved labels
     reloaded = PreferenceDataset.load(tmp_path / "second" / "preferences")
-    np.testing.assert_array_equal(reloaded.labels[:30], second.dataset.labels[:30])
+    np.testing.assert_array_equal(reloaded.labels[:30], second.learner.dataset.labels[:30])
 
 
 @pytest.mark.parametrize("override,message", [
@@ -258,15 +258,15 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
     ("segment=10", "set segment=4"),
 ])
 def test_prefs_path_errors(tmp_path, compose, override, message):
+    from themis.train import make_workspace
     from themis.utils import ConfigError
-    from themis.workspace import Workspace
 
     dataset = PreferenceDataset(4, 4, 3, 1)
     dataset.add(random_pairs(2), np.array([1.0, 0.0]))
     dataset.save(tmp_path / "prefs")
     overrides = [*TINY_PENDULUM, f"prefs_path={tmp_path / 'prefs'}", override]
     with pytest.raises(ConfigError, match=message):
-        Workspace(compose(overrides), tmp_path / "run")
+        make_workspace(compose(overrides), tmp_path / "run")
 
 
 def test_themis_exports_the_public_api():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from themis.workspace import Workspace
+from themis.train import make_workspace
 
 
 @pytest.mark.slow
@@ -17,7 +17,7 @@ def test_sac_learns_pendulum_on_true_reward(compose, tmp_path):
         "sac.hidden_dim=64", "sac.batch_size=128", "sac.init_temperature=0.2",
         "sac.actor_lr=0.001", "sac.critic_lr=0.001", "reset_update=0",
     ])
-    ws = Workspace(cfg, tmp_path)
+    ws = make_workspace(cfg, tmp_path)
     ws.run()
     ws.finish()
     evals = pd.read_csv(tmp_path / "eval.csv")
@@ -47,7 +47,7 @@ def test_pebble_with_the_oracle_learns_pendulum_and_a_zeroed_reward_does_not(
     from themis.reward import RewardEnsemble
 
     def final_return(run_dir):
-        ws = Workspace(compose(PEBBLE_PENDULUM), run_dir)
+        ws = make_workspace(compose(PEBBLE_PENDULUM), run_dir)
         ws.run()
         ws.finish()
         return pd.read_csv(run_dir / "eval.csv")["episode_reward"].iloc[-1]

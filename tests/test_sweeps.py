@@ -60,16 +60,11 @@ def test_summarize_reports_a_folder_without_runs(tmp_path):
 
 
 def test_slurm_launcher_config_composes():
-    from hydra import compose, initialize_config_dir
+    from themis.config import compose
 
-    from themis.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "config"), version_base="1.3"):
-        cfg = compose("train_themis", overrides=["hydra/launcher=slurm",
-                                                 "hydra.launcher.partition=gpu"],
-                      return_hydra_config=True)
-        default = compose("train_themis", return_hydra_config=True)
+    cfg = compose(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                  return_hydra_config=True)
+    default = compose(return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu"
     assert cfg.hydra.launcher.cpus_per_task == 4

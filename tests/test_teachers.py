@@ -86,7 +86,7 @@ def test_presets():
 
 def test_synthetic_channel_answers_posted_queries_at_once():
     from themis.buffers import SegmentPairs
-    from themis.teacher_channels import SyntheticChannel
+    from themis.feedback import SyntheticChannel
     from themis.teachers import SyntheticTeacher
 
     rewards = np.zeros((3, 2, 4), dtype=np.float32)

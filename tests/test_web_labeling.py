@@ -288,7 +288,7 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     import imageio_ffmpeg
 
     from lib.human_interface import BANNER
-    from themis.workspace import make_workspace
+    from themis.train import make_workspace
 
     ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", "label_port=0"]),
                         tmp_path)
@@ -299,7 +299,8 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     reader = imageio_ffmpeg.read_frames(str(clips[0]))
     assert next(reader)["size"][1] == BANNER + 2 * 48  # frame + reward panel
     reader.close()
-    assert len(ws.dataset) == 0 and LabelStore(tmp_path / "labels.sqlite").pending_count() > 0
+    assert len(ws.learner.dataset) == 0
+    assert LabelStore(tmp_path / "labels.sqlite").pending_count() > 0
 
 
 def test_standalone_label_server_serves_an_existing_run(tmp_path):

@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.intrinsic import knn_distance
-from themis.workspace import make_workspace
+from themis.train import make_workspace
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
             "ppo.num_steps=32"]
@@ -36,7 +36,7 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 def test_after_a_feedback_round_sac_trains_on_the_reward_model(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     ws.run(until=ws.pretrain_end + 1)  # the first feedback round and relabel happened
-    assert ws.feedback_rounds == 1
+    assert ws.learner.rounds == 1
     ws.run(until=ws.pretrain_end + 40)  # new steps are labelled too (lazily, on sampling)
     batches: list[Any] = []
     update = ws.agent.update
@@ -67,12 +67,12 @@ def test_ppo_rollouts_carry_the_reward_models_prediction(compose, tmp_path):
             ok = rollout.dones == 0  # truncated steps add gamma V(final obs)
             np.testing.assert_allclose(rollout.rewards[ok], want[ok], rtol=1e-5, atol=1e-6)
             assert np.abs(want).max() > 1e-3
-            checked.append(ws.feedback_rounds)
+            checked.append(ws.learner.rounds)
         return update(rollout)
 
     ws.agent.update = spy
     ws.run()
-    assert ws.feedback_rounds >= 2 and len(set(checked)) >= 2  # after two different rounds
+    assert ws.learner.rounds >= 2 and len(set(checked)) >= 2  # after two different rounds
 
 
 # ----------------------------------------------------------------------- pretraining
@@ -113,7 +113,7 @@ def test_end_of_pretraining_resets_the_critic_but_not_the_actor(compose, tmp_pat
 @pytest.mark.parametrize("feed_type", [1, 2, 3, 4, 5])
 def test_active_samplers_choose_among_reward_batch_times_large_batch(compose, tmp_path,
                                                                       monkeypatch, feed_type):
-    import themis.workspace as workspace
+    import themis.feedback.selector as workspace
 
     seen: list[tuple[str, int, int]] = []
     samplers = dict(workspace.SAMPLERS)
@@ -130,20 +130,20 @@ def test_active_samplers_choose_among_reward_batch_times_large_batch(compose, tm
                                  "num_train_steps=800"]), tmp_path)
     ws.run()
     assert seen[0] == ("uniform", 10, 10)  # the first round is uniform (PEBBLE)
-    assert seen[1] == (ws.sampler_name, 70, 10)
+    assert seen[1] == (ws.learner.selector.sampler, 70, 10)
 
 
 def test_the_teacher_margin_is_the_recent_return_scaled_to_a_segment(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     margins: list[tuple[float, float]] = []
-    label = ws.teacher.label
+    label = ws.learner.teacher.label
 
     def spy(r1: np.ndarray, r2: np.ndarray) -> Any:
         expected = np.mean(ws.recent_returns) * ws.cfg.segment / 200  # Pendulum: 200 steps
-        margins.append((ws.teacher.margin, expected))
+        margins.append((ws.learner.teacher.margin, expected))
         return label(r1, r2)
 
-    ws.teacher.label = spy
+    ws.learner.teacher.label = spy
     ws.run()
     assert len(margins) == 3
     for got, expected in margins:
@@ -179,19 +179,19 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     cfg = compose([*TINY_PENDULUM, *agent])
     ws = make_workspace(cfg, tmp_path)
     ws.run(until=ws.pretrain_end + 350)  # a feedback round, then stop mid-episode
-    assert ws.feedback_rounds >= 2
+    assert ws.learner.rounds >= 2
     ws.maybe_checkpoint(force=True)
     saved = ws.state_dict()
     ws.logger.close()
     resumed = make_workspace(compose([*TINY_PENDULUM, *agent, "resume=true"]), tmp_path)
     state = resumed.state_dict()
-    if "episodes_started" not in saved:  # SAC: the interrupted episode is not continued
+    if ws.driver.NAME == "sac":  # the interrupted episode is not continued
         assert state.pop("episode") == saved.pop("episode") + 1
     _assert_same_state(saved, state)
-    assert resumed.teacher.margin == ws.teacher.margin != 0.0
-    assert len(resumed.dataset) == len(ws.dataset)
-    np.testing.assert_array_equal(resumed.dataset.labels[: len(ws.dataset)],
-                                  ws.dataset.labels[: len(ws.dataset)])
+    assert resumed.learner.teacher.margin == ws.learner.teacher.margin != 0.0
+    assert len(resumed.learner.dataset) == len(ws.learner.dataset)
+    np.testing.assert_array_equal(resumed.learner.dataset.labels[: len(ws.learner.dataset)],
+                                  ws.learner.dataset.labels[: len(ws.learner.dataset)])
     resumed.logger.close()
 
 
@@ -212,11 +212,9 @@ def test_reset_updates_count_their_own_index(compose, tmp_path):
 # ------------------------------------------------------------ B-Pref margin and rounds
 def test_margin_without_a_time_limit_uses_the_recent_episode_length(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    ws.max_episode_steps = None  # as an env without a time limit
-    ws.recent_returns.extend([-400.0, -800.0])
-    ws.recent_lengths.extend([100, 300])
-    ws.set_teacher_margin()
-    assert ws.teacher.margin == pytest.approx(-600.0 * ws.cfg.segment / 200)
+    ws.learner.max_episode_steps = None  # as an env without a time limit
+    ws.learner.set_margin([-400.0, -800.0], [100, 300])
+    assert ws.learner.teacher.margin == pytest.approx(-600.0 * ws.cfg.segment / 200)
     ws.logger.close()
 
 
@@ -252,6 +250,7 @@ def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tm
     ws.run()
     ws.finish()
     rounds = pd.read_csv(tmp_path / "reward.csv")
-    assert rounds["postponed"].sum() >= 1 and ws.postponed_rounds == rounds["postponed"].sum()
+    assert rounds["postponed"].sum() >= 1
+    assert ws.learner.postponed_rounds == rounds["postponed"].sum()
     assert (rounds.loc[rounds["postponed"] == 1, "total_feedback"] == 0).all()
     assert (tmp_path / "eval.csv").is_file()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
@@ -165,6 +167,26 @@ class TrainConfig:
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (discrete actions)."""
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+
+
+def compose(overrides: list[str] | None = None, name: str = "train_themis",
+            return_hydra_config: bool = False) -> DictConfig:
+    """Compose ``config/<name>.yaml`` with command-line style ``overrides``, as the launchers
+    do (for scripts, tests and the entry point's preflight).
+
+    Raises:
+        hydra.errors.HydraException, omegaconf.errors.OmegaConfBaseException: bad overrides.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return hydra_compose(config_name=name, overrides=overrides or [],
+                             return_hydra_config=return_hydra_config)
 
 
 def register_configs() -> None:

@@ -263,7 +263,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     """
     from themis.config import TrainConfig
     from themis.reward import load_reward_model
-    from themis.workspace import make_workspace
+    from themis.train import make_workspace
 
     run = Path(run_dir)
     ckpt = run / "checkpoints"
@@ -296,8 +296,7 @@ def run_reward_curves(ws: Any, episodes: int = 2, max_steps: int = 1000,
         return eye[int(action)] if ws.discrete else np.asarray(action, dtype=np.float32)
 
     def agent_act(obs: np.ndarray) -> Any:
-        with eval_mode(ws.agent.actor):
-            return ws.eval_action(obs)
+        return ws.eval_action(obs)
 
     env.action_space.seed(seed)
     curves = []

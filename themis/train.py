@@ -19,13 +19,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from themis.config import register_configs
+from themis.config import CONFIG_DIR, TrainConfig, register_configs
 from themis.utils import ConfigError
+from themis.workspace import Workspace
 
 register_configs()
 
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
 def fail(message: str) -> None:
@@ -92,12 +92,11 @@ def preflight(config_name: str, argv: list[str]) -> None:
     """
     if any(a.startswith("-") for a in argv):
         return
-    from hydra import compose, initialize_config_dir
+    from themis.config import compose
 
     overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=overrides)
+        cfg = compose(overrides, config_name)
         OmegaConf.to_object(cfg)
     except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
         fail(describe_composition_error(e))
@@ -180,10 +179,35 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     return out, merged
 
 
-def build_workspace(cfg: DictConfig):
-    """Create the Workspace; a bad config ends the program with one line and exit code 2."""
-    from themis.workspace import make_workspace
+def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
+    """The workspace of a config with the training loop its action space needs: PEBBLE with
+    SAC for ``Box`` actions (:mod:`themis.loops.pebble`), PrefPPO with PPO for ``Discrete``
+    (:mod:`themis.loops.prefppo`), or the one ``agent=`` names.
 
+    Raises:
+        ConfigError: an invalid config, or an agent that cannot act in the env.
+    """
+    from themis.agents import resolve_agent
+    from themis.config import validate
+    from themis.envs import make_env
+    from themis.loops import pebble, prefppo
+
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
+    try:
+        name, _ = resolve_agent(cfg.agent, probe.action_space)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.env}: {e}") from None
+    finally:
+        probe.close()
+    return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+
+
+def build_workspace(cfg: DictConfig) -> Workspace:
+    """Create the Workspace; a bad config ends the program with one line and exit code 2."""
     out = run_dir()
     if cfg.resume and str(cfg.resume).lower() not in ("false", "0", "no", "none", "null"):
         out, cfg = resumed_config(cfg, out)

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Protocol
+
 import gymnasium as gym
+import numpy as np
 
 from themis.agents.ppo import PPO, PPOConfig
 from themis.agents.sac import SAC, SACConfig
 
-__all__ = ["PPO", "SAC", "PPOConfig", "SACConfig", "resolve_agent", "select_agent"]
+__all__ = ["PPO", "SAC", "Agent", "PPOConfig", "SACConfig", "resolve_agent", "select_agent"]
+
+
+class Agent(Protocol):
+    """What the loops, checkpoints and explanations need of an agent (SAC and PPO have it)."""
+
+    METRICS: ClassVar[tuple[str, ...]]
+    """Names of the metrics ``update`` returns (fixed ``train.csv`` columns)."""
+
+    def act(self, obs: np.ndarray, sample: bool = ...) -> Any:
+        """An action for one observation (``sample``: from the policy, else its mode/mean)."""
+
+    def update(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """One update (SAC: a replay batch and the step; PPO: a rollout); metrics."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def select_agent(action_space: gym.Space) -> str:

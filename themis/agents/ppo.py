@@ -150,11 +150,6 @@ class PPO:
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
 
-    @property
-    def actor(self) -> nn.Module:
-        """The module switched to eval mode while acting (the whole network)."""
-        return self.net
-
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for a batch of observations ``(N, *obs_shape)``.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The body of ./themis_train.sh and ./themis_pretrain.sh: run a Themis entry point with the
+# repository's .venv (when it exists), headless MuJoCo rendering, and every argument passed to
+# Hydra as an override.
+#   scripts/launch.sh themis.train env=HalfCheetah-v5 seed=1
+set -euo pipefail
+module="$1"
+shift
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="python3"
+if [ -x "$root/.venv/bin/python" ]; then
+  python="$root/.venv/bin/python"
+fi
+# Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere.
+if [ -z "${MUJOCO_GL:-}" ]; then
+  if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
+fi
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+# logger=csv,tensorboard means a list, never a sweep: pass it to Hydra as logger=[csv,tensorboard]
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    logger=\[*) args+=("$arg") ;;
+    logger=*,*) args+=("logger=[${arg#logger=}]") ;;
+    # resume=RUN_DIR: continue in that dir; the first run's .hydra/ record is kept
+    resume=true|resume=false|resume=True|resume=False|resume=) args+=("$arg") ;;
+    resume=*) args+=("$arg" "hydra.run.dir=${arg#resume=}" "hydra.output_subdir=null") ;;
+    *) args+=("$arg") ;;
+  esac
+done
+exec "$python" -m "$module" ${args[@]+"${args[@]}"}

@@ -1,0 +1,180 @@
+"""One interface for every teacher: post a round's queries, gather the answers that exist.
+
+The feedback round (:meth:`themis.feedback.PreferenceLearner.round`) does not know who
+answers. It *posts* the queries it selected and *gathers* whatever answers exist:
+
+- :class:`SyntheticChannel`: a B-Pref teacher answers at once (gather returns this round's);
+- :class:`TerminalChannel`: a person answers in the terminal while the run waits;
+- :class:`WebChannel`: queries go to the run's SQLite store and the labeling page; gather
+  returns the answers that arrived since the last round (often for earlier rounds' queries).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from themis.buffers import SegmentPairs
+from themis.teachers import SyntheticTeacher
+
+
+@dataclass
+class Gathered:
+    """Answers gathered in one round.
+
+    Attributes:
+        pairs: the answered queries, ``n`` pairs (a query answered by k people appears k times).
+        keep: ``(n,)`` bool, whether each got a label (False = skipped).
+        labels: ``(keep.sum(),)`` labels of the kept ones (0, 0.5, 1; B-Pref convention).
+        labelers: who gave each label.
+        saved: the labels are already in the preference dataset on disk (a person's answers
+            are saved the moment they are given).
+    """
+
+    pairs: SegmentPairs
+    keep: np.ndarray
+    labels: np.ndarray
+    labelers: list[str] = field(default_factory=list)
+    saved: bool = False
+
+
+def _empty_like(pairs: SegmentPairs) -> Gathered:
+    none = pairs.take(np.zeros(0, dtype=np.int64))
+    return Gathered(none, np.zeros(0, bool), np.zeros(0, np.float32))
+
+
+class Channel(Protocol):
+    def post(self, queries: SegmentPairs) -> int:
+        """Post queries; returns how many were asked (they count towards ``max_feedback``)."""
+
+    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+        """The answers available now (``at_least``: wait for that many labels while more can
+        still come); ``template`` gives the shapes of an empty result."""
+
+
+class _AnswersAtOnce:
+    """A channel whose posted queries are answered before ``post`` returns."""
+
+    _answered: Gathered | None = None
+
+    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+        answered, self._answered = self._answered, None
+        return answered if answered is not None else _empty_like(template)
+
+
+class SyntheticChannel(_AnswersAtOnce):
+    """A B-Pref synthetic teacher: every posted query is answered at once.
+
+    Args:
+        teacher: the B-Pref teacher.
+        labeler: stored with each label (``synthetic(...)``).
+        clips: optional ``lib.clips.ClipMaker``: the first ``clips_per_round`` queries of each
+            round are saved as explained clips (``xplain_*`` with a synthetic teacher).
+    """
+
+    def __init__(self, teacher: SyntheticTeacher, labeler: str, clips: Any = None,
+                 clips_per_round: int = 0) -> None:
+        self.teacher, self.labeler = teacher, labeler
+        self.clips, self.clips_per_round = clips, clips_per_round
+
+    def post(self, queries: SegmentPairs) -> int:
+        keep, labels = self.teacher.label(queries.true_rewards[:, 0], queries.true_rewards[:, 1])
+        self._answered = Gathered(queries, keep, labels, [self.labeler] * int(keep.sum()))
+        if self.clips is not None and self.clips_per_round:
+            self.clips.save_explained(
+                queries.take(np.arange(min(len(queries), self.clips_per_round))))
+        return len(queries)
+
+
+Record = Callable[[SegmentPairs, np.ndarray, str], None]
+"""Writes labelled pairs to the preference dataset (and disk): the learner's one writer."""
+
+
+class TerminalChannel(_AnswersAtOnce):
+    """A person in the terminal (``lib/human_interface.py``); each answer is recorded the
+    moment it is given.
+
+    Args:
+        teacher: a ``lib.human_interface.TerminalTeacher`` (shows clips, reads keys).
+        clips: a ``lib.clips.ClipMaker`` (frames and explanation panels of queries).
+        labeler: stored with each label (``human:NAME``).
+        record: writes one answered pair to the dataset at once.
+        header: the totals shown in the prompt (round, queries so far).
+    """
+
+    def __init__(self, teacher: Any, clips: Any, labeler: str, record: Record,
+                 header: Callable[[], str]) -> None:
+        self.teacher, self.clips, self.labeler = teacher, clips, labeler
+        self.record, self.header = record, header
+
+    def post(self, queries: SegmentPairs) -> int:
+        frames = self.clips.frames(queries)  # (n, 2, H, h, w, 3)
+        panels = self.clips.panels(queries, frames)
+
+        def answered(i: int, label: float | None) -> None:
+            if label is not None:
+                self.record(queries.take(np.array([i])), np.array([label], np.float32),
+                            self.labeler)
+
+        result = self.teacher.ask(frames, answered, self.header(), panels)
+        keep = np.array(result.keep, dtype=bool)
+        labels = np.array(result.labels, dtype=np.float32)[keep]
+        self._answered = Gathered(queries.take(np.arange(result.asked)), keep, labels,
+                                  [self.labeler] * len(labels), saved=True)
+        return int(result.asked)
+
+
+class WebChannel:
+    """People on the labeling page: posted queries wait in the run's label store.
+
+    Args:
+        store: the run's :class:`themis.label_store.LabelStore`.
+        clips: a ``lib.clips.ClipMaker``; posted queries get a side-by-side clip each.
+        labels_per_query: different labelers asked per query.
+        aggregate: ``each`` (every answer a label) or ``majority``.
+        info: console line writer ``(message, colour)``.
+        round_number: the number of the feedback round that posts (names the clips).
+    """
+
+    def __init__(self, store: Any, clips: Any, labels_per_query: int, aggregate: str,
+                 info: Callable[[str, str], None], round_number: Callable[[], int]) -> None:
+        self.store, self.clips = store, clips
+        self.labels_per_query, self.aggregate, self.info = labels_per_query, aggregate, info
+        self.round_number = round_number
+
+    def post(self, queries: SegmentPairs) -> int:
+        number = self.round_number()
+        paths = self.clips.write_web_clips(queries, number)
+        self.store.post(number, queries, paths, self.labels_per_query)
+        return len(queries)
+
+    def pending(self) -> int:
+        """Posted queries still waiting for answers."""
+        return int(self.store.pending_count())
+
+    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+        parts: list[Gathered] = []
+        count, last_note = 0, 0.0
+        while True:
+            _, pairs, labels, labelers, _ = self.store.gather(self.aggregate)
+            if pairs is not None:
+                parts.append(Gathered(pairs, np.ones(len(labels), bool), labels, labelers))
+                count += len(labels)
+            if count >= at_least or self.store.pending_count() == 0:
+                break
+            if time.time() - last_note > 30:  # min_labels_before_training: wait for people
+                self.info(f"waiting for labels: {count} of {at_least} more "
+                          "(min_labels_before_training)", "yellow")
+                last_note = time.time()
+            time.sleep(0.5)
+        if not parts:
+            return _empty_like(template)
+        return Gathered(SegmentPairs(*(np.concatenate(f) for f in zip(*(p.pairs for p in parts),
+                                                                       strict=True))),
+                        np.concatenate([p.keep for p in parts]),
+                        np.concatenate([p.labels for p in parts]),
+                        [w for p in parts for w in p.labelers])

@@ -1,0 +1,195 @@
+"""Builds the preference-learning component of a run: learner, channel, clips, label store.
+
+This is the one place the core imports ``lib/`` (terminal labeling, clips, Captum explanations,
+the web server), lazily, so a run without people or explanations needs none of their
+dependencies.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+import numpy as np
+
+from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
+from themis.feedback.learner import PreferenceLearner
+from themis.feedback.selector import QuerySelector
+from themis.label_store import LabelStore
+from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.sampling import resolve_feed_type
+from themis.teachers import SyntheticTeacher
+from themis.utils import ConfigError
+
+
+def teacher_description(cfg: Any) -> str:
+    """Who labels the queries, as stored with each label (``labeler`` column): ``human:NAME``
+    for a person, ``synthetic(...)`` with the B-Pref parameters otherwise."""
+    if cfg.human_teacher:
+        return f"human:{cfg.human_labeler or getpass.getuser()}"
+    return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
+            f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
+            f"eps_equal={cfg.teacher_eps_equal})")
+
+
+def explaining(cfg: Any) -> bool:
+    """Whether Captum explanations go under the clips (``xplain_action`` or ``xplain_state``)."""
+    return bool(cfg.xplain_action or cfg.xplain_state)
+
+
+def make_dataset(ws: Any) -> PreferenceDataset:
+    """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
+
+    Raises:
+        ConfigError: ``prefs_path`` is missing, unreadable, or recorded for other shapes.
+    """
+    cfg = ws.cfg
+    meta = {"env": ws.env_id, "domain": cfg.domain, "teacher": teacher_description(cfg),
+            "obs_shape": list(ws.obs_shape)}
+    # on the web each query may get labels_per_query labels, all kept as training labels
+    capacity = cfg.max_feedback * (cfg.labels_per_query if cfg.human_teacher
+                                   and cfg.teacher_ui == "web" else 1)
+    if not cfg.prefs_path:
+        return PreferenceDataset(capacity, cfg.segment, ws.obs_dim, ws.action_dim,
+                                 metadata=meta, obs_dtype=ws.obs_dtype,
+                                 frame_stack=ws.frame_stack)
+    try:
+        loaded = PreferenceDataset.load(cfg.prefs_path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"prefs_path={cfg.prefs_path}: {e}") from None
+    if (loaded.obs_dim, loaded.action_dim) != (ws.obs_dim, ws.action_dim):
+        raise ConfigError(
+            f"prefs_path={cfg.prefs_path} holds obs_dim={loaded.obs_dim}, "
+            f"action_dim={loaded.action_dim} (env {loaded.metadata.get('env')}); "
+            f"{ws.env_id} has obs_dim={ws.obs_dim}, action_dim={ws.action_dim}")
+    if loaded.segment != cfg.segment:
+        raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
+                          f"segment={loaded.segment}; set segment={loaded.segment}")
+    data = PreferenceDataset(len(loaded) + capacity, cfg.segment, ws.obs_dim, ws.action_dim,
+                             metadata={**loaded.metadata, **meta}, obs_dtype=ws.obs_dtype,
+                             frame_stack=ws.frame_stack)
+    data.extend(loaded)
+    return data
+
+
+def make_learner(ws: Any) -> PreferenceLearner:
+    """The preference learner of a workspace (reads its config, shapes, store and generators).
+
+    Raises:
+        ConfigError: an unknown ``xplain_method``, or a bad ``prefs_path``.
+    """
+    cfg = ws.cfg
+    model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
+                           cfg.reward_hidden_depth, obs_shape=ws.obs_shape).to(ws.device)
+    trainer = RewardTrainer(model, cfg.reward_lr, cfg.reward_train_batch,
+                            np.random.default_rng(cfg.seed + 1))
+    teacher = SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
+                               cfg.teacher_eps_skip, cfg.teacher_eps_equal,
+                               rng=np.random.default_rng(cfg.seed + 2))
+    selector = QuerySelector(resolve_feed_type(cfg.feed_type), cfg.segment, cfg.large_batch,
+                             ws.rng, ws.feature_encoder, ws.obs_shape)
+    learner = PreferenceLearner(
+        model, trainer, make_dataset(ws), teacher, selector, ws.run_dir / "preferences",
+        cfg.max_feedback, cfg.reward_batch, cfg.reward_update, cfg.segment,
+        ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info)
+    learner.channel = make_channel(ws, learner)
+    return learner
+
+
+def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
+    """Who answers: a synthetic teacher, a person in the terminal, or people on the web."""
+    cfg = ws.cfg
+    clips = make_clips(ws, learner.model) if ws.frames is not None else None
+    labeler = teacher_description(cfg)
+    if cfg.human_teacher and cfg.teacher_ui == "web":
+        assert ws.label_store is not None
+        return WebChannel(ws.label_store, clips, cfg.labels_per_query, cfg.label_aggregate,
+                          ws.logger_info, lambda: learner.rounds + 1)
+    if cfg.human_teacher:
+        from lib.human_interface import KeyReader, TerminalTeacher
+
+        clip_dir = ws.run_dir / "queries"
+        done = len(list(clip_dir.glob("query_*"))) if clip_dir.is_dir() else 0
+        person = TerminalTeacher(clip_dir, KeyReader(piped=cfg.human_piped), cfg.human_viewer,
+                                 cfg.clip_fps, first_query=done)
+
+        def header() -> str:
+            return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
+                    f"{cfg.max_feedback} queries asked before it")
+
+        return TerminalChannel(person, clips, labeler, learner.record, header)
+    return SyntheticChannel(learner.teacher, labeler, clips,
+                            cfg.xplain_clips_per_round if explaining(cfg) else 0)
+
+
+def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
+    """A ``lib.clips.ClipMaker`` over the run's frame ring, with Captum panels when
+    ``xplain_*`` is on (an explainer built each round from the current agent and model).
+
+    Raises:
+        ConfigError: an unknown ``xplain_method``.
+    """
+    from lib.clips import ClipMaker
+
+    cfg = ws.cfg
+    explainer = None
+    if explaining(cfg):
+        from lib.explain import METHODS, Explainer, action_forward, feature_names, reward_forward
+
+        if cfg.xplain_method not in METHODS:
+            raise ConfigError(f"xplain_method={cfg.xplain_method} is unknown; use one of "
+                              f"{', '.join(METHODS)} (or register one in lib/explain.py)")
+
+        def explainer() -> Any:
+            store = ws.buffer
+            idx = ws.rng.integers(0, len(store), size=64)
+            idx = idx[store.readable(idx)]
+            if len(idx) == 0:  # unlikely: take the readable ones in storage order
+                idx = np.flatnonzero(store.readable(np.arange(len(store))))[:64]
+            return Explainer(
+                cfg.xplain_method, ws.obs_shape, store.observations(idx), store.actions[idx],
+                cfg.xplain_baseline,
+                action_forward(ws.agent, ws.discrete, cfg.xplain_action_dim)
+                if cfg.xplain_action else None,
+                reward_forward(reward_model) if cfg.xplain_state else None,
+                discrete=ws.discrete,
+                names=feature_names(ws.env, ws.obs_dim) if ws.obs_kind == "vector" else (),
+                top_k=cfg.xplain_top_k, device=ws.device)
+
+    return ClipMaker(ws.frames, ws.buffer.capacity, ws.run_dir, cfg.clip_fps, explainer)
+
+
+def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str]]] | None:
+    """``teacher_ui=web``: the run's SQLite label store and the new labelers' tokens."""
+    cfg = ws.cfg
+    if not (cfg.human_teacher and cfg.teacher_ui == "web"):
+        return None
+    store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
+    return store, store.add_labelers(cfg.labelers)
+
+
+def start_label_server(ws: Any) -> Any:
+    """Serve the labeling page (``lib/label_server.py``) from a thread; print its URLs.
+
+    Raises:
+        ConfigError: the server cannot listen (port taken, ...).
+    """
+    from lib.label_server import LabelServer
+
+    cfg = ws.cfg
+    try:
+        server = LabelServer(ws.label_store, cfg.label_host, cfg.label_port, ws.run_dir).start()
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    url = server.url
+    if ws.label_tokens:
+        for name, token in ws.label_tokens:
+            ws.logger_info(f"labeling page for {name}: {url}?token={token}", "green")
+    else:
+        ws.logger_info(f"labeling page: {url} (status: {url}status)", "green")
+    return server
+
+
+__all__ = ["make_channel", "make_clips", "make_label_store", "make_learner",
+           "start_label_server", "teacher_description"]
+

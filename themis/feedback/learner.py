@@ -1,0 +1,304 @@
+"""The preference learner: one feedback round is one call.
+
+:meth:`PreferenceLearner.round` follows PEBBLE's Algorithm 1 (Lee, Smith & Abbeel 2021, lines
+9–13) with B-Pref's teachers: select queries from the store (:class:`QuerySelector`), post them to
+the channel (synthetic, terminal or web) and gather the answers that exist, write the labels to
+the preference dataset (the one place that writes it, :meth:`record`), measure the current
+reward model on the fresh labels before training on them, and train the ensemble on every label
+so far. What the agent sees is :meth:`reward`, the ensemble mean r̂(s, a).
+
+The shape of a round follows imitation's ``PreferenceComparisons.train`` (fragmenter →
+gatherer → dataset → reward trainer), the method pieces B-Pref's ``reward_model.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from themis.buffers import NoSegmentsError, SegmentPairs
+from themis.feedback.channels import Channel, WebChannel
+from themis.feedback.selector import QuerySelector
+from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.teachers import SyntheticTeacher, TeacherStats
+from themis.utils import ConfigError, eval_mode
+
+ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
+
+Info = Callable[[str, str], None]
+
+
+class RoundReport(NamedTuple):
+    """One feedback round: the ``reward.csv`` row."""
+
+    step: int
+    round: int
+    sampler: str
+    total_feedback: int
+    labeled_feedback: int
+    skipped: int
+    equal: int
+    oracle_agreement: float
+    heldout_accuracy: float
+    heldout_pearson: float
+    heldout_spearman: float
+    train_accuracy: float
+    train_loss: float
+    epochs: int
+    postponed: int
+    new_labels: int
+
+
+class PreferenceLearner:
+    """Reward learning from preferences: dataset, ensemble trainer, teacher channel, statistics.
+
+    Args:
+        model: the reward ensemble the agent's reward comes from.
+        trainer: its Bradley–Terry trainer.
+        dataset: the labels so far (empty, or loaded from ``prefs_path``).
+        teacher: the synthetic teacher whose margin is set each round (also when a person
+            labels: it is then unused).
+        selector: cuts and picks the queries.
+        folder: the run's ``preferences/`` folder, written after every new label.
+        max_feedback, reward_batch, reward_update: B-Pref's budget, queries per round and
+            maximum epochs per round.
+        segment: steps per segment (scales the teacher's margin).
+        max_episode_steps: the env's time limit (``None``: the recent mean length is used).
+        min_labels: web only: labels to wait for before the first training.
+        info: console line writer ``(message, colour)``.
+
+    The channel is attached after construction (:attr:`channel`): a terminal channel records
+    through :meth:`record`.
+    """
+
+    def __init__(self, model: RewardEnsemble, trainer: RewardTrainer,
+                 dataset: PreferenceDataset, teacher: SyntheticTeacher,
+                 selector: QuerySelector, folder: Path, max_feedback: int, reward_batch: int,
+                 reward_update: int, segment: int, max_episode_steps: int | None,
+                 min_labels: int = 0, info: Info = lambda message, colour: None) -> None:
+        self.model, self.trainer, self.dataset = model, trainer, dataset
+        self.teacher, self.selector, self.folder = teacher, selector, folder
+        self.max_feedback, self.reward_batch = max_feedback, reward_batch
+        self.reward_update, self.segment = reward_update, segment
+        self.max_episode_steps, self.min_labels, self.info = max_episode_steps, min_labels, info
+        self.channel: Channel | None = None
+        self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
+        self.labeled_feedback = 0
+        self.rounds = 0
+        self.postponed_rounds = 0  # rounds without a segment to cut (episodes too short)
+        self.reward_accuracy = float("nan")
+        self.stats = TeacherStats()
+
+    # ------------------------------------------------------------------ the agent's view
+    def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """Ensemble-mean r̂(s, a): ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        with eval_mode(self.model):
+            return self.model.predict(obs, action)
+
+    # ------------------------------------------------------------------ rounds
+    def is_open(self) -> bool:
+        """Whether feedback rounds go on: queries left to ask, or (web) answers still to come."""
+        return self.total_feedback < self.max_feedback or self.pending() > 0
+
+    def pending(self) -> int:
+        """Web: posted queries still waiting for answers (0 for other channels)."""
+        return self.channel.pending() if isinstance(self.channel, WebChannel) else 0
+
+    def fit_saved_labels(self, source: str) -> None:
+        """Train on the labels loaded from ``prefs_path`` before any query is asked."""
+        if len(self.dataset):
+            fit = self.trainer.train(self.dataset, self.reward_update)
+            self.reward_accuracy = fit.accuracy
+            self.info(f"reward model trained on {len(self.dataset)} preferences from "
+                      f"{source} (train accuracy {fit.accuracy:.3f})", "cyan")
+
+    def round(self, store: Any, step: int, first: bool, min_episode: int,
+              recent_returns: Sequence[float], recent_lengths: Sequence[int],
+              usable: Callable[[np.ndarray], np.ndarray] | None = None) -> RoundReport | None:
+        """One feedback round; ``None`` when there was nothing to ask or gather.
+
+        Args:
+            store: replay buffer or episode store the segments are cut from.
+            step: environment step (for the report).
+            first: the first round (uniform sampling, PEBBLE).
+            min_episode: the oldest episode of the query pool.
+            recent_returns, recent_lengths: the last training episodes (teacher margin).
+            usable: mask of store slots whose frames are kept (when a person watches).
+        """
+        assert self.channel is not None
+        n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback)
+        if n_queries <= 0 and self.pending() == 0:
+            if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
+                offline = self.trainer.train(self.dataset, self.reward_update)
+                self.reward_accuracy = offline.accuracy
+                self.info(f"reward model trained on {len(self.dataset)} saved preferences "
+                          f"(train accuracy {offline.accuracy:.3f})", "cyan")
+            return None
+        sampler = "uniform" if first else self.selector.sampler
+        postponed = False
+        if n_queries > 0:
+            try:
+                queries = self.selector.select(store, n_queries, self.model,
+                                               self.dataset.observations[: len(self.dataset)],
+                                               first, min_episode, usable)
+            except NoSegmentsError as e:  # e.g. Hopper falling early: ask again next round
+                postponed, n_queries = True, 0
+                self.postponed_rounds += 1
+                self.info(f"step {step}: feedback round postponed: {e}", "yellow")
+        if n_queries > 0:
+            self.set_margin(recent_returns, recent_lengths)
+            self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
+        wait_for = max(0, self.min_labels - len(self.dataset)) \
+            if isinstance(self.channel, WebChannel) else 0
+        got = self.channel.gather(self.empty_pairs(), at_least=wait_for)
+        answered, labels = got.pairs.take(got.keep), got.labels
+        self.labeled_feedback += int(got.keep.sum())
+        true = got.pairs.true_rewards
+        oracle_labels = ORACLE.label(true[got.keep, 0], true[got.keep, 1])[1]
+        round_stats = TeacherStats()
+        for stats in (round_stats, self.stats):
+            stats.update(got.keep, labels, oracle_labels)
+
+        # quality of the current model on the fresh labels (held out: not trained on yet)
+        quality = (float("nan"),) * 3
+        if self.rounds > 0 and len(answered):
+            quality = self.quality(answered, labels)
+        if len(answered) and not got.saved:  # a person's terminal answers are saved as given
+            runs = np.flatnonzero(np.r_[True, np.array(got.labelers[1:]) !=
+                                        np.array(got.labelers[:-1])])
+            for lo, hi in zip(runs, [*runs[1:], len(answered)], strict=True):
+                self.record(answered.take(np.arange(lo, hi)), labels[lo:hi], got.labelers[lo],
+                            save=False)
+            self.dataset.save(self.folder)  # labels are on disk at once
+        self.rounds += 1
+        fit = self.trainer.train(self.dataset, self.reward_update) if len(self.dataset) else None
+        if fit is not None:
+            self.reward_accuracy = fit.accuracy
+        return RoundReport(
+            step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
+            round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
+            *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
+            fit.epochs if fit else 0, int(postponed), len(labels))
+
+    def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
+               save: bool = True) -> None:
+        """Add labelled pairs to the dataset and (``save``) write it to ``preferences/``: the
+        one place labels are written (a person's answer is recorded the moment it is given)."""
+        self.dataset.add(pairs, labels, labeler=labeler)
+        if save:
+            self.dataset.save(self.folder)
+
+    def set_margin(self, recent_returns: Sequence[float], recent_lengths: Sequence[int]) -> None:
+        """B-Pref's margin: the mean return of the recent episodes scaled to one segment
+        (``× segment / episode length``), with the env's time limit as the episode length
+        (Atari: its frame limit in agent steps) or, without one, the recent mean length."""
+        length = self.max_episode_steps or (float(np.mean(recent_lengths))
+                                            if len(recent_lengths) else None)
+        if len(recent_returns) and length:
+            self.teacher.set_margin(float(np.mean(recent_returns)) * self.segment / length)
+        elif self.teacher.margin == 0.0 and (self.teacher.eps_skip > 0
+                                             or self.teacher.eps_equal > 0):
+            self.info("no episode has ended yet, so the teacher has no margin: "
+                      "teacher_eps_skip/teacher_eps_equal have no effect this round", "yellow")
+
+    def quality(self, pairs: SegmentPairs, labels: np.ndarray) -> tuple[float, float, float]:
+        """Held-out quality of the reward model on labelled pairs it was not trained on:
+        accuracy against the labels (ties excluded), and Pearson / Spearman correlation of
+        predicted and true returns of the ``2 n`` segments."""
+        accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
+        n, _, horizon = pairs.true_rewards.shape
+        predicted = self.reward(pairs.observations.reshape(n * 2 * horizon, -1),
+                                pairs.actions.reshape(n * 2 * horizon, -1))
+        predicted = predicted.reshape(n * 2, horizon).sum(1)
+        true = pairs.true_rewards.reshape(n * 2, horizon).sum(1)
+        pearson = spearman = float("nan")
+        if len(true) > 2 and np.ptp(true) > 0 and np.ptp(predicted) > 0:
+            pearson = float(scipy_stats.pearsonr(predicted, true).statistic)
+            spearman = float(scipy_stats.spearmanr(predicted, true).statistic)
+        return accuracy, pearson, spearman
+
+    def empty_pairs(self) -> SegmentPairs:
+        """No segment pairs, with this dataset's shapes."""
+        d = self.dataset
+        obs = d.observations[:0]
+        return SegmentPairs(np.zeros((0, *obs.shape[1:]), dtype=obs.dtype),
+                            np.zeros((0, *d.actions.shape[1:]), dtype=np.float32),
+                            np.zeros((0, 2, d.segment), dtype=np.float32),
+                            np.zeros((0, 2), np.int64))
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, ensemble, optimiser, generators and margin (the checkpoint's flat keys of
+        earlier versions, so their checkpoints still load). Labels live in ``preferences/``."""
+        return {
+            "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
+            "feedback_rounds": self.rounds, "reward_accuracy": self.reward_accuracy,
+            "postponed_rounds": self.postponed_rounds,
+            "teacher_stats": vars(self.stats).copy(),
+            "reward_model": self.model.state_dict(),
+            "reward_optimizer": self.trainer.optimizer.state_dict(),
+            "reward_trainer_rng": self.trainer.rng.bit_generator.state,
+            "teacher_rng": self.teacher.rng.bit_generator.state,
+            "teacher_margin": self.teacher.margin,
+            "dataset_size": len(self.dataset),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:
+        """Continue from :meth:`state_dict`; the labels are read back from ``preferences/``
+        (:meth:`resumed_dataset`).
+
+        Raises:
+            ConfigError: fewer labelled pairs on disk than the checkpoint counted.
+        """
+        self.total_feedback = int(state["total_feedback"])
+        self.labeled_feedback = int(state["labeled_feedback"])
+        self.rounds = int(state["feedback_rounds"])
+        self.reward_accuracy = float(state["reward_accuracy"])
+        self.postponed_rounds = int(state.get("postponed_rounds", 0))
+        vars(self.stats).update(state["teacher_stats"])
+        if "reward_model" not in state:
+            return
+        self.model.load_state_dict(state["reward_model"])
+        self.trainer.optimizer.load_state_dict(state["reward_optimizer"])
+        self.trainer.rng.bit_generator.state = state["reward_trainer_rng"]
+        self.teacher.rng.bit_generator.state = state["teacher_rng"]
+        self.teacher.set_margin(state["teacher_margin"])
+        self.dataset = self.resumed_dataset(int(state["dataset_size"]))
+
+    def resumed_dataset(self, size: int) -> PreferenceDataset:
+        """The labels on disk: the ``size`` pairs the checkpoint counted, plus any later pair a
+        person labelled (a labeler that is not ``synthetic(...)``), which is kept and counted —
+        a synthetic teacher's later labels are dropped, it asks those queries again.
+
+        Raises:
+            ConfigError: fewer pairs on disk than the checkpoint counted.
+        """
+        d = self.dataset
+        data = PreferenceDataset(d.capacity, d.segment, d.obs_dim, d.action_dim,
+                                 metadata=d.metadata, obs_dtype=d.observations.dtype,
+                                 frame_stack=d.frame_stack)
+        if size == 0:
+            return data
+        try:
+            saved = PreferenceDataset.load(self.folder)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"resume: {e}") from None
+        if len(saved) < size:
+            raise ConfigError(f"resume: {self.folder} holds {len(saved)} labelled pairs, the "
+                              f"checkpoint counted {size}")
+        later = [i for i in range(size, len(saved))
+                 if not str(saved.labelers[i]).startswith("synthetic")]
+        saved.size = size
+        data.extend(saved)
+        for i in later[: data.capacity - len(data)]:
+            pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
+                                saved.true_rewards[i:i + 1], np.zeros((1, 2), dtype=np.int64))
+            data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]))
+            data.timestamps[len(data) - 1] = saved.timestamps[i]
+            self.total_feedback += 1
+            self.labeled_feedback += 1
+        return data

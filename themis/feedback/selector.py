@@ -1,0 +1,83 @@
+"""Query selection: which segment pairs a feedback round asks about (B-Pref Sec. 3.2).
+
+A round cuts candidate pairs from the query pool (the most recent ``query_pool_episodes``
+episodes of the store, and only steps whose frames are kept when a person watches clips), then
+the sampler of ``feed_type`` picks ``reward_batch`` of them: uniform sampling draws exactly
+that many candidates, the uncertainty samplers score ``reward_batch × large_batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from themis.buffers import SegmentPairs
+from themis.reward import RewardEnsemble
+from themis.sampling import SAMPLERS, needs_large_batch, pair_features, uses_labelled_features
+
+
+class QuerySelector:
+    """Cuts candidates from a store and picks queries with a named sampler.
+
+    Args:
+        sampler: the sampler of later rounds (a :data:`themis.sampling.SAMPLERS` name); the
+            first round is uniform (PEBBLE).
+        segment: steps per segment.
+        large_batch: candidate multiplier of the uncertainty samplers.
+        rng: the generator of candidate draws and uniform picks.
+        encoder: for pixels and grids, the fixed random encoder whose features k-center
+            compares (RE3); ``None`` for vectors (flattened observations, as B-Pref).
+        obs_shape: the shape of one observation (labelled pairs may hold them flattened).
+    """
+
+    def __init__(self, sampler: str, segment: int, large_batch: int,
+                 rng: np.random.Generator, encoder: torch.nn.Module | None = None,
+                 obs_shape: tuple[int, ...] = ()) -> None:
+        self.sampler, self.segment, self.large_batch = sampler, segment, large_batch
+        self.rng, self.encoder, self.obs_shape = rng, encoder, obs_shape
+
+    def select(self, store: object, n_queries: int, reward_model: RewardEnsemble,
+               labelled_observations: np.ndarray, first: bool, min_episode: int,
+               usable: Callable[[np.ndarray], np.ndarray] | None = None) -> SegmentPairs:
+        """``n_queries`` pairs chosen among candidates cut from episodes ``>= min_episode``.
+
+        Args:
+            store: a replay buffer or episode store (``sample_segment_pairs``).
+            labelled_observations: ``(m, 2, H, *obs_shape)`` of the pairs already labelled
+                (k-center keeps away from them).
+            usable: optional mask of usable store slots (steps whose frames are kept).
+
+        Raises:
+            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+        """
+        sampler = "uniform" if first else self.sampler
+        n_candidates = n_queries * self.large_batch if needs_large_batch(sampler) else n_queries
+        candidates = store.sample_segment_pairs(  # type: ignore[attr-defined]
+            n_candidates, self.segment, self.rng, min_episode, usable)
+        labelled = self.pair_features(labelled_observations) \
+            if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
+        picks = SAMPLERS[sampler](candidates, reward_model, labelled, n_queries, self.rng,
+                                  features=self.pair_features)
+        return candidates.take(picks)
+
+    def pair_features(self, observations: np.ndarray) -> np.ndarray:
+        """k-center features of query pairs ``(n, 2, H, ...) -> (n, d)``: the flattened
+        observations for vectors (B-Pref); for pixels and grids each segment's mean feature of
+        the fixed random encoder, ``d = 2 * feature_dim``."""
+        if self.encoder is None:
+            return pair_features(observations)
+        n, _, horizon = observations.shape[:3]
+        device = next(self.encoder.parameters()).device
+        out = np.zeros((n, 2 * self.encoder.feature_dim), dtype=np.float32)  # type: ignore
+        chunk = max(1, 2048 // (2 * horizon))  # pairs per encoder call: bounded memory
+        for lo in range(0, n, chunk):
+            part = observations[lo:lo + chunk]  # copied chunk by chunk (stacks may be views)
+            m = len(part)
+            frames = torch.as_tensor(part.reshape(m * 2 * horizon, *self.obs_shape),
+                                     device=device)
+            with torch.no_grad():
+                feats = self.encoder(frames)
+            out[lo:lo + m] = feats.reshape(m, 2, horizon, -1).mean(2).reshape(m, -1).cpu().numpy()
+        return out

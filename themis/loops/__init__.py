@@ -1,0 +1,1 @@
+"""Training loops (drivers): PEBBLE with SAC, PrefPPO with PPO."""

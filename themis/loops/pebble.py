@@ -1,0 +1,176 @@
+"""The off-policy loop: SAC with PEBBLE (Lee, Smith & Abbeel, ICML 2021, Algorithm 1).
+
+1. ``num_seed_steps`` of uniformly random actions;
+2. ``num_unsup_steps`` of unsupervised pretraining: SAC on the state-entropy reward (Eq. 3);
+3. the first feedback round (uniform queries), relabel, critic reset and ``reset_update``
+   updates (B-Pref ``update_after_reset``);
+4. every ``num_interact`` steps, while feedback is open: a feedback round of the learner
+   (queries, teacher, reward training), then the whole replay buffer is relabelled with r̂;
+5. every step: one SAC update on the (relabelled) replay buffer.
+
+With ``learn_reward=false`` the same loop trains SAC on the environment reward (no queries).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from themis.agents import SAC
+from themis.buffers import ReplayBuffer
+from themis.utils import ConfigError, eval_mode
+
+if TYPE_CHECKING:
+    from themis.workspace import Workspace
+
+NAME = "sac"
+METHOD = "PEBBLE"
+
+
+def make_agent(ws: Workspace) -> SAC:
+    """SAC for the env's vector observations.
+
+    Raises:
+        ConfigError: pixel or grid observations (SAC on them is not supported yet).
+    """
+    if ws.obs_kind != "vector":
+        raise ConfigError(f"{ws.env_id}: SAC on {ws.obs_kind} observations is not supported "
+                          "yet; use a discrete-action variant with agent=ppo "
+                          "(CarRacing-v3: +env_kwargs.continuous=false)")
+    return SAC(ws.obs_dim, ws.action_dim, ws.device, ws.cfg.sac)
+
+
+def store(ws: Workspace) -> ReplayBuffer:
+    """The replay buffer: ``replay_buffer_capacity``, or every step of the run."""
+    cfg = ws.cfg
+    return ReplayBuffer(ws.obs_shape, ws.action_dim,
+                        cfg.replay_buffer_capacity or cfg.num_train_steps, ws.device,
+                        obs_dtype=ws.obs_dtype)
+
+
+def eval_action(ws: Workspace, obs: np.ndarray) -> Any:
+    """SAC's mean action."""
+    with eval_mode(ws.agent.actor):  # type: ignore[attr-defined]
+        return ws.agent.act(obs, sample=False)
+
+
+def resumed(ws: Workspace) -> None:
+    """After a resume: the interrupted episode is not continued (its steps stay in the
+    buffer, the next one gets a new number), and the buffer gets the restored model's reward."""
+    buffer = ws.buffer
+    last = (buffer.ptr - 1) % buffer.capacity
+    if len(buffer) and buffer.episode[last] == ws.episode:
+        ws.episode += 1
+    if ws.pretraining_done:
+        relabel(ws)
+
+
+def relabel(ws: Workspace) -> None:
+    """Relabel every stored transition with r̂ (PEBBLE Sec. 4.2) once there are labels; with
+    ``collect_prefs_only`` the agent does not use the learned reward."""
+    if ws.learner is not None and len(ws.learner.dataset) and not ws.cfg.collect_prefs_only:
+        ws.buffer.relabel(ws.learner.reward)
+
+
+def unsupervised_update(ws: Workspace, agent: SAC) -> None:
+    """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3)."""
+    batch = ws.buffer.sample(ws.cfg.sac.batch_size, ws.rng)
+    intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
+                                 ws.rng)
+    ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
+
+
+def end_pretraining(ws: Workspace, agent: SAC) -> None:
+    """First feedback round, relabel, critic reset and ``reset_update`` updates (B-Pref)."""
+    cfg = ws.cfg
+    if ws.learner is not None:
+        if cfg.prefs_path and cfg.max_feedback:  # saved labels first, then more queries
+            ws.learner.fit_saved_labels(cfg.prefs_path)
+        ws.feedback_round(first=True)
+        relabel(ws)
+    agent.reset_critic()
+    for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
+        agent.update(ws.buffer.sample(cfg.sac.batch_size, ws.rng), index)
+    ws.pretraining_done = True
+    ws.interact_count = 0
+    ws.logger.info(f"step {ws.step}: pretraining done, critic reset", "cyan")
+
+
+def run(ws: Workspace, until: int) -> None:
+    """Run the PEBBLE loop from the current step up to ``until``."""
+    cfg, env, buffer = ws.cfg, ws.env, ws.buffer
+    agent: SAC = ws.agent  # type: ignore[assignment]
+    ws.banner()
+    obs, _ = env.reset(seed=cfg.seed + ws.episode)
+    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode
+    frame: Any = env.render() if ws.frames is not None else None
+    episode_reward, episode_step = 0.0, 0
+    last_log_time, last_log_step = time.time(), ws.step
+    bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, disable=None,
+               leave=False)
+    while ws.step < until:
+        # ------------------------------------------------------------ act
+        if ws.step < cfg.num_seed_steps:
+            action = env.action_space.sample()
+        else:
+            with eval_mode(agent.actor):
+                action = agent.act(obs, sample=True)
+
+        # ------------------------------------------------------------ learn
+        if ws.step >= cfg.num_seed_steps:
+            if not ws.pretraining_done and ws.step >= ws.pretrain_end:
+                end_pretraining(ws, agent)
+                ws.maybe_checkpoint(force=True)
+            if not ws.pretraining_done:
+                unsupervised_update(ws, agent)
+            else:
+                if ws.feedback_due():
+                    if ws.feedback_round() is not None:
+                        relabel(ws)
+                    ws.maybe_checkpoint(force=True)
+                if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
+                    unsupervised_update(ws, agent)
+                else:
+                    ws.metrics = agent.update(buffer.sample(cfg.sac.batch_size, ws.rng),
+                                              ws.step)
+
+        # ------------------------------------------------------------ step
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        true_reward = float(reward)
+        # With learn_reward the agent never sees the true reward: the slot holds 0 until the
+        # first feedback round relabels the buffer (pretraining uses the intrinsic reward),
+        # and the reward model labels every later transition (lazily, in batches).
+        stored_reward = 0.0 if cfg.learn_reward else true_reward
+        if ws.frames is not None:  # the frame shows `obs`, the state the action was taken in
+            ws.frames.add(buffer.ptr, frame)
+            frame = env.render()
+        buffer.add(obs, action, stored_reward, next_obs, terminated, ws.episode, episode_step,
+                   true_reward)
+        episode_reward += true_reward
+        episode_step += 1
+        obs = next_obs
+        ws.step += 1
+        ws.interact_count += 1
+        bar.update(1)
+
+        if terminated or truncated:
+            ws.end_episode(episode_reward, episode_step)
+            obs, _ = env.reset()
+            ws.episodes_started = ws.episode + 1
+            if ws.frames is not None:
+                frame = env.render()
+            episode_reward, episode_step = 0.0, 0
+
+        # ------------------------------------------------------------ logs, eval, checkpoints
+        if ws.step % cfg.log_frequency == 0:
+            now = time.time()
+            ws.log_progress((ws.step - last_log_step) / max(now - last_log_time, 1e-9))
+            last_log_step, last_log_time = ws.step, now
+        if ws.step % cfg.eval_frequency == 0 or ws.step == cfg.num_train_steps:
+            ws.evaluate()
+            ws.save_checkpoints()
+        ws.maybe_checkpoint()
+    bar.close()

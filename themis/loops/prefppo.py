@@ -1,0 +1,251 @@
+"""The on-policy loop: PPO with PEBBLE's phases, as B-Pref's PrefPPO (Lee et al. 2021).
+
+1. ``num_seed_steps``: the initial (near-uniform) policy collects episodes, no updates;
+2. ``num_unsup_steps``: PPO on the state-entropy reward of each rollout (k-NN among the
+   rollout's other states, in a fixed random encoder's features for pixels and grids; RE3);
+3. then the first feedback round, and every ``num_interact`` steps another while feedback is
+   open; every rollout's rewards are the ensemble mean r̂(s, a) — the agent never sees the
+   environment reward.
+
+``ppo.num_envs`` environments run side by side in a gymnasium ``SyncVectorEnv`` with
+``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns the first observation of the
+next one and the last one in ``info["final_obs"]``. Terminations end the return; time-limit
+truncations are bootstrapped with ``γ V(final_obs)`` (Pardo et al. 2018). Finished episodes go,
+whole, into the episode store that queries are cut from. The loop is flat, in sections, as
+CleanRL's ``ppo.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from themis.agents import PPO
+from themis.agents.ppo import Rollout
+from themis.buffers import ReplayBuffer
+from themis.envs import make_env
+from themis.frames import FrameStore
+from themis.intrinsic import knn_distance
+from themis.utils import ConfigError, eval_mode
+
+if TYPE_CHECKING:
+    from themis.workspace import Workspace
+
+NAME = "ppo"
+METHOD = "PrefPPO"
+STORE_CAPACITY = 100_000
+
+
+class _EpisodeStaging:
+    """The steps of one vectorised env's current episode not yet in the episode store.
+
+    The steps are moved to the store at the end of every rollout (bounded memory, and long
+    Atari episodes become queryable before they end) and when the episode ends; each piece is
+    contiguous in the store, so a query segment lies inside one rollout's piece.
+    """
+
+    def __init__(self, episode: int) -> None:
+        self.episode = episode  # id in the episode store, assigned when the episode starts
+        self.t = 0  # steps of this episode already moved to the store
+        self.episode_return = 0.0
+        self.obs: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[float] = []
+        self.frames: list[np.ndarray] = []  # only when a person watches clips
+
+    def append(self, obs: np.ndarray, action: np.ndarray, reward: float,
+               frame: np.ndarray | None = None) -> None:
+        self.obs.append(obs)
+        self.actions.append(action)
+        self.rewards.append(reward)
+        if frame is not None:
+            self.frames.append(frame)
+        self.episode_return += reward
+
+    def flush(self, buffer: ReplayBuffer, terminated: bool = False,
+              frames: FrameStore | None = None) -> None:
+        """Move the staged steps into ``buffer`` (and their frames into ``frames``);
+        ``terminated``: the last one ended the episode (its ``not_done`` is 0)."""
+        last = len(self.obs) - 1
+        for i, (o, a, r) in enumerate(zip(self.obs, self.actions, self.rewards, strict=True)):
+            if frames is not None:
+                frames.add(buffer.ptr, self.frames[i])
+            buffer.add(o, a, 0.0, o, terminated and i == last, self.episode, self.t + i, r)
+        self.t += len(self.obs)
+        self.obs, self.actions, self.rewards, self.frames = [], [], [], []
+
+
+def make_agent(ws: Workspace) -> PPO:
+    """PPO with a learning-rate schedule over the planned number of rollouts.
+
+    Raises:
+        ConfigError: a query segment longer than one rollout.
+    """
+    cfg, ppo = ws.cfg, ws.cfg.ppo
+    if cfg.segment > ppo.num_steps:
+        raise ConfigError(f"segment={cfg.segment} is longer than a PPO rollout "
+                          f"(ppo.num_steps={ppo.num_steps}); a query segment must fit in "
+                          "one rollout: lower segment or raise ppo.num_steps")
+    rollouts = max(1, cfg.num_train_steps // (ppo.num_envs * ppo.num_steps))
+    return PPO(ws.obs_shape, ws.action_dim, ws.device, ppo, total_updates=rollouts)
+
+
+def store(ws: Workspace) -> ReplayBuffer:
+    """The episode store only feeds queries: ``replay_buffer_capacity`` or at most 100k
+    steps, no next observations, Atari frame stacks stored once per frame."""
+    cfg = ws.cfg
+    capacity = cfg.replay_buffer_capacity or min(cfg.num_train_steps, STORE_CAPACITY)
+    return ReplayBuffer(ws.obs_shape, ws.action_dim, capacity, ws.device,
+                        obs_dtype=ws.obs_dtype, store_next_obs=False,
+                        frame_stack=ws.frame_stack)
+
+
+def eval_action(ws: Workspace, obs: np.ndarray) -> Any:
+    """A sample of the policy: PPO's policy is stochastic by design, and the arg-max action
+    can loop forever in gridworlds."""
+    with eval_mode(ws.agent.net):  # type: ignore[attr-defined]
+        return ws.agent.act(obs, sample=True)
+
+
+def resumed(ws: Workspace) -> None:
+    """Episodes in progress restart with new ids (see :func:`run`); nothing to do here."""
+
+
+def end_pretraining(ws: Workspace) -> None:
+    """First feedback round (uniform sampling) once the unsupervised phase is over."""
+    if ws.learner is not None:
+        if ws.cfg.prefs_path and ws.cfg.max_feedback:  # saved labels first, then more queries
+            ws.learner.fit_saved_labels(ws.cfg.prefs_path)
+        ws.feedback_round(first=True)
+    ws.pretraining_done = True
+    ws.interact_count = 0
+    ws.logger.info(f"step {ws.step}: pretraining done", "cyan")
+
+
+def new_episode_id(ws: Workspace) -> int:
+    """A fresh episode id for the store (ids follow the order in which episodes start)."""
+    ws.episodes_started += 1
+    return ws.episodes_started - 1
+
+
+def intrinsic_rewards(ws: Workspace, rollout_obs: np.ndarray) -> np.ndarray:
+    """State-entropy reward of each state of the rollout: distance to its ``topK``-th nearest
+    neighbour among the rollout's other states (RE3 / PEBBLE Eq. 3), normalised by a running
+    std. Shape ``(T, N)``."""
+    horizon, n_envs = rollout_obs.shape[:2]
+    flat = torch.as_tensor(rollout_obs.reshape(horizon * n_envs, *ws.obs_shape),
+                           device=ws.device)
+    feats = ws.state_entropy.features(flat)
+    dist = knn_distance(feats, feats, min(ws.cfg.topK, len(feats) - 1), exclude_self=True)
+    ws.state_entropy.stats.update(dist)
+    reward = dist / float(ws.state_entropy.stats.std + 1e-8)
+    return reward.reshape(horizon, n_envs).cpu().numpy().astype(np.float32)
+
+
+def learned_rewards(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Ensemble-mean r̂(s, a) of every step of the rollout, ``(T, N)``."""
+    assert ws.learner is not None
+    horizon, n_envs = actions.shape
+    one_hot = np.eye(ws.action_dim, dtype=np.float32)[actions.reshape(-1)]
+    r = ws.learner.reward(rollout_obs.reshape(horizon * n_envs, -1), one_hot)
+    return r.reshape(horizon, n_envs)
+
+
+def run(ws: Workspace, until: int) -> None:
+    """Collect rollouts and update PPO from the current step up to ``until``."""
+    cfg, ppo, buffer = ws.cfg, ws.cfg.ppo, ws.buffer
+    agent: PPO = ws.agent  # type: ignore[assignment]
+    ws.banner(f" | {ppo.num_envs} envs x {ppo.num_steps} steps per rollout")
+    stored = buffer.episode[: len(buffer)]
+    if len(stored):  # continuing (e.g. from a snapshot): new ids after the stored ones
+        ws.episodes_started = max(ws.episodes_started, int(stored.max()) + 1)
+    def env_maker(i: int) -> Any:
+        return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i,
+                                render_mode="rgb_array" if ws.needs_frames else None,
+                                **cfg.env_kwargs)
+
+    envs = gym.vector.SyncVectorEnv([env_maker(i) for i in range(ppo.num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    n_envs, horizon = ppo.num_envs, ppo.num_steps
+    obs, _ = envs.reset(seed=[cfg.seed + ws.episode + i for i in range(n_envs)])
+    # frames of the current observations, when a person watches clips
+    frames: Any = envs.call("render") if ws.frames is not None else [None] * n_envs
+    staging = [_EpisodeStaging(new_episode_id(ws)) for _ in range(n_envs)]
+    eye = np.eye(ws.action_dim, dtype=np.float32)
+    rollout_obs = np.zeros((horizon, n_envs, *ws.obs_shape), dtype=ws.obs_dtype)
+    actions = np.zeros((horizon, n_envs), dtype=np.int64)
+    logprobs = np.zeros((horizon, n_envs), dtype=np.float32)
+    values = np.zeros((horizon, n_envs), dtype=np.float32)
+    true_rewards = np.zeros((horizon, n_envs), dtype=np.float32)
+    dones = np.zeros((horizon, n_envs), dtype=np.float32)
+    bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
+    last_log_time, last_log_step = time.time(), ws.step
+    while ws.step < until:
+        # ------------------------------------------------------------ collect a rollout
+        bootstrap[:] = 0.0
+        for t in range(horizon):
+            with eval_mode(agent.net):
+                act, logp, val = agent.step(obs)
+            next_obs, reward, terminated, truncated, info = envs.step(act)
+            rollout_obs[t], actions[t], logprobs[t], values[t] = obs, act, logp, val
+            true_rewards[t] = reward
+            dones[t] = terminated | truncated
+            cut = truncated & ~terminated
+            if cut.any():
+                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(cut)])
+                bootstrap[t, cut] = agent.value(final)
+            for i in range(n_envs):
+                staging[i].append(obs[i], eye[act[i]], float(reward[i]), frames[i])
+                if terminated[i] or truncated[i]:
+                    staging[i].flush(buffer, bool(terminated[i]), ws.frames)
+                    ws.end_episode(staging[i].episode_return, staging[i].t)
+                    staging[i] = _EpisodeStaging(new_episode_id(ws))
+            obs = next_obs
+            if ws.frames is not None:  # after an autoreset: the new episode's first frame
+                frames = envs.call("render")
+            ws.step += n_envs
+            ws.interact_count += n_envs
+        for stage in staging:  # unfinished episodes: this rollout's steps to the store
+            stage.flush(buffer, frames=ws.frames)
+
+        # ------------------------------------------------------------ rewards and update
+        phase = ws.phase
+        if phase in ("unsup", "collect"):  # collect_prefs_only keeps exploring
+            rewards = intrinsic_rewards(ws, rollout_obs)
+        elif phase == "reward":
+            rewards = learned_rewards(ws, rollout_obs, actions)
+        else:
+            rewards = true_rewards.copy()
+        if phase != "seed":
+            rewards = rewards + ppo.gamma * bootstrap
+            with eval_mode(agent.net):
+                next_values = agent.value(obs)
+            ws.metrics = agent.update(Rollout(rollout_obs, actions, logprobs, values,
+                                              rewards.astype(np.float32), dones, next_values))
+
+        # ------------------------------------------------------------ PEBBLE schedule
+        checkpoint_now = False
+        if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
+                ws.step >= ws.pretrain_end:
+            end_pretraining(ws)
+            checkpoint_now = True
+        elif ws.pretraining_done and ws.feedback_due():
+            ws.feedback_round()
+            checkpoint_now = True
+
+        # ------------------------------------------------------------ logs, eval
+        step_before = ws.step - n_envs * horizon
+        if ws.step // cfg.log_frequency > step_before // cfg.log_frequency:
+            now = time.time()
+            ws.log_progress((ws.step - last_log_step) / max(now - last_log_time, 1e-9))
+            last_log_step, last_log_time = ws.step, now
+        if ws.step // cfg.eval_frequency > step_before // cfg.eval_frequency or \
+                ws.step >= until:
+            ws.evaluate()
+            ws.save_checkpoints()
+        ws.maybe_checkpoint(force=checkpoint_now)  # after the logs: rows up to this step
+    envs.close()
