@@ -254,3 +254,23 @@ def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tm
     assert ws.learner.postponed_rounds == rounds["postponed"].sum()
     assert (rounds.loc[rounds["postponed"] == 1, "total_feedback"] == 0).all()
     assert (tmp_path / "eval.csv").is_file()
+
+
+def test_a_checkpoint_of_the_previous_layout_still_resumes(compose, tmp_path):
+    """Checkpoints written before the redesign (no episodes_started, recent_lengths or
+    postponed_rounds) load into the new workspace and the run goes on."""
+    from themis.checkpoint import load_checkpoint, save_checkpoint
+
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    ws.run(until=ws.pretrain_end + 350)
+    ws.maybe_checkpoint(force=True)
+    ws.logger.close()
+    state, _ = load_checkpoint(tmp_path / "checkpoints")
+    for key in ("episodes_started", "recent_lengths", "postponed_rounds"):
+        del state[key]
+    save_checkpoint(state, tmp_path / "checkpoints")
+    resumed = make_workspace(compose([*TINY_PENDULUM, "resume=true"]), tmp_path)
+    assert resumed.step == ws.step and resumed.total_feedback == ws.total_feedback
+    resumed.run()
+    resumed.finish()
+    assert resumed.step == 1200 and resumed.total_feedback == 30
