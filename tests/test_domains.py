@@ -22,7 +22,7 @@ from themis.agents.encoders import (
     random_encoder,
 )
 from themis.agents.ppo import Rollout, gae
-from themis.buffers import ReplayBuffer
+from themis.buffers import EpisodeStore
 from themis.envs import episode_limit, get_domain, make_env
 from themis.reward import PreferenceDataset, RewardEnsemble
 from themis.utils import ConfigError
@@ -160,8 +160,7 @@ def test_ppo_update_raises_the_probability_of_rewarded_actions():
 
 def test_pixel_reward_model_and_uint8_storage():
     shape = (4, 84, 84)
-    buffer = ReplayBuffer(shape, 3, 100, torch.device("cpu"), obs_dtype=np.uint8,
-                          store_next_obs=False)
+    buffer = EpisodeStore(shape, 3, 100, torch.device("cpu"), obs_dtype=np.uint8)
     assert buffer.obs.dtype == np.uint8 and buffer.obs.nbytes == 100 * 4 * 84 * 84
     assert buffer.next_obs.nbytes == 0
     for t in range(30):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.buffers import EpisodeStore, SegmentPairs
 from themis.envs import frame_stack_size, make_env
 from themis.framestack import stacked, stacked_tensor, unstack
 from themis.reward import PreferenceDataset
@@ -58,7 +58,7 @@ def test_episode_store_gives_back_the_env_stacks_from_interleaved_pieces():
     # two envs' episodes flushed in alternating pieces of 25 steps, as PPO's rollouts do
     a, ta = _atari_steps(150, seed=0)
     b, tb = _atari_steps(150, seed=1)
-    store = ReplayBuffer((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    store = EpisodeStore((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     assert store.frames.nbytes == 1000 * 84 * 84 and store.obs.nbytes == 0
     originals, episodes = [], []
@@ -75,7 +75,7 @@ def test_episode_store_gives_back_the_env_stacks_from_interleaved_pieces():
     expected = np.stack(originals)[(pairs.starts[..., None] + np.arange(20))]
     np.testing.assert_array_equal(pairs.observations, expected)
     # a checkpoint round trip keeps every stack
-    clone = ReplayBuffer((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    clone = EpisodeStore((4, 84, 84), 1, 1000, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     clone.load_state_dict(store.state_dict())
     np.testing.assert_array_equal(clone.observations(np.arange(300)), np.stack(originals))
@@ -87,7 +87,7 @@ def test_overwritten_history_is_never_served():
     def stack(t: int) -> np.ndarray:
         return frames[np.maximum(np.arange(t - 3, t + 1), 0)]
 
-    store = ReplayBuffer((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    store = EpisodeStore((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     for t in range(25):  # one episode of 25 steps in a store of 10: it wraps twice
         store.add(stack(t), np.zeros(1), 0.0, None, False, 0, t, 0.0)
@@ -103,7 +103,7 @@ def test_overwritten_history_is_never_served():
 
 
 def test_stacks_that_do_not_continue_are_refused():
-    store = ReplayBuffer((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    store = EpisodeStore((4, 2, 2), 1, 10, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     with pytest.raises(ValueError, match="reset padding"):  # t = 0 must repeat one frame
         store.add(np.arange(16, dtype=np.uint8).reshape(4, 2, 2), np.zeros(1), 0, None, False,
@@ -115,7 +115,7 @@ def test_stacks_that_do_not_continue_are_refused():
 
 def test_stacked_preference_dataset_round_trip(tmp_path):
     steps, _ = _atari_steps(120)
-    store = ReplayBuffer((4, 84, 84), 1, 200, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    store = EpisodeStore((4, 84, 84), 1, 200, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     for t, obs in enumerate(steps):
         store.add(obs, np.eye(1)[0], 0.0, None, False, 0, t, float(t))
@@ -157,10 +157,10 @@ def test_snapshot_of_whole_stacks_loads_into_a_frame_stacked_store():
     """Checkpoints written before frame stacks were de-duplicated still resume."""
     a, ta = _atari_steps(60, seed=2)
     assert ta == list(range(60))  # one episode
-    whole = ReplayBuffer((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8, store_next_obs=False)
+    whole = EpisodeStore((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8)
     for obs, t in zip(a, ta, strict=True):  # wraps: the 10 oldest steps are overwritten
         whole.add(obs, np.zeros(1), 0.0, None, False, 0, t, 0.0)
-    store = ReplayBuffer((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8, store_next_obs=False,
+    store = EpisodeStore((4, 84, 84), 1, 50, CPU, obs_dtype=np.uint8,
                          frame_stack=4)
     store.load_state_dict(whole.state_dict())
     readable = store.readable(np.arange(50))

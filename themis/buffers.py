@@ -1,6 +1,11 @@
-"""Replay buffer with episode bookkeeping: uniform sampling, relabeling and segment pairs.
+"""Step stores with episode bookkeeping: segment pairs for queries, replay sampling, relabeling.
 
-The buffer is preallocated (float32) and circular. Besides the usual transition fields it keeps
+:class:`EpisodeStore` keeps the steps of recent episodes, which feedback rounds cut query
+segments from (PPO's store: no next observations, Atari frame stacks once per frame);
+:class:`ReplayBuffer` is the same store with next observations, uniform batch sampling and
+relabeling (SAC), as Stable-Baselines3's ``BaseBuffer`` → ``ReplayBuffer`` / ``RolloutBuffer``.
+
+The store is preallocated and circular. Besides the usual transition fields it keeps
 the true environment reward (for synthetic teachers and evaluation of the reward model) and, per
 transition, the episode it belongs to and its time step in that episode, so that fixed-length
 segments for preference queries are cut straight out of the buffer without a second copy of the
@@ -53,46 +58,42 @@ class SegmentPairs(NamedTuple):
         return SegmentPairs(*(field[idx] for field in self))
 
 
-class ReplayBuffer:
-    """Circular replay buffer of ``capacity`` transitions.
+class EpisodeStore:
+    """Circular store of the last ``capacity`` steps, with their episode and time step.
 
     Args:
         obs_shape: shape of one observation.
         action_dim: size of one action vector.
-        capacity: maximum number of stored transitions; older ones are overwritten.
+        capacity: maximum number of stored steps; older ones are overwritten.
         device: where sampled batches are placed.
         obs_dtype: storage type of observations: float32 for vectors, uint8 for pixels and
             grids (4× less memory; converted on sampling).
-        store_next_obs: keep ``next_obs`` (off-policy SAC needs it; PPO's episode store, which
-            only feeds queries, does not).
         frame_stack: ``k > 1`` for observations that are stacks of the last ``k`` frames,
             ``(k, *frame_shape)`` oldest first (Atari): only the newest frame of each step is
             stored, with a link to the episode's previous step, and stacks are rebuilt on
-            reading (:mod:`themis.framestack`; 4× less memory). Needs ``store_next_obs=False``.
+            reading (:mod:`themis.framestack`; 4× less memory).
 
-    Stored per transition: ``obs, action, next_obs`` (float32), ``reward`` (what the agent is
-    trained on: true reward or the learned reward after :meth:`relabel`), ``true_reward``,
-    ``not_done`` (0 only on termination, not on time-limit truncation), ``episode`` and ``t``.
-    Read observations with :meth:`observations` (``obs`` is empty when frames are stacked).
+    Stored per step: ``obs``, ``action`` (float32), ``reward`` (what the agent is trained on),
+    ``true_reward``, ``not_done`` (0 only on termination, not on time-limit truncation),
+    ``episode`` and ``t``. Read observations with :meth:`observations` (``obs`` is empty when
+    frames are stacked).
 
-    Once :attr:`reward_fn` is set (by :meth:`relabel`), the reward passed to :meth:`add` is
-    ignored: new transitions are labelled by ``reward_fn`` lazily, in one batch, the first time
-    a sample could contain one of them. No sample ever holds an unlabelled reward, and the
-    reward model runs once per few dozen steps instead of once per step.
+    Raises:
+        ValueError: a non-positive capacity, or a frame stack that does not fit ``obs_shape``.
     """
+
+    store_next_obs = False
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
                  device: torch.device, obs_dtype: np.dtype | type = np.float32,
-                 store_next_obs: bool = True, frame_stack: int = 1) -> None:
+                 frame_stack: int = 1) -> None:
         if capacity <= 0:
             raise ValueError(f"replay buffer capacity must be positive, got {capacity}")
-        if frame_stack > 1 and (store_next_obs or len(obs_shape) < 2
-                                or obs_shape[0] != frame_stack):
+        if frame_stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != frame_stack):
             raise ValueError(f"frame_stack={frame_stack} needs observations (frame_stack, ...) "
-                             f"(got {obs_shape}) and store_next_obs=False")
+                             f"(got {obs_shape}) in an EpisodeStore")
         self.capacity = capacity
         self.device = device
-        self.store_next_obs = store_next_obs
         self.obs_shape = tuple(obs_shape)
         self.frame_stack = frame_stack
         self.obs = np.zeros((0 if frame_stack > 1 else capacity, *obs_shape), dtype=obs_dtype)
@@ -102,7 +103,8 @@ class ReplayBuffer:
                                dtype=obs_dtype)
         self.prev = np.full(capacity if frame_stack > 1 else 0, -1, dtype=np.int64)
         self._tails: dict[int, int] = {}  # episode -> slot of its newest stored step
-        self.next_obs = np.zeros((capacity if store_next_obs else 0, *obs_shape), dtype=obs_dtype)
+        self.next_obs = np.zeros((capacity if self.store_next_obs else 0, *obs_shape),
+                                 dtype=obs_dtype)
         self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.true_rewards = np.zeros(capacity, dtype=np.float32)
@@ -111,8 +113,6 @@ class ReplayBuffer:
         self.t = np.zeros(capacity, dtype=np.int64)
         self.ptr = 0
         self.size = 0
-        self.reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
-        self._pending = 0  # newest transitions whose reward reward_fn has not computed yet
 
     def __len__(self) -> int:
         return self.size
@@ -135,22 +135,6 @@ class ReplayBuffer:
         self.t[i] = t
         self.ptr = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
-        if self.reward_fn is not None:
-            self._pending = min(self._pending + 1, self.capacity)
-
-    def _label_pending(self) -> None:
-        """Compute the rewards of transitions added since the last labelling."""
-        if self._pending and self.reward_fn is not None:
-            self._relabel_slots((self.ptr - np.arange(self._pending, 0, -1)) % self.capacity)
-        self._pending = 0
-
-    def _relabel_slots(self, idx: np.ndarray) -> None:
-        """``rewards[idx] = reward_fn(obs, action)``; a stacked observation that lost earlier
-        frames keeps its reward (it can be neither sampled nor cut into a segment)."""
-        assert self.reward_fn is not None
-        if self.frame_stack > 1:
-            idx = idx[self.readable(idx)]
-        self.rewards[idx] = self.reward_fn(self.observations(idx), self.actions[idx])
 
     # -------------------------------------------------------- stacked frames
     def _add_frame(self, i: int, obs: np.ndarray, episode: int, t: int) -> None:
@@ -217,41 +201,6 @@ class ReplayBuffer:
             raise ValueError("some stacked observations lost earlier frames to newer steps")
         return self.frames[hist]
 
-    def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-        """Uniform indices into the stored transitions, shape ``(batch_size,)``."""
-        return rng.integers(0, self.size, size=batch_size)
-
-    def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
-        """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
-        if not self.store_next_obs:
-            raise RuntimeError("this buffer keeps no next observations: it cannot be sampled")
-        idx = self.sample_indices(batch_size, rng)
-        if self._pending and np.any((self.ptr - 1 - idx) % self.capacity < self._pending):
-            self._label_pending()
-        fields = (self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],
-                  self.not_dones[idx])
-        return ReplayBufferSamples(*(torch.from_numpy(f).to(self.device) for f in fields))
-
-    # ---------------------------------------------------------------- relabel
-    def relabel(self, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                chunk_size: int = 16384) -> None:
-        """Overwrite every stored reward with ``reward_fn(obs, action)`` and keep using it.
-
-        PEBBLE (Lee et al. 2021, Sec. 4.2) relabels every stored transition each time the reward
-        model changes, so that off-policy updates use one consistent reward. All stored slots
-        are relabelled in chunks of ``chunk_size``; the storage order does not matter, so this is
-        correct after the buffer has wrapped around. Later transitions are labelled by
-        ``reward_fn`` too (see the class docstring).
-
-        Args:
-            reward_fn: maps ``obs (n, *obs_shape)`` and ``actions (n, action_dim)`` to ``(n,)``.
-            chunk_size: transitions per call of ``reward_fn``.
-        """
-        self.reward_fn = reward_fn
-        self._pending = 0
-        for lo in range(0, self.size, chunk_size):
-            self._relabel_slots(np.arange(lo, min(lo + chunk_size, self.size)))
-
     # --------------------------------------------------------------- segments
     def segment_starts(self, segment: int, min_episode: int = 0) -> np.ndarray:
         """Storage slots where a whole ``segment``-step segment of one episode begins.
@@ -308,7 +257,6 @@ class ReplayBuffer:
     # ------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """The stored part of the buffer as NumPy arrays (for snapshots)."""
-        self._label_pending()
         n = self.size
         frames = {"frames": self.frames[:n].copy(), "prev": self.prev[:n].copy()} \
             if self.frame_stack > 1 else {}
@@ -388,3 +336,80 @@ class ReplayBuffer:
             if not np.array_equal(self.frames[hist[ok]], stacks[idx[ok]]):
                 raise ValueError("snapshot observations are not frame stacks of consecutive "
                                  f"steps (frame_stack={self.frame_stack})")
+
+
+class ReplayBuffer(EpisodeStore):
+    """The off-policy replay buffer: an :class:`EpisodeStore` that also keeps ``next_obs``,
+    samples uniform batches and relabels its rewards with a reward model.
+
+    Args: as :class:`EpisodeStore` (no frame stacks: SAC acts on vectors).
+
+    Once :attr:`reward_fn` is set (by :meth:`relabel`), the reward passed to :meth:`add` is
+    ignored: new transitions are labelled by ``reward_fn`` lazily, in one batch, the first time
+    a sample could contain one of them. No sample ever holds an unlabelled reward, and the
+    reward model runs once per few dozen steps instead of once per step.
+    """
+
+    store_next_obs = True
+
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, capacity: int,
+                 device: torch.device, obs_dtype: np.dtype | type = np.float32) -> None:
+        super().__init__(obs_shape, action_dim, capacity, device, obs_dtype)
+        self.reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+        self._pending = 0  # newest transitions whose reward reward_fn has not computed yet
+
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, next_obs: np.ndarray,
+            terminated: bool, episode: int, t: int, true_reward: float | None = None) -> None:
+        """Store one transition (see :meth:`EpisodeStore.add`)."""
+        super().add(obs, action, reward, next_obs, terminated, episode, t, true_reward)
+        if self.reward_fn is not None:
+            self._pending = min(self._pending + 1, self.capacity)
+
+    def _label_pending(self) -> None:
+        """Compute the rewards of transitions added since the last labelling."""
+        if self._pending and self.reward_fn is not None:
+            self._relabel_slots((self.ptr - np.arange(self._pending, 0, -1)) % self.capacity)
+        self._pending = 0
+
+    def _relabel_slots(self, idx: np.ndarray) -> None:
+        """``rewards[idx] = reward_fn(obs, action)``."""
+        assert self.reward_fn is not None
+        self.rewards[idx] = self.reward_fn(self.observations(idx), self.actions[idx])
+
+    def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """Uniform indices into the stored transitions, shape ``(batch_size,)``."""
+        return rng.integers(0, self.size, size=batch_size)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
+        """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
+        idx = self.sample_indices(batch_size, rng)
+        if self._pending and np.any((self.ptr - 1 - idx) % self.capacity < self._pending):
+            self._label_pending()
+        fields = (self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],
+                  self.not_dones[idx])
+        return ReplayBufferSamples(*(torch.from_numpy(f).to(self.device) for f in fields))
+
+    # ---------------------------------------------------------------- relabel
+    def relabel(self, reward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                chunk_size: int = 16384) -> None:
+        """Overwrite every stored reward with ``reward_fn(obs, action)`` and keep using it.
+
+        PEBBLE (Lee et al. 2021, Sec. 4.2) relabels every stored transition each time the reward
+        model changes, so that off-policy updates use one consistent reward. All stored slots
+        are relabelled in chunks of ``chunk_size``; the storage order does not matter, so this is
+        correct after the buffer has wrapped around. Later transitions are labelled by
+        ``reward_fn`` too (see the class docstring).
+
+        Args:
+            reward_fn: maps ``obs (n, *obs_shape)`` and ``actions (n, action_dim)`` to ``(n,)``.
+            chunk_size: transitions per call of ``reward_fn``.
+        """
+        self.reward_fn = reward_fn
+        self._pending = 0
+        for lo in range(0, self.size, chunk_size):
+            self._relabel_slots(np.arange(lo, min(lo + chunk_size, self.size)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """As :meth:`EpisodeStore.state_dict`, every reward labelled."""
+        self._label_pending()
+        return super().state_dict()

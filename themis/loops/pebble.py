@@ -51,6 +51,12 @@ def store(ws: Workspace) -> ReplayBuffer:
                         obs_dtype=ws.obs_dtype)
 
 
+def replay(ws: Workspace) -> ReplayBuffer:
+    """The workspace's store, which this driver made a replay buffer."""
+    assert isinstance(ws.buffer, ReplayBuffer)
+    return ws.buffer
+
+
 def eval_action(ws: Workspace, obs: np.ndarray) -> Any:
     """SAC's mean action."""
     with eval_mode(ws.agent.actor):  # type: ignore[attr-defined]
@@ -72,12 +78,12 @@ def relabel(ws: Workspace) -> None:
     """Relabel every stored transition with r̂ (PEBBLE Sec. 4.2) once there are labels; with
     ``collect_prefs_only`` the agent does not use the learned reward."""
     if ws.learner is not None and len(ws.learner.dataset) and not ws.cfg.collect_prefs_only:
-        ws.buffer.relabel(ws.learner.reward)
+        replay(ws).relabel(ws.learner.reward)
 
 
 def unsupervised_update(ws: Workspace, agent: SAC) -> None:
     """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3)."""
-    batch = ws.buffer.sample(ws.cfg.sac.batch_size, ws.rng)
+    batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
     intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
                                  ws.rng)
     ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
@@ -93,7 +99,7 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
         relabel(ws)
     agent.reset_critic()
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
-        agent.update(ws.buffer.sample(cfg.sac.batch_size, ws.rng), index)
+        agent.update(replay(ws).sample(cfg.sac.batch_size, ws.rng), index)
     ws.pretraining_done = True
     ws.interact_count = 0
     ws.logger.info(f"step {ws.step}: pretraining done, critic reset", "cyan")
@@ -101,7 +107,7 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
 
 def run(ws: Workspace, until: int) -> None:
     """Run the PEBBLE loop from the current step up to ``until``."""
-    cfg, env, buffer = ws.cfg, ws.env, ws.buffer
+    cfg, env, buffer = ws.cfg, ws.env, replay(ws)
     agent: SAC = ws.agent  # type: ignore[assignment]
     ws.banner()
     obs, _ = env.reset(seed=cfg.seed + ws.episode)

@@ -26,7 +26,7 @@ import torch
 
 from themis.agents import PPO
 from themis.agents.ppo import Rollout
-from themis.buffers import ReplayBuffer
+from themis.buffers import EpisodeStore
 from themis.envs import make_env
 from themis.frames import FrameStore
 from themis.intrinsic import knn_distance
@@ -66,7 +66,7 @@ class _EpisodeStaging:
             self.frames.append(frame)
         self.episode_return += reward
 
-    def flush(self, buffer: ReplayBuffer, terminated: bool = False,
+    def flush(self, buffer: EpisodeStore, terminated: bool = False,
               frames: FrameStore | None = None) -> None:
         """Move the staged steps into ``buffer`` (and their frames into ``frames``);
         ``terminated``: the last one ended the episode (its ``not_done`` is 0)."""
@@ -94,14 +94,13 @@ def make_agent(ws: Workspace) -> PPO:
     return PPO(ws.obs_shape, ws.action_dim, ws.device, ppo, total_updates=rollouts)
 
 
-def store(ws: Workspace) -> ReplayBuffer:
+def store(ws: Workspace) -> EpisodeStore:
     """The episode store only feeds queries: ``replay_buffer_capacity`` or at most 100k
     steps, no next observations, Atari frame stacks stored once per frame."""
     cfg = ws.cfg
     capacity = cfg.replay_buffer_capacity or min(cfg.num_train_steps, STORE_CAPACITY)
-    return ReplayBuffer(ws.obs_shape, ws.action_dim, capacity, ws.device,
-                        obs_dtype=ws.obs_dtype, store_next_obs=False,
-                        frame_stack=ws.frame_stack)
+    return EpisodeStore(ws.obs_shape, ws.action_dim, capacity, ws.device,
+                        obs_dtype=ws.obs_dtype, frame_stack=ws.frame_stack)
 
 
 def eval_action(ws: Workspace, obs: np.ndarray) -> Any:
