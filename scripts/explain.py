@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from themis.checkpoint import UnsafeFileError
 from themis.feedback.factory import make_clips
 from themis.inspection import load_run
 from themis.utils import ConfigError
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         ws = load_run(run, run / "explanations", **overrides)
-    except (FileNotFoundError, ConfigError) as e:
+    except (FileNotFoundError, ConfigError, UnsafeFileError) as e:
         print(f"explain: error: {e}", file=sys.stderr)
         return 2
     cfg = ws.cfg

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from themis.checkpoint import UnsafeFileError
 from themis.inspection import inspect_run
 from themis.utils import ConfigError
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = inspect_run(args.run_dir, args.episodes, args.max_steps, args.seed)
-    except (FileNotFoundError, ConfigError) as e:
+    except (FileNotFoundError, ConfigError, UnsafeFileError) as e:
         print(f"inspect_reward: error: {e}", file=sys.stderr)
         return 2
     print(f"report: {report}")

@@ -166,8 +166,7 @@ def test_pixel_reward_model_and_uint8_storage():
     for t in range(30):
         buffer.add(np.full(shape, t, np.uint8), np.eye(3)[t % 3], 0.0, None, t == 29, 0, t,
                    float(t))
-    with pytest.raises(RuntimeError, match="no next observations"):
-        buffer.sample(4, np.random.default_rng(0))
+    assert not hasattr(buffer, "sample")  # an episode store only feeds queries
     pairs = buffer.sample_segment_pairs(3, 10, np.random.default_rng(0))
     assert pairs.observations.shape == (3, 2, 10, *shape) and pairs.observations.dtype == np.uint8
     model = RewardEnsemble(int(np.prod(shape)), 3, ensemble_size=2, hidden_dim=16,

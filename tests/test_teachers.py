@@ -156,3 +156,14 @@ def test_skip_teacher_skips_nothing_while_its_threshold_is_not_positive(margin):
     teacher.set_margin(300.0)  # positive threshold 30: these segments (returns ~ -50) skipped
     keep, _ = teacher.label(r1, r2)
     assert not keep.any()
+
+
+def test_bpref_threshold_schedule_squares_eps():
+    """B-Pref's train_PEBBLE.py uses eps² * margin after the first round."""
+    r1 = np.array([[1.0], [1.0]])
+    r2 = np.array([[1.05], [1.4]])
+    teacher = SyntheticTeacher(eps_equal=0.5)
+    teacher.set_margin(1.0)  # eps * margin = 0.5: both pairs equal
+    np.testing.assert_array_equal(teacher.label(r1, r2)[1], [0.5, 0.5])
+    teacher.threshold_power = 2  # eps² * margin = 0.25: only the first
+    np.testing.assert_array_equal(teacher.label(r1, r2)[1], [0.5, 1.0])

@@ -274,3 +274,15 @@ def test_a_checkpoint_of_the_previous_layout_still_resumes(compose, tmp_path):
     resumed.run()
     resumed.finish()
     assert resumed.step == 1200 and resumed.total_feedback == 30
+
+
+@pytest.mark.parametrize("schedule,powers", [("themis", [1, 1, 1]), ("bpref", [1, 2, 2])])
+def test_teacher_threshold_schedule(compose, tmp_path, schedule, powers):
+    ws = make_workspace(compose([*TINY_PENDULUM, "teacher=equal",
+                                 f"teacher_thres_schedule={schedule}"]), tmp_path)
+    seen: list[int] = []
+    label = ws.learner.teacher.label
+    ws.learner.teacher.label = lambda r1, r2: (seen.append(ws.learner.teacher.threshold_power),
+                                               label(r1, r2))[1]
+    ws.run()
+    assert seen == powers

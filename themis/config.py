@@ -90,6 +90,9 @@ class TrainConfig:
     teacher_eps_mistake: float = 0.0
     teacher_eps_skip: float = 0.0
     teacher_eps_equal: float = 0.0
+    teacher_thres_schedule: str = "themis"
+    """Skip/equal thresholds: themis (eps * margin in every round, as the B-Pref paper) or
+    bpref (eps * margin in the first round, eps² * margin later, as B-Pref's train_PEBBLE.py)."""
     human_teacher: bool = False
     """A person labels the queries in the terminal (lib/human_interface.py)."""
     teacher_ui: str = "terminal"
@@ -244,6 +247,9 @@ def validate(cfg: Any) -> None:
     for key in ("human_frame_size", "human_frame_capacity", "clip_fps", "xplain_top_k"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    if cfg.teacher_thres_schedule not in ("themis", "bpref"):
+        raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
+                          "themis or bpref")
     if cfg.teacher_ui not in ("terminal", "web"):
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
     if cfg.label_aggregate not in ("each", "majority"):

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import pandas as pd
-import torch
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 
@@ -260,7 +259,10 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
     Raises:
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
+        themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
+            (it could run code) or no PyTorch file.
     """
+    from themis.checkpoint import safe_load
     from themis.config import TrainConfig
     from themis.reward import load_reward_model
     from themis.train import make_workspace
@@ -277,7 +279,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     for key, value in overrides.items():
         setattr(cfg, key, value)
     ws = make_workspace(cfg, Path(out_dir) if out_dir else run / "inspection")
-    state = torch.load(ckpt / "agent.pt", map_location=ws.device, weights_only=False)
+    state = safe_load(ckpt / "agent.pt", ws.device)
     ws.agent.load_state_dict(state["agent"])
     if (ckpt / "reward_model.pt").is_file():
         ws.reward_model = load_reward_model(ckpt / "reward_model.pt", ws.device)

@@ -233,7 +233,7 @@ class LabelStore:
                 given = [("majority:" + ",".join(w for w, _ in given), label)]
             if not given:
                 continue
-            with np.load(segments) as data:
+            with np.load(segments, allow_pickle=False) as data:
                 for who, lab in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])

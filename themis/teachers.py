@@ -67,7 +67,8 @@ class SyntheticTeacher:
 
     ``margin`` (:meth:`set_margin`) is the mean true return of recent episodes scaled to one
     segment. B-Pref's train_PEBBLE.py multiplies the thresholds by eps twice after the first
-    round; Themis uses ``eps * margin`` throughout.
+    round (``eps² * margin``); Themis uses ``eps * margin`` throughout unless
+    :attr:`threshold_power` is set to 2 (``teacher_thres_schedule=bpref``).
 
     Args:
         beta: rationality (-1 = perfectly rational).
@@ -90,6 +91,7 @@ class SyntheticTeacher:
         self.eps_equal = float(eps_equal)
         self.rng = rng if rng is not None else np.random.default_rng()
         self.margin = 0.0
+        self.threshold_power = 1  # thresholds eps ** power * margin (2: B-Pref's later rounds)
 
     @classmethod
     def from_preset(cls, name: str, rng: np.random.Generator | None = None) -> SyntheticTeacher:
@@ -123,7 +125,7 @@ class SyntheticTeacher:
         if r1.shape != r2.shape or r1.ndim != 2:
             raise ValueError(f"rewards must both be (batch, segment), got {r1.shape}, {r2.shape}")
         sum1, sum2 = r1.sum(1), r2.sum(1)
-        skip_threshold = self.eps_skip * self.margin
+        skip_threshold = self.eps_skip ** self.threshold_power * self.margin
         # B-Pref skips only while the threshold is positive: with a margin <= 0 (negative
         # returns, e.g. Pendulum or early HalfCheetah) every pair would be skipped
         keep = np.maximum(sum1, sum2) > skip_threshold if skip_threshold > 0 \
@@ -143,7 +145,8 @@ class SyntheticTeacher:
             flip = (self.rng.random(len(labels)) < self.eps_mistake) & (labels != 0.5)
             labels[flip] = 1.0 - labels[flip]
         if self.eps_equal > 0:
-            labels[np.abs(sum1 - sum2) < self.eps_equal * self.margin] = 0.5
+            equal_threshold = self.eps_equal ** self.threshold_power * self.margin
+            labels[np.abs(sum1 - sum2) < equal_threshold] = 0.5
         return keep, labels
 
 

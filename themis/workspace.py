@@ -24,8 +24,10 @@ from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
     CheckpointError,
+    UnsafeFileError,
     load_checkpoint,
     rng_states,
+    safe_load,
     save_checkpoint,
     set_rng_states,
     truncate_csv,
@@ -396,7 +398,12 @@ class Workspace:
         if not path.is_file():
             raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
                               "./themis_pretrain.sh first or drop the option")
-        snap = torch.load(path, map_location=self.device, weights_only=False)
+        try:
+            snap = safe_load(path, self.device)
+        except UnsafeFileError as e:
+            raise ConfigError(f"pretrained_snapshot: {e}") from None
+        if not isinstance(snap, dict):
+            raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")

@@ -91,7 +91,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
     learner = PreferenceLearner(
         model, trainer, make_dataset(ws), teacher, selector, ws.run_dir / "preferences",
         cfg.max_feedback, cfg.reward_batch, cfg.reward_update, cfg.segment,
-        ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info)
+        ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info,
+        bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
     return learner
 

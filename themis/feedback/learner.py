@@ -70,6 +70,8 @@ class PreferenceLearner:
         max_episode_steps: the env's time limit (``None``: the recent mean length is used).
         min_labels: web only: labels to wait for before the first training.
         info: console line writer ``(message, colour)``.
+        bpref_thresholds: B-Pref's threshold schedule: ``eps² * margin`` after the first round
+            (``teacher_thres_schedule=bpref``).
 
     The channel is attached after construction (:attr:`channel`): a terminal channel records
     through :meth:`record`.
@@ -79,12 +81,14 @@ class PreferenceLearner:
                  dataset: PreferenceDataset, teacher: SyntheticTeacher,
                  selector: QuerySelector, folder: Path, max_feedback: int, reward_batch: int,
                  reward_update: int, segment: int, max_episode_steps: int | None,
-                 min_labels: int = 0, info: Info = lambda message, colour: None) -> None:
+                 min_labels: int = 0, info: Info = lambda message, colour: None,
+                 bpref_thresholds: bool = False) -> None:
         self.model, self.trainer, self.dataset = model, trainer, dataset
         self.teacher, self.selector, self.folder = teacher, selector, folder
         self.max_feedback, self.reward_batch = max_feedback, reward_batch
         self.reward_update, self.segment = reward_update, segment
         self.max_episode_steps, self.min_labels, self.info = max_episode_steps, min_labels, info
+        self.bpref_thresholds = bpref_thresholds
         self.channel: Channel | None = None
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
@@ -151,6 +155,7 @@ class PreferenceLearner:
                 self.info(f"step {step}: feedback round postponed: {e}", "yellow")
         if n_queries > 0:
             self.set_margin(recent_returns, recent_lengths)
+            self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
             self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
         wait_for = max(0, self.min_labels - len(self.dataset)) \
             if isinstance(self.channel, WebChannel) else 0
