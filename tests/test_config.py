@@ -108,3 +108,13 @@ def test_pretrain_config_composes(compose):
 def test_agent_values_are_checked(compose, override, message):
     with pytest.raises(ConfigError, match=message):
         validate(compose([override]))
+
+
+@pytest.mark.parametrize("value,target", [
+    (None, None), ("", None), ("false", None), ("No", None), ("0", None), ("null", None),
+    ("true", "here"), ("1", "here"), ("yes", "here"), ("runs/a", "runs/a"),
+])
+def test_resume_is_read_one_way(value, target):
+    from themis.config import resume_target
+
+    assert resume_target(value) == target

@@ -175,6 +175,15 @@ class TrainConfig:
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
+def resume_target(value: object) -> str | None:
+    """What ``resume=`` asks for: ``None`` (no resume: unset, false, no, 0, none, null),
+    ``"here"`` (true, yes, 1: the run dir of this job) or the run dir given."""
+    text = "" if value is None else str(value).strip()
+    if text.lower() in ("", "false", "0", "no", "none", "null"):
+        return None
+    return "here" if text.lower() in ("true", "1", "yes") else text
+
+
 def compose(overrides: list[str] | None = None, name: str = "train_themis",
             return_hydra_config: bool = False) -> DictConfig:
     """Compose ``config/<name>.yaml`` with command-line style ``overrides``, as the launchers
@@ -207,8 +216,7 @@ def validate(cfg: Any) -> None:
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
     """
-    if cfg.resume is not None and str(cfg.resume).strip().lower() in ("", "false", "0", "no",
-                                                                      "none", "null"):
+    if resume_target(cfg.resume) is None:
         cfg.resume = None
     positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact",
                 "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from themis.config import CONFIG_DIR, TrainConfig, register_configs
+from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.utils import ConfigError
 from themis.workspace import Workspace
 
@@ -109,9 +109,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
             hint = f" (did you mean {close[0]}?)" if close else ""
             fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
                  "them")
-    resume = str(cfg.get("resume") or "")
-    if resume and resume.lower() not in ("true", "1", "yes", "false", "0", "no", "none", "null") \
-            and not (Path(resume) / "config.yaml").is_file():
+    resume = resume_target(cfg.get("resume"))
+    if resume not in (None, "here") and not (Path(str(resume)) / "config.yaml").is_file():
         fail(f"resume={resume}: no Themis run there (config.yaml missing); point resume= at "
              "the run dir of the run to continue")
     run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
@@ -155,8 +154,9 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     command line's overrides (other than ``resume`` and ``hydra.*``) on top."""
     from themis.config import TrainConfig
 
-    if str(cfg.resume).lower() not in ("true", "1", "yes"):
-        out = Path(str(cfg.resume))
+    target = resume_target(cfg.resume)
+    if target not in (None, "here"):
+        out = Path(str(target))
     saved = out / "config.yaml"
     if not saved.is_file():
         fail(f"resume={cfg.resume}: {saved} not found; point resume= at a Themis run dir")
@@ -209,7 +209,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
 def build_workspace(cfg: DictConfig) -> Workspace:
     """Create the Workspace; a bad config ends the program with one line and exit code 2."""
     out = run_dir()
-    if cfg.resume and str(cfg.resume).lower() not in ("false", "0", "no", "none", "null"):
+    if resume_target(cfg.resume) is not None:
         out, cfg = resumed_config(cfg, out)
     cfg.torch_threads = threads_per_job(cfg)
     try:

@@ -209,9 +209,7 @@ class Workspace:
         elif cfg.max_feedback == 0:
             reward = f"learned from the saved preferences in {cfg.prefs_path}"
         else:
-            reward = (f"learned from synthetic teacher (beta={cfg.teacher_beta}, gamma="
-                      f"{cfg.teacher_gamma}, eps_mistake={cfg.teacher_eps_mistake}, eps_skip="
-                      f"{cfg.teacher_eps_skip}, eps_equal={cfg.teacher_eps_equal})")
+            reward = f"learned from {teacher_description(cfg)}"
         self.logger.info(
             f"Themis | {self.env_id} | agent {self.driver.NAME} ({self.agent_reason}: "
             f"{self.env.action_space}){extra} | reward: {reward} | device {self.device} | "
