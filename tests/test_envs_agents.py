@@ -97,3 +97,21 @@ def test_mujoco_warnings_are_logged_once_not_written_to_cwd(tmp_path, monkeypatc
     if int(mujoco.__version__.split(".")[0]) >= 4:  # gymnasium's model uses a deprecated attribute
         assert any("settotalmass" in m for m in messages)
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v5"])
+def test_mujoco_clips_follow_the_agent(env_id):
+    """Frames come from the model's tracking camera: with the torso moved 3 m and 10 m along x,
+    the centre of the frame still shows the agent (it barely changes), where gymnasium's
+    default free camera shows empty floor there."""
+    env = make_env("Control", env_id, seed=0, render_mode="rgb_array", render_size=128)
+    sim = env.unwrapped
+    centre = []
+    for x in (0.0, 3.0, 10.0):
+        qpos = sim.data.qpos.copy()
+        qpos[0] = x
+        sim.set_state(qpos, np.zeros_like(sim.data.qvel))
+        centre.append(env.render()[40:88, 40:88].astype(float))
+    env.close()
+    for moved in centre[1:]:
+        assert np.abs(moved - centre[0]).mean() < 10.0  # HalfCheetah free camera: 20 (gone)

@@ -244,7 +244,8 @@ def make_env(domain: str, env: str, seed: int | None = None,
         seed: seeds the first ``reset`` and the action space.
         render_mode: e.g. ``"rgb_array"`` for clips.
         render_size: MuJoCo frames are rendered ``render_size`` pixels square (with
-            ``render_mode="rgb_array"``; other envs render at their own size).
+            ``render_mode="rgb_array"``; other envs render at their own size), through the
+            model's ``track`` camera when it has one (it follows the agent).
         env_kwargs: extra ``gym.make`` arguments (``continuous=False`` for CarRacing, ...).
 
     Raises:
@@ -261,6 +262,10 @@ def make_env(domain: str, env: str, seed: int | None = None,
     mujoco_frames = dom.name == "Control" and render_mode == "rgb_array"
     if mujoco_frames:
         kwargs = {"width": render_size, "height": render_size, **kwargs}
+        if "camera_id" not in kwargs and "camera_name" not in kwargs:
+            # the model's tracking camera keeps the agent in view (a trained HalfCheetah leaves
+            # gymnasium's default free camera within a second); models without one keep it
+            kwargs["camera_name"] = "track"
     try:
         e = gym.make(env_id, render_mode=render_mode, **kwargs)
     except TypeError as err:
