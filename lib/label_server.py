@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -183,7 +184,10 @@ class LabelServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        """The address to open: a server bound to all interfaces (0.0.0.0, ::) is named by
+        this machine's host name, which other machines can reach."""
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}/"
 
     def start(self, timeout: float = 15.0) -> LabelServer:
         """Start serving; returns once the socket is open. Port 0 takes a free port, read back

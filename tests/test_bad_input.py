@@ -95,3 +95,41 @@ def test_cuda_without_cuda_is_an_error_and_auto_falls_back(compose, tmp_path):
         make_workspace(compose(["device=cuda"]), tmp_path)
     ws = make_workspace(compose(["device=auto", "num_train_steps=10000"]), tmp_path)
     assert ws.device.type == "cpu"
+
+
+def test_a_rejected_run_leaves_no_run_dir_behind(tmp_path):
+    run = tmp_path / "runs" / "day" / "rejected"
+    proc = launch("themis_train.sh", "domain=Classic", "env=Pendulum-v1", "segment=500",
+                  f"hydra.run.dir={run}")
+    assert proc.returncode == 2 and "longer than the episode limit" in proc.stderr
+    assert not run.exists() and not run.parent.exists()
+
+
+def test_a_finished_run_dir_has_no_empty_train_log(tmp_path):
+    from tests.conftest import TINY_PENDULUM
+
+    run = tmp_path / "run"
+    proc = launch("themis_train.sh", *TINY_PENDULUM, "num_train_steps=600",
+                  "max_feedback=10", "eval_frequency=600", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run / "eval.csv").is_file() and not (run / "train.log").exists()
+
+
+def test_help_describes_every_key():
+    import dataclasses
+
+    from themis.agents import PPOConfig, SACConfig
+    from themis.config import TrainConfig
+
+    proc = launch("themis_train.sh", "--help", "env=Hopper-v5")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "  env = Hopper-v5\n" in out  # the overrides are applied to what is shown
+    assert "  num_interact = 5000\n      Environment steps between feedback rounds." in out
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("sac", "ppo")] + \
+        [f"sac.{f.name}" for f in dataclasses.fields(SACConfig)] + \
+        [f"ppo.{f.name}" for f in dataclasses.fields(PPOConfig)]
+    lines = out.splitlines()
+    for name in names:
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {name} = "))
+        assert lines[at + 1].startswith("      "), f"{name} has no description"

@@ -116,3 +116,21 @@ def test_dataset_rejects_bad_labels_and_overflow(tmp_path):
     loaded = PreferenceDataset.load(data.save(tmp_path / "prefs"))
     assert len(loaded) == 2
     np.testing.assert_array_equal(loaded.labels[:2], [0.5, 1.0])
+
+
+def test_a_round_of_ties_reports_no_accuracy_and_stops():
+    """Only ties (sparse rewards): no strict label to order, so the accuracy is NaN — not a
+    perfect 1.0 next to a chance-level loss — and training stops after one epoch."""
+    from themis.buffers import SegmentPairs
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    data = PreferenceDataset(8, 4, 3, 2)
+    data.add(SegmentPairs(rng.standard_normal((8, 2, 4, 3), dtype=np.float32),
+                          rng.standard_normal((8, 2, 4, 2), dtype=np.float32),
+                          np.zeros((8, 2, 4), np.float32), np.zeros((8, 2), np.int64)),
+             np.full(8, 0.5, np.float32))
+    trainer = RewardTrainer(RewardEnsemble(3, 2, ensemble_size=2, hidden_dim=8), 1e-3, 4,
+                            np.random.default_rng(0))
+    fit = trainer.train(data, max_epochs=20)
+    assert np.isnan(fit.accuracy) and fit.epochs == 1

@@ -36,6 +36,7 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
     seed: int = 0
+    """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
     torch_threads: int = 0
@@ -76,20 +77,29 @@ class TrainConfig:
     query_pool_episodes: int = 100
     """Queries are cut from the most recent this-many episodes."""
     ensemble_size: int = 3
+    """Reward-model ensemble members (B-Pref: 3)."""
     reward_lr: float = 3e-4
+    """Learning rate of the reward ensemble (Adam)."""
     reward_update: int = 50
     """Maximum reward-model epochs per feedback round (stops early at 97 % train accuracy)."""
     reward_train_batch: int = 128
+    """Preference pairs per reward-model minibatch."""
     reward_hidden_dim: int = 256
+    """Width of the reward members' hidden layers."""
     reward_hidden_depth: int = 3
+    """Hidden layers of each reward member."""
 
     # --- teacher (B-Pref)
     teacher_beta: float = -1.0
     """-1: perfectly rational; > 0: Bradley–Terry rationality."""
     teacher_gamma: float = 1.0
+    """Myopia: step t of a segment weighs gamma^(H-1-t) (1 = no discount)."""
     teacher_eps_mistake: float = 0.0
+    """Probability that a strict label is flipped."""
     teacher_eps_skip: float = 0.0
+    """Skip a pair when neither return exceeds eps_skip * margin."""
     teacher_eps_equal: float = 0.0
+    """Label 0.5 when the returns differ by less than eps_equal * margin."""
     teacher_thres_schedule: str = "themis"
     """Skip/equal thresholds: themis (eps * margin in every round, as the B-Pref paper) or
     bpref (eps * margin in the first round, eps² * margin later, as B-Pref's train_PEBBLE.py)."""
@@ -145,7 +155,9 @@ class TrainConfig:
 
     # --- evaluation, logging, snapshots
     eval_frequency: int = 10_000
+    """Environment steps between evaluations on the true reward."""
     num_eval_episodes: int = 5
+    """Episodes per evaluation (mean true return in eval.csv)."""
     log_frequency: int = 5000
     """Steps between console lines."""
     save_snapshot: bool = True
@@ -199,6 +211,49 @@ def compose(overrides: list[str] | None = None, name: str = "train_themis",
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return hydra_compose(config_name=name, overrides=overrides or [],
                              return_hydra_config=return_hydra_config)
+
+
+def key_descriptions() -> dict[str, str]:
+    """Each config key's one-line description, read from the docstrings under the fields of
+    :class:`TrainConfig`, ``SACConfig`` (``sac.*``) and ``PPOConfig`` (``ppo.*``)."""
+    import ast
+    import inspect
+
+    out: dict[str, str] = {}
+    for prefix, cls in (("", TrainConfig), ("sac.", SACConfig), ("ppo.", PPOConfig)):
+        body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
+        node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
+            if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
+                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) \
+                    and isinstance(doc.value.value, str):
+                out[prefix + field_node.target.id] = " ".join(doc.value.value.split())
+    return out
+
+
+def help_text(cfg: DictConfig) -> str:
+    """``--help``: every key with its value in ``cfg`` and its description."""
+    from omegaconf import OmegaConf
+
+    described = key_descriptions()
+    lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
+             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|Minigrid, "
+             "teacher=oracle|mistake|noisy|skip|myopic|equal; -m sweeps (Hydra's flags: "
+             "--hydra-help).", ""]
+    flat = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(flat, dict)
+
+    def walk(node: dict[str, Any], prefix: str = "") -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value and prefix + key in ("sac", "ppo"):
+                walk(value, f"{prefix}{key}.")
+                continue
+            name = prefix + key
+            text = described.get(name, "")
+            lines.append(f"  {name} = {value}" + (f"\n      {text}" if text else ""))
+
+    walk(flat)
+    return "\n".join(lines)
 
 
 def register_configs() -> None:

@@ -163,7 +163,7 @@ def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean true episode return (eval)")
     ax.grid(alpha=0.3)
-    if "total_feedback" in df:
+    if "total_feedback" in df and df["total_feedback"].max() > 0:  # no axis without queries
         ax2 = ax.twinx()
         ax2.plot(df["step"], df["total_feedback"], color="tab:orange", linestyle="--",
                  label="total feedback")

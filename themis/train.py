@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import sys
@@ -90,6 +91,11 @@ def preflight(config_name: str, argv: list[str]) -> None:
     config, and check that the run dir is writable. Sweeps (``-m``) and flags (``--help``, ...)
     are left to Hydra.
     """
+    if any(a in ("--help", "-h") for a in argv):  # the keys with their descriptions
+        from themis.config import compose, help_text
+
+        print(help_text(compose([a for a in argv if "=" in a], config_name)))
+        sys.exit(0)
     if any(a.startswith("-") for a in argv):
         return
     from themis.config import compose
@@ -206,6 +212,17 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
 
 
+def remove_if_unused(run: Path) -> None:
+    """Delete a run dir that holds only what Hydra wrote before the job was rejected."""
+    import shutil
+
+    if run.is_dir() and {p.name for p in run.iterdir()} <= {".hydra", "train.log",
+                                                            "pretrain.log"}:
+        shutil.rmtree(run, ignore_errors=True)
+        with contextlib.suppress(OSError):  # runs/DATE/ too, when this was its only run
+            run.parent.rmdir()
+
+
 def build_workspace(cfg: DictConfig) -> Workspace:
     """Create the Workspace; a bad config ends the program with one line and exit code 2."""
     out = run_dir()
@@ -215,6 +232,8 @@ def build_workspace(cfg: DictConfig) -> Workspace:
     try:
         ws = make_workspace(cfg, out)
     except ConfigError as e:
+        if resume_target(cfg.resume) is None:
+            remove_if_unused(out)
         fail(str(e))
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return ws

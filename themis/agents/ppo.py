@@ -30,23 +30,35 @@ class PPOConfig:
     hidden_dim: int = 64
     """Width of the hidden layers of the policy and value heads."""
     hidden_depth: int = 2
+    """Hidden layers of the actor and critic heads."""
     num_envs: int = 8
     """Environments stepped side by side (gymnasium SyncVectorEnv)."""
     num_steps: int = 128
     """Rollout length per environment; a rollout has ``num_envs * num_steps`` transitions."""
     learning_rate: float = 2.5e-4
+    """Adam learning rate (annealed linearly to 0)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over the run."""
     gamma: float = 0.99
+    """Discount factor."""
     gae_lambda: float = 0.95
+    """GAE lambda."""
     num_minibatches: int = 4
+    """Minibatches per update epoch."""
     update_epochs: int = 4
+    """Passes over each rollout."""
     clip_coef: float = 0.2
+    """PPO clipping coefficient."""
     clip_vloss: bool = True
+    """Clip the value loss as the policy loss."""
     ent_coef: float = 0.01
+    """Entropy bonus weight."""
     vf_coef: float = 0.5
+    """Value loss weight."""
     max_grad_norm: float = 0.5
+    """Gradient norm clipping."""
     norm_adv: bool = True
+    """Normalise advantages per minibatch."""
 
 
 def _init(layer: nn.Linear, std: float) -> nn.Linear:

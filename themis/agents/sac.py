@@ -38,8 +38,11 @@ class SACConfig:
     discount: float = 0.99
     """Discount factor gamma."""
     actor_lr: float = 3e-4
+    """Actor learning rate (Adam)."""
     critic_lr: float = 3e-4
+    """Critic learning rate (Adam)."""
     alpha_lr: float = 3e-4
+    """Temperature learning rate (Adam)."""
     init_temperature: float = 0.1
     """Initial entropy temperature alpha."""
     learnable_temperature: bool = True
@@ -47,9 +50,13 @@ class SACConfig:
     critic_tau: float = 0.005
     """Polyak coefficient of the target critic."""
     actor_update_frequency: int = 1
+    """Actor and temperature update every this many critic updates."""
     critic_target_update_frequency: int = 1
+    """Polyak update of the target critic every this many updates."""
     log_std_min: float = -5.0
+    """Lower bound of the policy's log standard deviation."""
     log_std_max: float = 2.0
+    """Upper bound of the policy's log standard deviation."""
 
 
 class SquashedGaussianActor(nn.Module):

@@ -167,6 +167,10 @@ class PreferenceLearner:
         round_stats = TeacherStats()
         for stats in (round_stats, self.stats):
             stats.update(got.keep, labels, oracle_labels)
+        if len(labels) and (labels == 0.5).all():
+            self.info(f"step {step}: the teacher answered only ties this round ({len(labels)} "
+                      "equal): no preference to learn from (a sparse reward gives equal "
+                      "segment returns; see README, Synthetic teachers)", "yellow")
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
         quality = (float("nan"),) * 3

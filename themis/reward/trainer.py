@@ -64,7 +64,8 @@ class RewardTrainer:
     def train_epoch(self, dataset: PreferenceDataset) -> tuple[float, float]:
         """One pass over the dataset; returns (mean loss, mean accuracy) over members.
 
-        Accuracy counts pairs with a strict preference whose predicted order matches the label.
+        Accuracy counts pairs with a strict preference whose predicted order matches the label;
+        NaN when every label is a tie (nothing was measured, so nothing reads as success).
         """
         obs, act, labels = dataset.tensors(self.model.device)
         n, ens = len(dataset), self.model.ensemble_size
@@ -87,12 +88,13 @@ class RewardTrainer:
                 correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
                 counted += strict.sum()
                 total_loss += loss.detach() * idx.shape[1]
-        accuracy = correct.item() / counted.item() if counted.item() else 1.0
+        accuracy = correct.item() / counted.item() if counted.item() else float("nan")
         return total_loss.item() / (n * ens), accuracy
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
               target_accuracy: float = 0.97) -> RewardTrainStats:
-        """Train for up to ``max_epochs`` epochs, stopping once train accuracy > target (BPref).
+        """Train for up to ``max_epochs`` epochs, stopping once train accuracy > target (BPref),
+        or after one epoch when every label is a tie (accuracy NaN: no order to fit).
 
         Raises:
             ValueError: the dataset is empty.
@@ -104,7 +106,7 @@ class RewardTrainer:
         while epochs < max_epochs:
             loss, acc = self.train_epoch(dataset)
             epochs += 1
-            if acc > target_accuracy:
+            if acc > target_accuracy or np.isnan(acc):
                 break
         return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
 
