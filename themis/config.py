@@ -243,7 +243,7 @@ def help_text(cfg: DictConfig) -> str:
     flat = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(flat, dict)
 
-    def walk(node: dict[str, Any], prefix: str = "") -> None:
+    def walk(node: dict[Any, Any], prefix: str = "") -> None:
         for key, value in node.items():
             if isinstance(value, dict) and value and prefix + key in ("sac", "ppo"):
                 walk(value, f"{prefix}{key}.")
