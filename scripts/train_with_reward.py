@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -41,14 +42,28 @@ def true_return(env: gym.Env, policy, episodes: int, seed: int) -> tuple[float, 
     return float(np.mean(returns)), float(np.std(returns))
 
 
-def train_sb3(env: gym.Env, steps: int, seed: int, device: str):
-    """An SB3 SAC (Box actions) or PPO agent trained for ``steps`` env steps on ``env``."""
+def train_sb3(env: gym.Env, steps: int, seed: int, device: str, label: str):
+    """An SB3 SAC (Box actions) or PPO agent trained for ``steps`` env steps on ``env``; a
+    progress line every tenth of the steps."""
     from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Progress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.every, self.start = max(1, steps // 10), time.time()
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % self.every == 0:
+                rate = self.num_timesteps / max(time.time() - self.start, 1e-9)
+                print(f"[{label}] {self.num_timesteps}/{steps} steps ({rate:.0f} steps/s)",
+                      flush=True)
+            return True
 
     algo = SAC if isinstance(env.action_space, gym.spaces.Box) else PPO
     kwargs = {"learning_starts": min(1000, steps // 10)} if algo is SAC else {}
     model = algo("MlpPolicy", env, seed=seed, device=device, verbose=0, **kwargs)
-    model.learn(total_timesteps=steps)
+    model.learn(total_timesteps=steps, callback=Progress())
     return model
 
 
@@ -87,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     space = eval_env.action_space
     rows.append(("random policy", *true_return(eval_env, lambda _: space.sample(),
                                                args.episodes, 10_000)))
-    model = train_sb3(make(wrapped=True), args.steps, args.seed, args.device)
+    model = train_sb3(make(wrapped=True), args.steps, args.seed, args.device, "learned reward")
     rows.append((f"SB3 {type(model).__name__} on learned reward",
                  *true_return(eval_env, lambda o: model.predict(o, deterministic=True)[0],
                               args.episodes, 10_000)))
     if args.baseline:
-        base = train_sb3(make(wrapped=False), args.steps, args.seed, args.device)
+        base = train_sb3(make(wrapped=False), args.steps, args.seed, args.device, "true reward")
         rows.append((f"SB3 {type(base).__name__} on true reward",
                      *true_return(eval_env, lambda o: base.predict(o, deterministic=True)[0],
                                   args.episodes, 10_000)))

@@ -107,4 +107,6 @@ def test_report_is_written_for_a_tiny_run(tmp_path):
     pearson = float(re.search(r"Over all steps: Pearson \*\*(-?[0-9.]+)\*\*", text).group(1))
     assert -1.0 <= pearson <= 1.0
     assert "env: Pendulum-v1" in text and "max_feedback: 30" in text
+    assert "replay_buffer_capacity: 1000" not in text  # the run's config, not the inspection's
+    assert not (report.parent / "workspace").exists()
     assert not (run / "inspection").exists() and (run / "eval.csv").is_file()

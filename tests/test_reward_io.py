@@ -286,6 +286,7 @@ def test_train_with_reward_script_reports_true_returns(tmp_path):
                           cwd=ROOT, timeout=300, env={**os.environ, "THEMIS_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
+    assert "[learned reward] 300/300 steps" in proc.stdout  # progress while SB3 trains
     assert lines[-2].startswith("| random policy")
     assert lines[-1].startswith("| SB3 SAC on learned reward")
     # a true Pendulum return (about -1000 per 200-step episode for a poor policy), not a sum

@@ -7,7 +7,9 @@ Adding a domain is one entry in :data:`DOMAINS`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
 import logging
 import os
 import sys
@@ -116,8 +118,22 @@ def _grid_wrap(with_mission: bool) -> Callable[[gym.Env], gym.Env]:
             return grid
 
         space = gym.spaces.Box(0, 255, (channels, h, w), np.uint8)
+        if with_mission:  # BabyAI's level generator prints each rejected sample
+            env = _QuietReset(env)
         return gym.wrappers.TransformObservation(env, encode, space)
     return wrap
+
+
+class _QuietReset(gym.Wrapper):
+    """Routes what ``reset`` prints (BabyAI: "Sampling rejected: unreachable object") to
+    logging at debug level instead of the console."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            result = self.env.reset(**kwargs)
+        for line in printed.getvalue().splitlines():
+            logging.getLogger("themis.envs").debug("%s", line)
+        return result
 
 
 def _register(module: str) -> Callable[[], None]:

@@ -17,6 +17,7 @@ the true reward of the same step (:func:`grid_reward_maps`).
 from __future__ import annotations
 
 import copy
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,7 +324,8 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     run = Path(run_dir)
     out = run / "report"
     out.mkdir(parents=True, exist_ok=True)
-    ws = load_run(run, out / "workspace")
+    scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
+    ws = load_run(run, Path(scratch.name))
     env_id = ws.env_id
     lines = [f"# Themis run report: {env_id}", "", f"Run dir: `{run.resolve()}`", ""]
 
@@ -396,10 +398,12 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
             lines.append(f"- ... and {len(clips) - 50} more in `queries/`")
     else:
         lines.append("No clips (clips are written with `human_teacher=true` or `xplain_*`).")
-    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(ws.cfg).strip(), "```",
-              ""]
+    lines += ["", "## Configuration", "", "```yaml", (run / "config.yaml").read_text().strip(),
+              "```", ""]  # the run's own configuration, not the inspection's
     report = out / "report.md"
     report.write_text("\n".join(lines))
+    ws.logger.close()
+    scratch.cleanup()
     return report
 
 
