@@ -89,7 +89,9 @@ def side_by_side(left: np.ndarray, right: np.ndarray, left_panel: np.ndarray | N
         frame = out[t]
         cv2.putText(frame, "1", (4, 18), font, scale, (200, 30, 30), 2, cv2.LINE_AA)
         cv2.putText(frame, "2", (w + GAP + 4, 18), font, scale, (30, 30, 200), 2, cv2.LINE_AA)
-        cv2.putText(frame, f"{t + 1}/{steps}", (width // 2 - 24, 18), font, 0.45, (0, 0, 0), 1,
+        counter = f"{t + 1}/{steps}"  # right-aligned: clear of the "2" caption
+        (text_w, _), _ = cv2.getTextSize(counter, font, 0.45, 1)
+        cv2.putText(frame, counter, (width - text_w - 4, 18), font, 0.45, (0, 0, 0), 1,
                     cv2.LINE_AA)
     return out
 

@@ -218,3 +218,16 @@ def test_saved_labels_train_the_reward_model_before_a_person_is_asked(tmp_path):
     assert trained < proc.stdout.index(PROMPT)
     labels = pd.read_csv(tmp_path / "second" / "preferences" / "labels.csv")
     assert len(labels) == 34 and (labels["labeler"].iloc[30:] == "human:ann").all()
+
+
+@pytest.mark.parametrize("width", [96, 128, 256])
+def test_the_frame_counter_does_not_cover_the_right_caption(width):
+    from lib.human_interface import BANNER, GAP, side_by_side
+
+    frames = np.zeros((120, width, width, 3), np.uint8)
+    clip = side_by_side(frames, frames)
+    banner = clip[-1, :BANNER].astype(int)  # "120/120": the widest counter
+    caption = banner[:, width + GAP:width + GAP + 16]  # where the blue "2" is drawn
+    grey = (np.abs(caption[..., 0] - caption[..., 2]) < 40) & (caption.sum(-1) < 450)
+    assert not grey.any()  # no black counter text over the caption
+    assert (banner[..., 2] - banner[..., 0] > 100).any()  # the "2" is there
