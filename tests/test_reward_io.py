@@ -335,3 +335,58 @@ def test_version_1_datasets_without_shards_or_timestamps_still_load(tmp_path):
     np.testing.assert_array_equal(loaded.observations[:6], data.observations[:6])
     np.testing.assert_array_equal(loaded.labels[:6], data.labels[:6])
     assert np.isnan(loaded.timestamps[:6]).all()
+
+
+# ---------------------------------------------------------- datasets received from others
+def _saved_dataset(folder: Path) -> Path:
+    rng = np.random.default_rng(0)
+    data = PreferenceDataset(4, 4, 3, 2)
+    data.add(SegmentPairs(rng.standard_normal((4, 2, 4, 3), dtype=np.float32),
+                          rng.standard_normal((4, 2, 4, 2), dtype=np.float32),
+                          rng.standard_normal((4, 2, 4), dtype=np.float32),
+                          np.zeros((4, 2), np.int64)), np.array([0, 1, 0.5, 1], np.float32))
+    return data.save(folder)
+
+
+def _edit_meta(folder: Path, **changes) -> None:
+    meta = json.loads((folder / "meta.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def _edit_label(folder: Path, value: str) -> None:
+    labels = (folder / "labels.csv").read_text().splitlines()
+    first = labels[1].split(",")
+    labels[1] = ",".join([first[0], value, *first[2:]])
+    (folder / "labels.csv").write_text("\n".join(labels) + "\n")
+
+
+@pytest.mark.parametrize("tamper,message", [
+    (lambda f: _edit_label(f, "nan"), r"label 'nan' in row 1; labels are 0, 0.5 or 1"),
+    (lambda f: _edit_label(f, "7.0"), r"label '7.0' in row 1"),
+    (lambda f: _edit_meta(f, shards=[["../../outside.npz", 0, 4]]), "is not a file name in"),
+    (lambda f: _edit_meta(f, shards="segments.npz"), "shards must be a list"),
+    (lambda f: _edit_meta(f, num_pairs=None), "field 'num_pairs' is missing"),
+    (lambda f: _edit_meta(f, obs_dim=5), "meta.json says segment=4, obs_dim=5"),
+    (lambda f: (f / "segments.npz").write_bytes((f / "segments.npz").read_bytes()[:200]),
+     "not a readable segment shard"),
+    (lambda f: (f / "segments.npz").write_bytes(b"not a zip at all" * 10),
+     "not a readable segment shard"),
+    (lambda f: (f / "meta.json").write_text("{truncated"), "is not JSON"),
+], ids=["nan-label", "label-7", "shard-outside", "shards-type", "no-num_pairs",
+        "obs_dim", "truncated-zip", "not-a-zip", "bad-json"])
+def test_a_tampered_dataset_is_refused_with_one_line(tmp_path, tamper, message):
+    folder = _saved_dataset(tmp_path / "prefs")
+    (tmp_path / "outside.npz").write_bytes((folder / "segments.npz").read_bytes())
+    tamper(folder)
+    with pytest.raises(ValueError, match=message):
+        PreferenceDataset.load(folder)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "merge_prefs.py"),
+                           str(tmp_path / "merged"), str(folder)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "merged").exists()

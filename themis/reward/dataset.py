@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -231,40 +232,78 @@ class PreferenceDataset:
         meta_file = path / "meta.json"
         if not meta_file.is_file():
             raise FileNotFoundError(f"{path} is not a preference dataset (no meta.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format") != FORMAT_NAME:
-            raise ValueError(f"{path}: meta.json format is {meta.get('format')!r}, "
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{meta_file} is not JSON ({e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+            raise ValueError(f"{path}: meta.json format is "
+                             f"{meta.get('format') if isinstance(meta, dict) else None!r}, "
                              f"not {FORMAT_NAME!r}")
         version = int(meta.get("format_version", -1))
         if version > FORMAT_VERSION:
             raise ValueError(f"{path} has preference format_version {version}; this Themis reads "
                              f"versions up to {FORMAT_VERSION}: upgrade Themis to load it")
-        n = int(meta["num_pairs"])
+        try:
+            n, segment = int(meta["num_pairs"]), int(meta["segment"])
+            obs_dim, action_dim = int(meta["obs_dim"]), int(meta["action_dim"])
+            frame_stack = int(meta.get("frame_stack", 1))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{meta_file}: field {e} is missing or not a number") from None
+        shards = meta.get("shards") or [["segments.npz", 0, n]]
+        if not isinstance(shards, list) or not all(
+                isinstance(sh, list | tuple) and len(sh) == 3 and isinstance(sh[0], str)
+                for sh in shards):
+            raise ValueError(f"{meta_file}: field shards must be a list of [file, first, end]")
         parts: dict[str, list[np.ndarray]] = {"observations": [], "actions": [],
                                               "true_rewards": []}
-        for name, lo, hi in meta.get("shards") or [("segments.npz", 0, n)]:
-            if lo >= n and parts["observations"]:
+        for name, lo, hi in shards:
+            if Path(name).name != name or not name.endswith(".npz"):  # stays in the folder
+                raise ValueError(f"{meta_file}: shard {name!r} is not a file name in {path}")
+            if int(lo) >= n and parts["observations"]:
                 break
-            with np.load(path / name, allow_pickle=False) as arrays:
-                for key, chunks in parts.items():
-                    stored = "frames" if key == "observations" and "frames" in arrays else key
-                    chunks.append(arrays[stored][: min(hi, n) - lo])
+            try:
+                with np.load(path / name, allow_pickle=False) as arrays:
+                    for key, chunks in parts.items():
+                        stored = "frames" if key == "observations" and "frames" in arrays \
+                            else key
+                        chunks.append(arrays[stored][: min(int(hi), n) - int(lo)])
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+                raise ValueError(f"{path / name}: not a readable segment shard ({e})") from None
         obs, act, true = (np.concatenate(parts[k]) for k in parts)
+        want_obs = (2, segment + frame_stack - 1) if frame_stack > 1 else (2, segment)
+        checks = [("observations" if frame_stack == 1 else "frames", obs, want_obs, None),
+                  ("actions", act, (2, segment), action_dim), ("true_rewards", true, (2, segment),
+                                                              None)]
+        for field, array, lead, last in checks:
+            ok = array.shape[1:3] == lead and (last is None or array.shape[-1] == last)
+            if field == "observations":
+                ok = ok and int(np.prod(array.shape[3:])) == obs_dim
+            if not ok:
+                raise ValueError(f"{path}: {field} in the segment shards have shape "
+                                 f"{array.shape[1:]}, but meta.json says segment={segment}, "
+                                 f"obs_dim={obs_dim}, action_dim={action_dim}")
         labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str},
                              keep_default_na=False).iloc[:n]
         if len(obs) < n or len(labels) < n:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
                              f"{len(obs)} and labels.csv {len(labels)}")
-        data = cls(max(n, capacity or 0), int(meta["segment"]), int(meta["obs_dim"]),
-                   int(meta["action_dim"]), obs_dtype=obs.dtype,
-                   frame_stack=int(meta.get("frame_stack", 1)))
+        values = pd.to_numeric(labels["label"], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isin(values, (0.0, 0.5, 1.0))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            shown = str(labels["label"].iloc[row])
+            raise ValueError(f"{path / 'labels.csv'}: label {shown!r} in row {row + 1}; labels "
+                             "are 0, 0.5 or 1")
+        data = cls(max(n, capacity or 0), segment, obs_dim, action_dim, obs_dtype=obs.dtype,
+                   frame_stack=frame_stack)
         data.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         if data.frame_stack > 1:
             data.frames[:n] = obs  # stored as frames
         else:
             data.observations[:n] = obs
         data.actions[:n], data.true_rewards[:n] = act, true
-        data.labels[:n] = labels["label"].to_numpy(np.float32)
+        data.labels[:n] = values.astype(np.float32)
         data.labelers[:n] = labels["labeler"].to_numpy(object)
         if "timestamp" in labels:
             data.timestamps[:n] = pd.to_numeric(labels["timestamp"], errors="coerce").to_numpy()
