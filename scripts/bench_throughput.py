@@ -28,7 +28,7 @@ from tempfile import TemporaryDirectory
 
 import torch
 
-from themis.config import compose
+from themis.config import TrainConfig, compose
 from themis.utils import set_num_threads
 
 
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_num_threads(0)
     total = args.warmup + args.steps
+    defaults = TrainConfig()
+    pretraining = defaults.num_seed_steps + defaults.num_unsup_steps
+    if total + 1 <= pretraining:
+        print(f"bench_throughput: error: --warmup + --steps ({total}) must exceed PEBBLE's "
+              f"pretraining ({pretraining} steps): raise --steps", file=sys.stderr)
+        return 2
     # num_train_steps one past the end and huge frequencies: no evaluation or checkpoint runs
     # inside the measured steps (SB3 does neither)
     never = 10**9

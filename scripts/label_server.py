@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--labelers", type=int, default=0, help="labeler tokens to create")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        print(f"label_server: error: --port {args.port} is not a TCP port (0-65535; 0: any free "
+              "port)", file=sys.stderr)
+        return 2
     db = args.run_dir / "labels.sqlite"
     if not db.is_file():
         print(f"label_server: error: {db} not found; start the run with human_teacher=true "

@@ -25,6 +25,8 @@ from themis.utils import ConfigError
     ("feed_type=7", "feed_type=7 is unknown; use 0-5"),
     ("env=HalfCheeta-v5", "close matches: HalfCheetah-v5"),
     ("pretrained_snapshot=/nonexistent/snapshot.pt", "does not exist"),
+    ("reward_lr=nan", "reward_lr=nan must be a positive number"),
+    ("label_port=70000", "label_port=70000 is not a TCP port"),
 ])
 def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
     proc = launch("themis_train.sh", override, f"hydra.run.dir={tmp_path / 'run'}")
@@ -133,3 +135,36 @@ def test_help_describes_every_key():
     for name in names:
         at = next(i for i, line in enumerate(lines) if line.startswith(f"  {name} = "))
         assert lines[at + 1].startswith("      "), f"{name} has no description"
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("label_server.py", ["RUN", "--port", "70000"], "--port 70000 is not a TCP port"),
+    ("bench_throughput.py", ["--steps", "4000"], "must exceed PEBBLE's pretraining"),
+])
+def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, message):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    argv = [str(tmp_path) if a == "RUN" else a for a in args]
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *argv],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_taken_labeling_port_is_one_line(tmp_path):
+    import socket
+
+    from tests.conftest import TINY_PENDULUM
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = launch("themis_train.sh", *TINY_PENDULUM, "human_teacher=true", "teacher_ui=web",
+                      f"label_port={port}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("themis: error: ")
+    assert "port taken" in proc.stderr and "Traceback" not in proc.stderr

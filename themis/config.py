@@ -285,8 +285,11 @@ def validate(cfg: Any) -> None:
                 "torch_threads", "max_feedback"]:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
-    if cfg.reward_lr <= 0:
-        raise ConfigError(f"reward_lr={cfg.reward_lr} must be positive")
+    for key, value in (("reward_lr", cfg.reward_lr), ("sac.actor_lr", cfg.sac.actor_lr),
+                       ("sac.critic_lr", cfg.sac.critic_lr), ("sac.alpha_lr", cfg.sac.alpha_lr),
+                       ("ppo.learning_rate", cfg.ppo.learning_rate)):
+        if not value > 0 or value == float("inf"):  # also NaN and inf
+            raise ConfigError(f"{key}={value} must be a positive number")
     if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
         raise ConfigError(
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "

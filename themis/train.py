@@ -242,7 +242,11 @@ def build_workspace(cfg: DictConfig) -> Workspace:
 @hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
-    ws.run()
+    try:
+        ws.run()
+    except ConfigError as e:  # found when the run starts, e.g. a labeling port already taken
+        ws.logger.close()
+        fail(str(e))
     ws.finish()
 
 
