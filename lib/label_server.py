@@ -10,9 +10,12 @@ Can't tell, keys 1, 2, 0, s, counters), the status page (``/status``: learning c
 labeler, agreement) and a small JSON API (``/api/...``, OpenAPI spec at ``/openapi.json``).
 
 Security: binds 127.0.0.1 by default; any other address needs labeler tokens (``labelers=N``),
-and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` header). Bodies
+and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` header), the
+OpenAPI spec included (there is no ``/docs`` page). Requests must name the bound host in their
+``Host`` header (no DNS rebinding of the anonymous loopback mode); pages cannot be framed
+(``X-Frame-Options``, CSP ``frame-ancestors``) and send no referrer (tokens are in URLs). Bodies
 are limited to 4 KiB, IDs and labels validated, clips served by query ID only, and a labeler
-cannot answer a query twice (409).
+cannot answer a query twice, nor a query that has its answers (409).
 """
 
 from __future__ import annotations
@@ -27,16 +30,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from themis.label_store import DuplicateAnswer, LabelStore, UnknownQuery
+from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 MAX_BODY = 4096
 LABELS: dict[str, float | None] = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
 LOCAL_LABELER = "local"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+                               "style-src 'unsafe-inline'; frame-ancestors 'none'; "
+                               "base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
 
 
 class Answer(BaseModel):
@@ -91,13 +105,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def create_app(store: LabelStore, run_dir: Path | None = None) -> Any:
-    """The labeling app for a store (``run_dir``: where ``eval.csv`` is, for the status page).
+def allowed_hosts(host: str) -> list[str]:
+    """``Host`` header values a server bound to ``host`` answers: the loopback names, plus
+    ``host`` itself; bound to every interface (``0.0.0.0``, ``::``, where tokens are required)
+    any name, since the machine's names and addresses are not known here."""
+    if host in ("0.0.0.0", "::", ""):
+        return ["*"]
+    return sorted({*LOOPBACK_NAMES, host})
+
+
+def create_app(store: LabelStore, run_dir: Path | None = None,
+               hosts: list[str] | tuple[str, ...] = LOOPBACK_NAMES) -> Any:
+    """The labeling app for a store (``run_dir``: where ``eval.csv`` is, for the status page;
+    ``hosts``: the accepted ``Host`` header names, see :func:`allowed_hosts`).
 
     Without labelers in the store everyone is the anonymous labeler ``local`` (only allowed on
-    a loopback address, see :func:`start_server`); with labelers a valid token is required.
+    a loopback address, see :class:`LabelServer`); with labelers a valid token is required.
     """
-    app = FastAPI(title="Themis labeling", version="1")
+    app = FastAPI(title="Themis labeling", version="1", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     def labeler(token: str | None = Query(None, max_length=64),
                 x_themis_token: str | None = Header(None, max_length=64)) -> str:
@@ -108,6 +140,10 @@ def create_app(store: LabelStore, run_dir: Path | None = None) -> Any:
         if name is None:
             raise HTTPException(401, "a valid labeler token is required")
         return name
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(who: str = Depends(labeler)) -> dict[str, Any]:
+        return app.openapi()
 
     @app.get("/", response_class=HTMLResponse)
     def page(who: str = Depends(labeler)) -> str:
@@ -143,7 +179,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None) -> Any:
             store.answer(body.query_id, who, LABELS[body.label])
         except UnknownQuery:
             raise HTTPException(404, f"no query {body.query_id}") from None
-        except DuplicateAnswer as e:
+        except (DuplicateAnswer, QueryFull) as e:
             raise HTTPException(409, str(e)) from None
         return {"stored": True, "query_id": body.query_id, "labeler": who,
                 "answered": store.answered_by(who)}
@@ -159,7 +195,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None) -> Any:
         out["learning_curve"] = curve
         return out
 
-    return BodyLimit(app)
+    return BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts)))
 
 
 class LabelServer:
@@ -177,8 +213,8 @@ class LabelServer:
             raise ValueError(f"binding {host} exposes the labeling page beyond this machine: "
                              "create labeler tokens with labelers=N")
         self.host, self.port, self.run_dir = host, port, run_dir
-        config = uvicorn.Config(create_app(store, run_dir), host=host, port=port,
-                                log_level="warning", access_log=False)
+        config = uvicorn.Config(create_app(store, run_dir, allowed_hosts(host)), host=host,
+                                port=port, log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="label-server", daemon=True)
 

@@ -3,6 +3,10 @@
 
     python scripts/label_server.py RUN_DIR                          # http://127.0.0.1:8765/
     python scripts/label_server.py RUN_DIR --host 0.0.0.0 --labelers 5   # prints 5 token URLs
+    python scripts/label_server.py RUN_DIR --labelers 5 --new-tokens     # new links for all 5
+
+Only a hash of each token is stored: a labeler's link is printed once, when it is created;
+``--new-tokens`` replaces lost links (the old ones stop working).
 
 Reads and writes ``RUN_DIR/labels.sqlite`` (the run's posted queries and the answers; see
 ``themis/label_store.py``); the run gathers the answers at its next feedback round. Stop with
@@ -25,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--labelers", type=int, default=0, help="labeler tokens to create")
+    parser.add_argument("--new-tokens", action="store_true",
+                        help="give existing labelers new tokens (their old links stop working)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         print(f"label_server: error: --port {args.port} is not a TCP port (0-65535; 0: any free "
@@ -36,14 +42,18 @@ def main(argv: list[str] | None = None) -> int:
               "teacher_ui=web", file=sys.stderr)
         return 2
     store = LabelStore(db, args.run_dir / "web")
-    tokens = store.add_labelers(args.labelers) if args.labelers else []
+    tokens = store.add_labelers(args.labelers, renew=args.new_tokens) if args.labelers else []
     try:
         server = LabelServer(store, args.host, args.port, args.run_dir).start()
     except (RuntimeError, ValueError) as e:
         print(f"label_server: error: {e}", file=sys.stderr)
         return 2
     for name, token in tokens:
-        print(f"{name}: {server.url}?token={token}")
+        if token is None:
+            print(f"{name}: keeps its link (only its token's hash is stored; --new-tokens "
+                  "gives new links)")
+        else:
+            print(f"{name}: {server.url}?token={token}")
     if not tokens:
         print(f"labeling page: {server.url}  (status: {server.url}status)")
     try:

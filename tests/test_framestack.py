@@ -125,6 +125,11 @@ def test_stacked_preference_dataset_round_trip(tmp_path):
     assert data.frames.nbytes == 10 * 2 * 13 * 84 * 84
     flat = pairs.observations.reshape(6, 2, 10, -1)
     np.testing.assert_array_equal(data.observations[:6], flat)
+    small = PreferenceDataset(4, 10, 4 * 84 * 84, 1, obs_dtype=np.uint8, frame_stack=4)
+    small.add(pairs.take(np.arange(3)), np.zeros(3))
+    small.add(pairs.take(np.arange(3, 6)), np.ones(3))  # grows past its 4 pairs
+    assert small.capacity == 8 and small.frames.shape[0] == 8
+    np.testing.assert_array_equal(small.observations[:6], flat)  # the view follows the frames
     obs_t, _, labels = data.tensors(CPU)
     assert labels.tolist() == [0, 1, 0.5, 0, 1, 1]
     assert torch.equal(obs_t[torch.tensor([[4, 1]])], torch.from_numpy(flat[[4, 1]])[None])

@@ -104,3 +104,33 @@ def test_reward_models_and_datasets_refuse_pickles(tmp_path):
     with pytest.raises(ValueError):
         PreferenceDataset.load(folder)
     assert not marker.exists()
+
+
+def test_renamed_files_are_synced_with_their_directory(tmp_path, monkeypatch):
+    """A rename survives a power loss only once the directory is synced: checkpoints, datasets
+    and query segments sync theirs."""
+    import themis.utils
+    from themis.checkpoint import save_checkpoint
+    from themis.label_store import LabelStore
+    from themis.reward import PreferenceDataset
+
+    synced: list[Path] = []
+    real = themis.utils.fsync_dir
+    monkeypatch.setattr(themis.utils, "fsync_dir", lambda p: (synced.append(Path(p)), real(p)))
+    import themis.label_store
+    monkeypatch.setattr(themis.label_store, "fsync_dir", themis.utils.fsync_dir)
+
+    save_checkpoint({"step": 1}, tmp_path / "checkpoints")
+    assert tmp_path / "checkpoints" in synced
+    data = PreferenceDataset(2, 3, 2, 1)
+    rng = np.random.default_rng(0)
+    from themis.buffers import SegmentPairs
+    pairs = SegmentPairs(rng.normal(size=(1, 2, 3, 2)).astype(np.float32),
+                         np.zeros((1, 2, 3, 1), np.float32), np.zeros((1, 2, 3), np.float32),
+                         np.zeros((1, 2), np.int64))
+    data.add(pairs, np.array([1.0]))
+    data.save(tmp_path / "prefs")
+    assert tmp_path / "prefs" in synced
+    store = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
+    store.post(1, pairs, [tmp_path / "clip.mp4"])
+    assert tmp_path / "web" / "queries" in synced

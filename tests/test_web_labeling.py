@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from lib.label_server import LabelServer, create_app
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.buffers import SegmentPairs
-from themis.label_store import DuplicateAnswer, LabelStore, UnknownQuery
+from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 
 def server_url(run: Path, proc: subprocess.Popen | None = None, timeout: float = 300,
@@ -66,11 +66,34 @@ def test_store_serves_each_query_until_answered_and_gathers_once(tmp_path):
     with pytest.raises(ValueError):
         store.answer(ids[2], "ann", 0.3)
     assert store.next_query("ann") == ids[2] and store.pending_count() == 1
-    taken, pairs, labels, labelers, n = store.gather()
-    assert taken == ids[:2] and n == 2
-    assert labels.tolist() == [0.0] and labelers == ["human:ann"]  # the skip gives no label
-    assert pairs is not None and pairs.observations.shape == (1, 2, 5, 3)
-    assert store.gather()[4] == 0  # nothing twice
+    got = store.gather()
+    assert got.query_ids == ids[:2] and store.ungathered_count() == 2
+    assert got.labels.tolist() == [0.0] and got.labelers == ["human:ann"]  # the skip: no label
+    assert got.pairs is not None and got.pairs.observations.shape == (1, 2, 5, 3)
+    assert store.gather().query_ids == ids[:2]  # not used until the labels are saved
+    store.mark_used(got.query_ids)
+    assert store.gather().query_ids == [] and store.ungathered_count() == 0  # nothing twice
+    with pytest.raises(QueryFull):  # a used query takes no more answers
+        store.answer(ids[1], "bob", 1.0)
+
+
+def test_reconcile_repairs_a_crash_between_saving_labels_and_marking_them_used(tmp_path):
+    from themis.reward import PreferenceDataset
+
+    store, ids = posted_store(tmp_path, n=3)
+    for qid, label in zip(ids, (0.0, 1.0, None), strict=True):
+        store.answer(qid, "ann", label)
+    got = store.gather()
+    data = PreferenceDataset(1, 5, 3, 1)  # grows: room for one pair, two come
+    data.add(got.pairs, got.labels, "human:ann", answers=got.answer_ids)
+    data.save(tmp_path / "preferences")
+    # crash here: saved, not marked used. The resumed run reconciles store and dataset.
+    saved = PreferenceDataset.load(tmp_path / "preferences").answer_ids()
+    assert saved == {1, 2} and store.reconcile(saved) == 2
+    assert store.gather().query_ids == [ids[2]]  # only the skipped one, which has no label
+    # the other way round (marked, then the labels were lost): gathered again
+    store.db.execute("UPDATE queries SET consumed=1")
+    assert store.reconcile({1}) == 1 and store.gather().query_ids == [ids[1]]
 
 
 def test_majority_aggregation_and_agreement(tmp_path):
@@ -80,15 +103,18 @@ def test_majority_aggregation_and_agreement(tmp_path):
     for who, label in (("a", 0.0), ("b", 1.0), ("c", None)):
         store.answer(ids[1], who, label)
     assert store.status()["agreement"] == pytest.approx(1 / 4)  # 1 of 4 pairs agrees
-    _, _, labels, labelers, _ = store.gather("majority")
-    assert labels.tolist() == [1.0, 0.5] and labelers[0] == "human:majority:a,b,c"
+    got = store.gather("majority")
+    assert got.labels.tolist() == [1.0, 0.5] and got.labelers[0] == "human:majority:a,b,c"
+    assert got.answer_ids == ["1;2;3", "4;5"]  # the skip is not behind the second label
+    with pytest.raises(QueryFull):  # three answers asked, three given
+        store.answer(ids[0], "d", 1.0)
 
 
 # ------------------------------------------------------------------------------ the API
 def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
     store, ids = posted_store(tmp_path)
     (name, token), (_, other) = store.add_labelers(2)
-    client = TestClient(create_app(store, tmp_path))
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
     auth = {"X-Themis-Token": token}
     assert client.get("/api/next").status_code == 401  # no token
     assert client.get("/api/next", headers={"X-Themis-Token": "nope"}).status_code == 401
@@ -112,13 +138,60 @@ def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
         client.get(f"/api/clips/{2**70}", headers=auth),
     ]
     assert [r.status_code for r in bad] == [409, 404, 404, 422, 422, 413, 422, 404, 422, 422]
-    # another labeler may answer the same query; the first one cannot
-    assert client.post("/api/answers", json={"query_id": ids[0], "label": "right"},
+    # one answer per query was asked: another labeler is told so (409) and nothing is stored
+    late = client.post("/api/answers", json={"query_id": ids[0], "label": "right"},
+                       headers={"X-Themis-Token": other})
+    assert late.status_code == 409 and "already has its 1 answer" in late.json()["detail"]
+    assert client.get("/api/next", headers={"X-Themis-Token": other}).json()["query_id"] == ids[1]
+    assert client.post("/api/answers", json={"query_id": ids[1], "label": "right"},
                        headers={"X-Themis-Token": other}).status_code == 201
     status = client.get("/api/status", headers=auth).json()
     assert status["answers"] == 2 and status["answers_per_labeler"] == {"labeler1": 1,
                                                                          "labeler2": 1}
-    assert "Which clip is better?" in client.get(f"/?token={token}").text
+    page = client.get(f"/?token={token}")
+    assert "Which clip is better?" in page.text
+    # hardening: no framing, no referrer (tokens are in URLs), the spec needs a token, no /docs
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert client.get("/openapi.json").status_code == 401
+    assert "/api/answers" in client.get("/openapi.json", headers=auth).json()["paths"]
+    assert client.get("/docs", headers=auth).status_code == 404
+
+
+def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
+    store, _ = posted_store(tmp_path)
+    (name, token), = store.add_labelers(1)
+    assert (tmp_path / "labels.sqlite").stat().st_mode & 0o777 == 0o600
+    stored = store.db.execute("SELECT token FROM labelers").fetchone()[0]
+    assert token not in stored and stored.startswith("sha256:")
+    assert store.labeler_for_token(token) == name and store.labeler_for_token(stored) is None
+    assert store.add_labelers(1) == [(name, None)]  # kept: its link was printed once
+    (_, renewed), = store.add_labelers(1, renew=True)
+    assert renewed and store.labeler_for_token(token) is None
+    assert store.labeler_for_token(renewed) == name
+    # a store of an earlier version, tokens in clear, is migrated when opened
+    store.db.execute("UPDATE labelers SET token='old-clear-token'")
+    again = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
+    assert again.labeler_for_token("old-clear-token") == name
+    assert again.db.execute("SELECT token FROM labelers").fetchone()[0].startswith("sha256:")
+
+
+def test_loopback_server_refuses_other_host_names(tmp_path):
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
+    store, _ = posted_store(tmp_path)  # anonymous loopback mode: no tokens
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        port = server.port
+        ok = httpx.get(f"http://127.0.0.1:{port}/api/next", timeout=10)
+        named = httpx.get(f"http://127.0.0.1:{port}/api/next", timeout=10,
+                          headers={"Host": f"localhost:{port}"})
+        rebound = httpx.get(f"http://127.0.0.1:{port}/api/next", timeout=10,
+                            headers={"Host": f"evil.example:{port}"})
+        assert ok.status_code == 200 and named.status_code == 200
+        assert rebound.status_code == 400
+    finally:
+        server.stop()
 
 
 def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
@@ -127,7 +200,8 @@ def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
     from schemathesis.checks import not_a_server_error
 
     store, _ = posted_store(tmp_path)
-    schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(store, tmp_path))
+    app = create_app(store, tmp_path, hosts=["testserver"])  # schemathesis's Host name
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/api/answers", "/api/clips/{query_id}"}
     codes: list[int] = []
@@ -210,6 +284,15 @@ def wait_for_query(url: str, timeout: float = 300) -> int:
     raise AssertionError("no query was posted")
 
 
+def wait_until(page, expression: str, timeout: float = 60) -> None:
+    """Poll a JavaScript expression (the page's CSP forbids the eval behind
+    ``page.wait_for_function``; ``page.evaluate`` runs outside it)."""
+    deadline = time.time() + timeout
+    while not page.evaluate(expression):
+        assert time.time() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
                     "(.ci/run installs it)")
@@ -228,15 +311,15 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
         page.wait_for_selector("body[data-query]")
         first = page.evaluate("document.body.dataset.query")
         page.click("#left")  # by clicking
-        page.wait_for_function(f"document.body.dataset.query !== '{first}'")
+        wait_until(page, f"document.body.dataset.query !== '{first}'")
         second = page.evaluate("document.body.dataset.query")
         page.keyboard.press("2")  # by keyboard
-        page.wait_for_function(f"document.body.dataset.query !== '{second}'")
+        wait_until(page, f"document.body.dataset.query !== '{second}'")
         page.click("#equal")
-        page.wait_for_function("document.getElementById('answered').textContent === '3'")
+        wait_until(page, "document.getElementById('answered').textContent === '3'")
         status = browser.new_page()
         status.goto(url + "status")
-        status.wait_for_function("document.getElementById('answers').textContent === '3'")
+        wait_until(status, "document.getElementById('answers').textContent === '3'")
         browser.close()
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
@@ -326,3 +409,101 @@ def test_standalone_label_server_serves_an_existing_run(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# A run that SIGKILLs itself when a round has gathered people's answers and is about to save
+# them: the worst moment (gathered, in memory, not on disk).
+KILL_BEFORE_SAVE = """
+import os, runpy, signal, sys
+from themis.reward import dataset
+save = dataset.PreferenceDataset.save
+def dying_save(self, *args, **kwargs):
+    if len(self) > 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return save(self, *args, **kwargs)
+dataset.PreferenceDataset.save = dying_save
+sys.argv = ["themis.train", *sys.argv[1:]]
+runpy.run_module("themis.train", run_name="__main__", alter_sys=True)
+"""
+
+
+class Bots:
+    """Labelers answering through the HTTP API, each in its own thread, whichever server
+    (killed and restarted) is up; records every answer that got HTTP 201."""
+
+    def __init__(self, run: Path, tokens: list[str]) -> None:
+        self.run, self.accepted, self.codes = run, [], []
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.threads = [threading.Thread(target=self.answer, args=(t, i), daemon=True)
+                        for i, t in enumerate(tokens)]
+        for t in self.threads:
+            t.start()
+
+    def answer(self, token: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not self.stop.is_set():
+            try:
+                url = json.loads((self.run / "web" / "server.json").read_text())["url"]
+                auth = {"X-Themis-Token": token}
+                qid = httpx.get(url + "api/next", headers=auth, timeout=5).json()["query_id"]
+                if qid is None:
+                    time.sleep(0.05)
+                    continue
+                label = ["left", "right", "equal", "skip"][int(rng.integers(4))]
+                r = httpx.post(url + "api/answers", json={"query_id": qid, "label": label},
+                               headers=auth, timeout=5)
+                with self.lock:
+                    self.codes.append(r.status_code)
+                    if r.status_code == 201:
+                        self.accepted.append((qid, label))
+            except (OSError, httpx.HTTPError, ValueError, KeyError):
+                time.sleep(0.05)  # no server right now (killed, restarting)
+
+    def join(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+@pytest.mark.slow
+def test_every_accepted_answer_reaches_preferences_across_a_sigkill_and_resume(tmp_path):
+    """Three labelers at once, one answer asked per query, a SIGKILL after a round gathered
+    answers and before it saved them, resume, a last round answered fast: every answer that
+    got HTTP 201 is in preferences/ exactly once, and the server said 409 to late ones."""
+    import sys
+
+    run = tmp_path / "run"
+    store = LabelStore(run / "labels.sqlite", run / "web")
+    tokens = [t for _, t in store.add_labelers(3)]
+    args = [*WEB_RUN, "labelers=3", "label_port=0", "max_feedback=12", "num_train_steps=1300",
+            f"hydra.run.dir={run}"]
+    env = {**os.environ, "THEMIS_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    dying = subprocess.Popen([sys.executable, "-c", KILL_BEFORE_SAVE, *args], cwd=ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bots = Bots(run, tokens)
+    out, _ = dying.communicate(timeout=600)
+    assert dying.returncode == -signal.SIGKILL, out[-3000:]
+    accepted_before = len(bots.accepted)
+    assert accepted_before >= 4  # the first round's queries were answered, then it died
+    (run / "web" / "server.json").unlink(missing_ok=True)  # the dead server's address
+
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+    bots.join()
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "keeps the link printed when it was created" in resumed.stdout  # hashes only
+    answers = store.db.execute("SELECT id, label FROM answers WHERE label IS NOT NULL "
+                               "ORDER BY id").fetchall()
+    labels = pd.read_csv(run / "preferences" / "labels.csv", dtype={"answers": str},
+                         keep_default_na=False)
+    in_dataset = [int(a) for joined in labels["answers"] for a in joined.split(";")]
+    assert sorted(in_dataset) == [a for a, _ in answers]  # every labelled answer, once
+    assert len(bots.accepted) == store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+    by_label = dict(answers)
+    expected = {"left": 0.0, "right": 1.0, "equal": 0.5}
+    assert [by_label[int(a)] for a in labels["answers"]] == labels["label"].tolist()
+    assert sorted(expected[lab] for _, lab in bots.accepted if lab != "skip") == \
+        sorted(by_label.values())
+    assert 409 in bots.codes or len(bots.accepted) == 12  # three labelers raced for queries
+    # nothing was lost to a full dataset: the run asked 12 queries, people answered them all
+    assert store.pending_count() == 0 and store.ungathered_count() == 0

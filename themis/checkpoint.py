@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from themis.utils import replace_durably
+
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
@@ -91,7 +93,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
@@ -111,7 +113,7 @@ def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
     if current.exists() and _verify(current):
         os.replace(current, ckpt_dir / PREVIOUS_FILE)
         os.replace(_sum_file(current), _sum_file(ckpt_dir / PREVIOUS_FILE))
-    os.replace(tmp, current)
+    replace_durably(tmp, current)
     _write_atomic(_sum_file(current), f"{digest}  {STATE_FILE}\n".encode())
     return current
 

@@ -4,19 +4,32 @@ The web teacher splits asking from gathering: each feedback round *posts* querie
 query with an ID, its segments in ``web/queries/q_NNNNNN.npz`` and its clip), people answer them
 whenever they like through the labeling server, and the next round *gathers* whatever answers
 have arrived. SQLite in WAL mode lets the training process and the server (a thread, or a
-separate ``scripts/label_server.py`` process) read and write at once; every answer is one
-transaction, committed before the server replies, so no answer given is ever lost.
+separate ``scripts/label_server.py`` process) read and write at once.
+
+What is promised (tests in ``tests/test_web_labeling.py``):
+
+- an answer the server accepted (HTTP 201) is committed and synced before the reply, and
+  reaches the preference dataset: :meth:`LabelStore.gather` does not mark anything used; the
+  learner saves the labels to ``preferences/`` first and then calls :meth:`LabelStore.mark_used`;
+  a crash in between is repaired on resume by :meth:`LabelStore.reconcile` (the dataset's
+  ``answers`` column says which answers it holds);
+- a query takes at most ``labels_needed`` answers: a later answer is refused
+  (:class:`QueryFull`, HTTP 409) and nothing is stored;
+- labeler tokens are stored as SHA-256 hashes, and the database file is readable by its owner
+  only (mode 0600).
 
 Tables:
 
 - ``queries(id, round, created, clip, segments, labels_needed, consumed)``
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped);
-- ``labelers(name, token, created)``.
+- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
 import sqlite3
 import threading
@@ -24,11 +37,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from themis.buffers import SegmentPairs
+from themis.utils import fsync_dir
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -64,6 +78,33 @@ class UnknownQuery(Exception):
     """No query with this ID."""
 
 
+class QueryFull(Exception):
+    """The query already has all the answers it asked for (or was used): nothing stored."""
+
+
+class Answers(NamedTuple):
+    """Answers gathered from the store (:meth:`LabelStore.gather`).
+
+    Attributes:
+        query_ids: the queries with all their answers in, not yet used.
+        pairs: the segment pairs of the labels (``None`` when there is no label), ``n`` pairs.
+        labels: ``(n,)`` float32 labels (0, 0.5, 1).
+        labelers: ``human:NAME`` (or ``human:majority:A,B``) per label.
+        answer_ids: the answer IDs behind each label, ``;``-separated.
+    """
+
+    query_ids: list[int]
+    pairs: SegmentPairs | None
+    labels: np.ndarray
+    labelers: list[str]
+    answer_ids: list[str]
+
+
+def hash_token(token: str) -> str:
+    """How a labeler token is stored: ``sha256:`` + hex digest (the token itself is not)."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
 class LabelStore:
     """The run's query/answer database (``RUN_DIR/labels.sqlite``).
 
@@ -78,7 +119,14 @@ class LabelStore:
         self.path = Path(path)
         self.web_dir = Path(web_dir) if web_dir else self.path.parent / "web"
         self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # owner only
+        os.chmod(self.path, 0o600)
         self.db.executescript(SCHEMA)  # executescript commits by itself
+        with self.transaction() as db:  # stores of earlier versions kept tokens in clear
+            for name, token in db.execute("SELECT name, token FROM labelers WHERE token NOT "
+                                          "LIKE 'sha256:%'").fetchall():
+                db.execute("UPDATE labelers SET token=? WHERE name=?", (hash_token(token), name))
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -105,22 +153,31 @@ class LabelStore:
         db.execute("COMMIT")
 
     # ------------------------------------------------------------------ labelers
-    def add_labelers(self, n: int, prefix: str = "labeler") -> list[tuple[str, str]]:
-        """Create ``n`` labelers with random tokens; returns ``[(name, token)]`` (existing
-        labelers of the same names keep their tokens)."""
-        out = []
+    def add_labelers(self, n: int, prefix: str = "labeler",
+                     renew: bool = False) -> list[tuple[str, str | None]]:
+        """Create ``n`` labelers with random tokens; returns ``[(name, token)]``.
+
+        Only a hash of each token is stored, so a labeler that exists already keeps its token
+        and gets ``None`` here (its link was printed when it was created), unless ``renew``
+        gives it a new token (the old one stops working).
+        """
+        out: list[tuple[str, str | None]] = []
         with self.transaction() as db:
             for i in range(n):
                 name = f"{prefix}{i + 1}"
-                row = db.execute("SELECT token FROM labelers WHERE name=?", (name,)).fetchone()
-                token = row[0] if row else secrets.token_urlsafe(16)
-                if not row:
-                    db.execute("INSERT INTO labelers VALUES (?, ?, ?)", (name, token, time.time()))
+                exists = db.execute("SELECT 1 FROM labelers WHERE name=?", (name,)).fetchone()
+                if exists and not renew:
+                    out.append((name, None))
+                    continue
+                token = secrets.token_urlsafe(16)
+                db.execute("INSERT OR REPLACE INTO labelers VALUES (?, ?, ?)",
+                           (name, hash_token(token), time.time()))
                 out.append((name, token))
         return out
 
     def labeler_for_token(self, token: str) -> str | None:
-        row = self.db.execute("SELECT name FROM labelers WHERE token=?", (token,)).fetchone()
+        row = self.db.execute("SELECT name FROM labelers WHERE token=?",
+                              (hash_token(token),)).fetchone()
         return row[0] if row else None
 
     def has_labelers(self) -> bool:
@@ -143,10 +200,14 @@ class LabelStore:
                     "VALUES (?, ?, ?, '', ?)", (round_, time.time(), str(clip), labels_needed))
                 qid = int(cur.lastrowid or 0)
                 segments = queries / f"q_{qid:06d}.npz"
-                np.savez(segments, observations=pairs.observations[i],
-                         actions=pairs.actions[i], true_rewards=pairs.true_rewards[i])
+                with segments.open("wb") as f:  # on disk before the query row is committed
+                    np.savez(f, observations=pairs.observations[i],
+                             actions=pairs.actions[i], true_rewards=pairs.true_rewards[i])
+                    f.flush()
+                    os.fsync(f.fileno())
                 db.execute("UPDATE queries SET segments=? WHERE id=?", (str(segments), qid))
                 ids.append(qid)
+            fsync_dir(queries)
         return ids
 
     def clip_path(self, query_id: int) -> Path:
@@ -176,33 +237,52 @@ class LabelStore:
             "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) < q.labels_needed"
         ).fetchone()[0])
 
+    def ungathered_count(self) -> int:
+        """Queries with all their answers in that no round has used yet."""
+        return int(self.db.execute(
+            "SELECT COUNT(*) FROM queries q WHERE q.consumed=0 AND "
+            "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed"
+        ).fetchone()[0])
+
     # ------------------------------------------------------------------ answers
-    def answer(self, query_id: int, labeler: str, label: float | None) -> None:
+    def answer(self, query_id: int, labeler: str, label: float | None) -> int:
         """Record one answer in its own transaction (committed and synced on return).
+
+        Returns:
+            the answer's ID.
 
         Raises:
             UnknownQuery: no such query.
             DuplicateAnswer: ``labeler`` already answered ``query_id``.
+            QueryFull: the query has its ``labels_needed`` answers already, or was used.
             ValueError: a label other than 0, 0.5, 1 or None.
         """
         if label not in (0.0, 0.5, 1.0, None):
             raise ValueError(f"label must be 0, 0.5, 1 or None, got {label}")
         with self.transaction() as db:
-            if db.execute("SELECT 1 FROM queries WHERE id=?", (query_id,)).fetchone() is None:
+            row = db.execute("SELECT labels_needed, consumed, (SELECT COUNT(*) FROM answers a "
+                             "WHERE a.query_id=q.id) FROM queries q WHERE id=?",
+                             (query_id,)).fetchone()
+            if row is None:
                 raise UnknownQuery(query_id)
-            try:
-                db.execute("INSERT INTO answers (query_id, labeler, label, created) "
-                           "VALUES (?, ?, ?, ?)", (query_id, labeler, label, time.time()))
-            except sqlite3.IntegrityError:
-                raise DuplicateAnswer(f"{labeler} already answered query {query_id}") from None
+            if db.execute("SELECT 1 FROM answers WHERE query_id=? AND labeler=?",
+                          (query_id, labeler)).fetchone():
+                raise DuplicateAnswer(f"{labeler} already answered query {query_id}")
+            needed, consumed, given = row
+            if consumed or given >= needed:
+                raise QueryFull(f"query {query_id} already has its {needed} answer"
+                                f"{'s' if needed > 1 else ''}; take the next one")
+            cur = db.execute("INSERT INTO answers (query_id, labeler, label, created) "
+                             "VALUES (?, ?, ?, ?)", (query_id, labeler, label, time.time()))
+            return int(cur.lastrowid or 0)
 
     def answered_by(self, labeler: str) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM answers WHERE labeler=?",
                                    (labeler,)).fetchone()[0])
 
-    def gather(self, aggregate: str = "each") -> tuple[list[int], SegmentPairs | None,
-                                                        np.ndarray, list[str], int]:
-        """Take every query with all its answers in and not yet used, and mark it used.
+    def gather(self, aggregate: str = "each") -> Answers:
+        """Every query with all its answers in and not yet used, as labels; marks nothing
+        (:meth:`mark_used` once the labels are saved).
 
         Args:
             aggregate: ``each`` (every answer is a training label) or ``majority`` (one label
@@ -210,41 +290,69 @@ class LabelStore:
                 0.5).
 
         Returns:
-            ``(query ids, pairs of the labels, labels, labelers, queries taken)``: one pair per
-            label (a query answered by 3 people gives 3 pairs under ``each``), skips dropped.
+            one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
+            skips dropped; ``query_ids`` lists every query taken, skipped ones included.
         """
-        with self.transaction() as db:
+        with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
                 "SELECT q.id, q.segments FROM queries q WHERE q.consumed=0 AND "
                 "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed "
                 "ORDER BY q.id").fetchall()
             ids = [int(r[0]) for r in rows]
-            for qid in ids:
-                db.execute("UPDATE queries SET consumed=1 WHERE id=?", (qid,))
-            answers = {qid: db.execute("SELECT labeler, label FROM answers WHERE query_id=? "
-                                       "ORDER BY id", (qid,)).fetchall() for qid in ids}
-        obs, act, true, labels, labelers = [], [], [], [], []
+            answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
+                                       "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
+                       for qid in ids}
+        obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
         for (qid, segments) in rows:
-            given = [(who, lab) for who, lab in answers[int(qid)] if lab is not None]
+            given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+                     if lab is not None]
             if aggregate == "majority" and given:
-                values = np.array([lab for _, lab in given])
+                values = np.array([lab for _, _, lab in given])
                 left, right = (values == 0.0).sum(), (values == 1.0).sum()
                 label = 0.0 if left > right else 1.0 if right > left else 0.5
-                given = [("majority:" + ",".join(w for w, _ in given), label)]
+                given = [(";".join(a for a, _, _ in given),
+                          "majority:" + ",".join(w for _, w, _ in given), label)]
             if not given:
                 continue
             with np.load(segments, allow_pickle=False) as data:
-                for who, lab in given:
+                for aid, who, lab in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])
                     true.append(data["true_rewards"])
                     labels.append(float(lab))
                     labelers.append(f"human:{who}")
+                    answer_ids.append(aid)
         if not labels:
-            return ids, None, np.zeros(0, np.float32), [], len(ids)
+            return Answers(ids, None, np.zeros(0, np.float32), [], [])
         pairs = SegmentPairs(np.stack(obs), np.stack(act), np.stack(true),
                              np.zeros((len(labels), 2), dtype=np.int64))
-        return ids, pairs, np.array(labels, np.float32), labelers, len(ids)
+        return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids)
+
+    def mark_used(self, query_ids: list[int]) -> None:
+        """Mark gathered queries used (call once their labels are saved)."""
+        with self.transaction() as db:
+            db.executemany("UPDATE queries SET consumed=1 WHERE id=?",
+                           [(q,) for q in query_ids])
+
+    def reconcile(self, saved: set[int]) -> int:
+        """Repair after a crash between saving labels and :meth:`mark_used`: a query whose
+        answers are in the dataset (``saved`` answer IDs) is used; a used query with a labelled
+        answer that is not in the dataset is gathered again (one round saves all of a query's
+        labels at once, so a query is either in the dataset or not). Returns how many queries
+        changed."""
+        changed = 0
+        with self.transaction() as db:
+            labelled: dict[int, set[int]] = {}
+            for aid, qid in db.execute("SELECT id, query_id FROM answers "
+                                       "WHERE label IS NOT NULL"):
+                labelled.setdefault(int(qid), set()).add(int(aid))
+            for qid, consumed in db.execute("SELECT id, consumed FROM queries").fetchall():
+                mine = labelled.get(int(qid), set())
+                used = consumed if not mine else int(bool(mine & saved))
+                if used != consumed:
+                    db.execute("UPDATE queries SET consumed=? WHERE id=?", (used, qid))
+                    changed += 1
+        return changed
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

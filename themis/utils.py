@@ -95,3 +95,25 @@ def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """Convert a NumPy array to a tensor on ``device`` without copying on CPU when possible."""
     tensor = torch.as_tensor(array)
     return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (a rename in it) to disk: after ``os.replace`` the new name
+    survives a power loss only once its directory is synced (POSIX; a no-op where directories
+    cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """``os.replace(tmp, path)`` and sync ``path``'s directory, so the rename is on disk."""
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -128,7 +128,7 @@ class Workspace:
                                  cfg.human_frame_size) if self.needs_frames else None
         web = make_label_store(self)
         self.label_store: LabelStore | None = web[0] if web is not None else None
-        self.label_tokens: list[tuple[str, str]] = web[1] if web is not None else []
+        self.label_tokens: list[tuple[str, str | None]] = web[1] if web is not None else []
         self.label_server: Any = None
         self.learner: PreferenceLearner | None = make_learner(self) if cfg.learn_reward else None
         self.reward_model: RewardEnsemble | None = \
@@ -225,13 +225,15 @@ class Workspace:
         return self.learner is not None and self.interact_count >= self.cfg.num_interact \
             and self.learner.is_open()
 
-    def feedback_round(self, first: bool = False) -> RoundReport | None:
-        """One round of the learner (queries from the recent episodes), logged."""
+    def feedback_round(self, first: bool = False, ask: bool = True) -> RoundReport | None:
+        """One round of the learner (queries from the recent episodes; ``ask=False``: only
+        gather the answers that exist), logged."""
         assert self.learner is not None
         pool = max(0, self.episodes_started - self.cfg.query_pool_episodes)
         report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
                                     self.recent_lengths,
-                                    self.frames.has if self.frames is not None else None)
+                                    self.frames.has if self.frames is not None else None,
+                                    ask=ask)
         if report is not None:
             row = report._asdict()
             self.logger.reward.write(row)
@@ -419,16 +421,25 @@ class Workspace:
 
     def finish(self) -> None:
         """Final checkpoints (a finished run can be extended with resume= and a larger
-        num_train_steps), learning-curve PNG, closing of the logs."""
+        num_train_steps), learning-curve PNG, closing of the logs.
+
+        Web: the labeling server stops first, then the answers that arrived since the last
+        round are gathered, saved and trained on, so every answer the server accepted is in
+        ``preferences/``. (Answers given later to ``scripts/label_server.py`` wait in the store
+        for ``resume=``.)"""
+        if self.label_server is not None:
+            self.label_server.stop()
+            self.label_server = None
+            self.logger.info("labeling server stopped; keep labeling this run with "
+                             f"scripts/label_server.py {self.run_dir}", "cyan")
+        if self.learner is not None and self.label_store is not None \
+                and self.label_store.ungathered_count():
+            self.feedback_round(ask=False)
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()
         for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
             env.close()
-        if self.label_server is not None:
-            self.label_server.stop()
-            self.logger.info("labeling server stopped; keep labeling this run with "
-                             f"scripts/label_server.py {self.run_dir}", "cyan")
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
             method = self.driver.METHOD if self.cfg.learn_reward else \

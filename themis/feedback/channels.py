@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,6 +33,9 @@ class Gathered:
         labelers: who gave each label.
         saved: the labels are already in the preference dataset on disk (a person's answers
             are saved the moment they are given).
+        answer_ids: web: the label-store answers behind each label (``"3;7"``), kept in the
+            dataset so a resumed run knows which answers it holds.
+        commit: web: called once the labels are saved (marks the queries used in the store).
     """
 
     pairs: SegmentPairs
@@ -40,6 +43,8 @@ class Gathered:
     labels: np.ndarray
     labelers: list[str] = field(default_factory=list)
     saved: bool = False
+    answer_ids: list[str] | None = None
+    commit: Callable[[], None] | None = None
 
 
 def _empty_like(pairs: SegmentPairs) -> Gathered:
@@ -153,28 +158,32 @@ class WebChannel:
         return len(queries)
 
     def pending(self) -> int:
-        """Posted queries still waiting for answers."""
-        return int(self.store.pending_count())
+        """Posted queries still waiting for answers, or answered and not gathered yet."""
+        return int(self.store.pending_count()) + int(self.store.ungathered_count())
+
+    def reconcile(self, saved_answers: set[int]) -> int:
+        """After a resume: mark used exactly the queries whose answers the dataset holds."""
+        return int(self.store.reconcile(saved_answers))
 
     def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
-        parts: list[Gathered] = []
-        count, last_note = 0, 0.0
+        """Every complete query's answers not used yet. The store marks them used only when
+        :attr:`Gathered.commit` is called, after the labels are saved: a crash in between
+        loses nothing (the store is reconciled with the dataset on resume)."""
+        last_note = 0.0
         while True:
-            _, pairs, labels, labelers, _ = self.store.gather(self.aggregate)
-            if pairs is not None:
-                parts.append(Gathered(pairs, np.ones(len(labels), bool), labels, labelers))
-                count += len(labels)
-            if count >= at_least or self.store.pending_count() == 0:
+            got = self.store.gather(self.aggregate)
+            if len(got.labels) >= at_least or self.store.pending_count() == 0:
                 break
             if time.time() - last_note > 30:  # min_labels_before_training: wait for people
-                self.info(f"waiting for labels: {count} of {at_least} more "
+                self.info(f"waiting for labels: {len(got.labels)} of {at_least} more "
                           "(min_labels_before_training)", "yellow")
                 last_note = time.time()
             time.sleep(0.5)
-        if not parts:
-            return _empty_like(template)
-        return Gathered(SegmentPairs(*(np.concatenate(f) for f in zip(*(p.pairs for p in parts),
-                                                                       strict=True))),
-                        np.concatenate([p.keep for p in parts]),
-                        np.concatenate([p.labels for p in parts]),
-                        [w for p in parts for w in p.labelers])
+
+        def commit() -> None:
+            self.store.mark_used(got.query_ids)
+
+        if got.pairs is None:
+            return replace(_empty_like(template), commit=commit)
+        return Gathered(got.pairs, np.ones(len(got.labels), bool), got.labels, got.labelers,
+                        answer_ids=got.answer_ids, commit=commit)

@@ -160,8 +160,9 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
     return ClipMaker(ws.frames, ws.buffer.capacity, ws.run_dir, cfg.clip_fps, explainer)
 
 
-def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str]]] | None:
-    """``teacher_ui=web``: the run's SQLite label store and the new labelers' tokens."""
+def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]] | None:
+    """``teacher_ui=web``: the run's SQLite label store and the labelers' tokens (``None``
+    for a labeler that exists already: only its token's hash is stored)."""
     cfg = ws.cfg
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):
         return None
@@ -185,7 +186,12 @@ def start_label_server(ws: Any) -> Any:
     url = server.url
     if ws.label_tokens:
         for name, token in ws.label_tokens:
-            ws.logger_info(f"labeling page for {name}: {url}?token={token}", "green")
+            if token is None:  # only the token's hash is stored
+                ws.logger_info(f"{name} keeps the link printed when it was created (new links: "
+                               f"scripts/label_server.py {ws.run_dir} --labelers "
+                               f"{len(ws.label_tokens)} --new-tokens)", "green")
+            else:
+                ws.logger_info(f"labeling page for {name}: {url}?token={token}", "green")
     else:
         ws.logger_info(f"labeling page: {url} (status: {url}status)", "green")
     return server

@@ -122,7 +122,8 @@ class PreferenceLearner:
 
     def round(self, store: Any, step: int, first: bool, min_episode: int,
               recent_returns: Sequence[float], recent_lengths: Sequence[int],
-              usable: Callable[[np.ndarray], np.ndarray] | None = None) -> RoundReport | None:
+              usable: Callable[[np.ndarray], np.ndarray] | None = None,
+              ask: bool = True) -> RoundReport | None:
         """One feedback round; ``None`` when there was nothing to ask or gather.
 
         Args:
@@ -132,9 +133,10 @@ class PreferenceLearner:
             min_episode: the oldest episode of the query pool.
             recent_returns, recent_lengths: the last training episodes (teacher margin).
             usable: mask of store slots whose frames are kept (when a person watches).
+            ask: post new queries (``False``: only gather, e.g. when the run ends).
         """
         assert self.channel is not None
-        n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback)
+        n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback) if ask else 0
         if n_queries <= 0 and self.pending() == 0:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
                 offline = self.trainer.train(self.dataset, self.reward_update)
@@ -181,8 +183,11 @@ class PreferenceLearner:
                                         np.array(got.labelers[:-1])])
             for lo, hi in zip(runs, [*runs[1:], len(answered)], strict=True):
                 self.record(answered.take(np.arange(lo, hi)), labels[lo:hi], got.labelers[lo],
-                            save=False)
+                            save=False,
+                            answers=got.answer_ids[lo:hi] if got.answer_ids else None)
             self.dataset.save(self.folder)  # labels are on disk at once
+        if got.commit is not None:  # web: only now are the answers marked used in the store
+            got.commit()
         self.rounds += 1
         fit = self.trainer.train(self.dataset, self.reward_update) if len(self.dataset) else None
         if fit is not None:
@@ -194,10 +199,11 @@ class PreferenceLearner:
             fit.epochs if fit else 0, int(postponed), len(labels))
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
-               save: bool = True) -> None:
+               save: bool = True, answers: list[str] | None = None) -> None:
         """Add labelled pairs to the dataset and (``save``) write it to ``preferences/``: the
-        one place labels are written (a person's answer is recorded the moment it is given)."""
-        self.dataset.add(pairs, labels, labeler=labeler)
+        one place labels are written (a person's answer is recorded the moment it is given;
+        ``answers``: the label-store answer IDs of web labels)."""
+        self.dataset.add(pairs, labels, labeler=labeler, answers=answers)
         if save:
             self.dataset.save(self.folder)
 
@@ -277,6 +283,21 @@ class PreferenceLearner:
         self.teacher.rng.bit_generator.state = state["teacher_rng"]
         self.teacher.set_margin(state["teacher_margin"])
         self.dataset = self.resumed_dataset(int(state["dataset_size"]))
+        self.reconcile_web_answers()
+
+    def reconcile_web_answers(self) -> None:
+        """Web: make the label store agree with the dataset on which answers were used (a
+        crash between saving labels and marking them used). Skipped for datasets written
+        before answer IDs were stored, whose people's labels carry none."""
+        if not isinstance(self.channel, WebChannel):
+            return
+        saved = self.dataset.answer_ids()
+        people = any(str(w).startswith("human:") for w in self.dataset.labelers[:len(self.dataset)])
+        if saved or not people:
+            changed = self.channel.reconcile(saved)
+            if changed:
+                self.info(f"label store reconciled with preferences/: {changed} queries "
+                          "updated (answers saved or not saved before the crash)", "yellow")
 
     def resumed_dataset(self, size: int) -> PreferenceDataset:
         """The labels on disk: the ``size`` pairs the checkpoint counted, plus any later pair a
@@ -303,10 +324,11 @@ class PreferenceLearner:
                  if not str(saved.labelers[i]).startswith("synthetic")]
         saved.size = size
         data.extend(saved)
-        for i in later[: data.capacity - len(data)]:
+        for i in later:
             pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
                                 saved.true_rewards[i:i + 1], np.zeros((1, 2), dtype=np.int64))
-            data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]))
+            data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]),
+                     answers=[str(saved.answers[i])])
             data.timestamps[len(data) - 1] = saved.timestamps[i]
             self.total_feedback += 1
             self.labeled_feedback += 1

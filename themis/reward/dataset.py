@@ -17,6 +17,7 @@ import torch
 
 from themis.buffers import SegmentPairs
 from themis.framestack import stacked, stacked_tensor, unstack
+from themis.utils import replace_durably
 
 FORMAT_NAME = "themis-preferences"
 FORMAT_VERSION = 3
@@ -33,13 +34,14 @@ _STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim
 
 @contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[IO[bytes]]:
-    """Write ``path`` through a temporary file that is fsynced and renamed over it."""
+    """Write ``path`` through a temporary file that is fsynced and renamed over it (the
+    directory synced after the rename)."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
         yield f
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 class PreferenceDataset:
@@ -57,7 +59,8 @@ class PreferenceDataset:
             (:mod:`themis.framestack`; 4× less memory).
 
     Labels follow BPref: 0.0 = segment 1 preferred, 1.0 = segment 2 preferred, 0.5 = equally
-    preferred.
+    preferred. The dataset grows past ``capacity`` when more labels come (people's answers
+    arrive when they arrive: an accepted answer is never refused for lack of room).
     """
 
     def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int,
@@ -82,6 +85,7 @@ class PreferenceDataset:
         self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
         self.labels = np.zeros(capacity, dtype=np.float32)
         self.timestamps = np.full(capacity, np.nan)  # when each label was given, Unix seconds
+        self.answers = np.full(capacity, "", dtype=object)  # label-store answer IDs ("3;7")
         self.size = 0
         self._tensors: tuple[torch.Tensor, ...] | None = None
         self._saved_to: Path | None = None  # folder of the last save and its shard list
@@ -90,22 +94,26 @@ class PreferenceDataset:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str = "") -> None:
-        """Append labelled pairs; ``labeler`` names who answered (``"oracle"``, a person, ...).
+    def add(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str = "",
+            answers: list[str] | None = None) -> None:
+        """Append labelled pairs; ``labeler`` names who answered (``"oracle"``, a person, ...),
+        ``answers`` the label-store answer IDs behind each label (web teacher; ``"3;7"`` when
+        a label aggregates several answers).
 
         Raises:
-            ValueError: lengths differ, a label is not in {0, 0.5, 1}, capacity is exceeded, or
-                (``frame_stack > 1``) the observations are not consecutive frame stacks.
+            ValueError: lengths differ, a label is not in {0, 0.5, 1}, or (``frame_stack > 1``)
+                the observations are not consecutive frame stacks.
         """
         n = len(pairs)
         labels = np.asarray(labels, dtype=np.float32).reshape(-1)
-        if len(labels) != n:
-            raise ValueError(f"{n} pairs but {len(labels)} labels")
+        if len(labels) != n or (answers is not None and len(answers) != n):
+            raise ValueError(f"{n} pairs but {len(labels)} labels"
+                             + (f" and {len(answers)} answer IDs" if answers is not None else ""))
         if not np.all(np.isin(labels, (0.0, 0.5, 1.0))):
             raise ValueError(f"preference labels must be 0, 0.5 or 1, got {np.unique(labels)}")
-        if self.size + n > self.capacity:
-            raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
+        self.reserve(self.size + n)
         sl = slice(self.size, self.size + n)
+        self.answers[sl] = answers if answers is not None else ""
         self._set_observations(sl, pairs.observations)
         self.actions[sl] = pairs.actions
         self.true_rewards[sl] = pairs.true_rewards
@@ -114,6 +122,32 @@ class PreferenceDataset:
         self.timestamps[sl] = time.time()
         self.size += n
         self._tensors = None
+
+    def reserve(self, total: int) -> None:
+        """Make room for ``total`` pairs (doubling the capacity at least: amortised O(1) adds).
+        """
+        if total <= self.capacity:
+            return
+        capacity = max(total, 2 * self.capacity)
+        grow = capacity - self.capacity
+
+        def grown(a: np.ndarray, fill: Any = 0) -> np.ndarray:
+            return np.concatenate([a, np.full((grow, *a.shape[1:]), fill, dtype=a.dtype)])
+
+        if self.frame_stack > 1:
+            self.frames = grown(self.frames)
+            self.observations = stacked(self.frames, self.frame_stack, frame_ndim=1, flat=True)
+        else:
+            self.observations = grown(self.observations)
+        self.actions, self.true_rewards = grown(self.actions), grown(self.true_rewards)
+        self.labels, self.timestamps = grown(self.labels), grown(self.timestamps, np.nan)
+        self.labelers, self.answers = grown(self.labelers, ""), grown(self.answers, "")
+        self.capacity = capacity
+
+    def answer_ids(self) -> set[int]:
+        """The label-store answer IDs (web teacher) of every stored label."""
+        return {int(a) for joined in self.answers[: self.size] if joined
+                for a in str(joined).split(";")}
 
     def _set_observations(self, sl: slice, observations: np.ndarray) -> None:
         """Store ``(n, 2, H, ...)`` observations (whole stacks or flattened) in rows ``sl``."""
@@ -159,7 +193,8 @@ class PreferenceDataset:
           (version 3) ``frames (m, 2, H + k - 1, frame_size)`` instead of observations;
         - ``labels.csv``: columns ``pair, label, labeler, timestamp`` (label 0 = segment 1
           preferred, 1 = segment 2, 0.5 = equal; timestamp = when it was given, Unix seconds,
-          empty if unknown);
+          empty if unknown) and, for people's answers from the web, ``answers`` (the
+          label-store answer IDs behind the label, ``;``-separated);
         - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
           ``action_dim``, ``frame_stack`` (version 3), ``shards`` (``[file, first row, end
           row]`` in order) and the caller's ``metadata`` (env, teacher, ...).
@@ -191,6 +226,8 @@ class PreferenceDataset:
         labels = pd.DataFrame({"pair": np.arange(n), "label": self.labels[:n],
                                "labeler": self.labelers[:n],
                                "timestamp": np.round(self.timestamps[:n], 3)})
+        if any(self.answers[:n]):  # web teacher: which label-store answers each label is
+            labels["answers"] = self.answers[:n]
         with _atomic(path / "labels.csv") as f:
             f.write(labels.to_csv(index=False).encode())
         meta = {**self.metadata, **(metadata or {}), "format": FORMAT_NAME,
@@ -283,7 +320,7 @@ class PreferenceDataset:
                 raise ValueError(f"{path}: {field} in the segment shards have shape "
                                  f"{array.shape[1:]}, but meta.json says segment={segment}, "
                                  f"obs_dim={obs_dim}, action_dim={action_dim}")
-        labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str},
+        labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str, "answers": str},
                              keep_default_na=False).iloc[:n]
         if len(obs) < n or len(labels) < n:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
@@ -305,6 +342,14 @@ class PreferenceDataset:
         data.actions[:n], data.true_rewards[:n] = act, true
         data.labels[:n] = values.astype(np.float32)
         data.labelers[:n] = labels["labeler"].to_numpy(object)
+        if "answers" in labels:
+            answers = labels["answers"].astype(str)
+            wrong = ~answers.str.fullmatch(r"(\d+(;\d+)*)?")
+            if wrong.any():
+                row = int(np.flatnonzero(wrong.to_numpy())[0])
+                raise ValueError(f"{path / 'labels.csv'}: answers {answers.iloc[row]!r} in row "
+                                 f"{row + 1}; answer IDs are integers separated by ';'")
+            data.answers[:n] = answers.to_numpy(object)
         if "timestamp" in labels:
             data.timestamps[:n] = pd.to_numeric(labels["timestamp"], errors="coerce").to_numpy()
         data.size = n
@@ -314,7 +359,7 @@ class PreferenceDataset:
         """Append every pair of ``other`` (same segment length and feature sizes).
 
         Raises:
-            ValueError: shapes differ or capacity is exceeded.
+            ValueError: shapes differ.
         """
         mine = (self.segment, self.obs_dim, self.action_dim)
         theirs = (other.segment, other.obs_dim, other.action_dim)
@@ -322,9 +367,9 @@ class PreferenceDataset:
             raise ValueError(f"cannot merge datasets with (segment, obs_dim, action_dim) {theirs} "
                              f"into {mine}")
         n = len(other)
-        if self.size + n > self.capacity:
-            raise ValueError(f"preference dataset is full ({self.capacity} pairs)")
+        self.reserve(self.size + n)
         sl = slice(self.size, self.size + n)
+        self.answers[sl] = other.answers[:n]
         self._set_observations(sl, other.observations[:n])
         self.actions[sl] = other.actions[:n]
         self.true_rewards[sl] = other.true_rewards[:n]

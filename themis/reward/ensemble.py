@@ -18,6 +18,7 @@ from torch import nn
 
 from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
+from themis.utils import replace_durably
 
 
 class RewardEnsemble(nn.Module):
@@ -161,8 +162,11 @@ def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch.save({"model": state, "config": model.config(), **extra}, tmp)
-    os.replace(tmp, path)
+    with tmp.open("wb") as f:
+        torch.save({"model": state, "config": model.config(), **extra}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    replace_durably(tmp, path)
     return path
 
 
