@@ -77,6 +77,10 @@ def test_joblib_multirun_then_summarize(tmp_path):
     proc = launch("themis_train.sh", "-m", *SWEEP_TINY, "feed_type=uniform,disagreement",
                   f"hydra.sweep.dir={sweep}", threads=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()  # parallel jobs share the terminal: each line says whose
+    for job in (0, 1):
+        assert any(line.startswith(f"[job {job}] ") and "eval " in line for line in lines)
+    assert not [line for line in lines if "| step " in line and not line.startswith("[job ")]
     runs = sorted(p.parent for p in sweep.rglob("eval.csv"))
     assert len(runs) == 2
     for run in runs:

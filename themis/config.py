@@ -187,6 +187,18 @@ class TrainConfig:
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
+def job_prefix() -> str:
+    """``[job N] `` inside a Hydra multirun (``-m``), where parallel jobs print to one
+    terminal; ``""`` otherwise (also outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return ""
+    hydra_cfg = HydraConfig.get()
+    return f"[job {hydra_cfg.job.num}] " if hydra_cfg.mode == RunMode.MULTIRUN else ""
+
+
 def resume_target(value: object) -> str | None:
     """What ``resume=`` asks for: ``None`` (no resume: unset, false, no, 0, none, null),
     ``"here"`` (true, yes, 1: the run dir of this job) or the run dir given."""

@@ -100,6 +100,8 @@ class Logger:
             ``run_dir/tensorboard`` (``tensorboard --logdir runs/``).
         purge_step: a resumed run's checkpoint step: TensorBoard events written after it by
             the interrupted run are dropped (the CSVs are cut by the workspace).
+        prefix: put before every console line (``[job 3] `` in a sweep, whose parallel jobs
+            share one terminal).
 
     Raises:
         ValueError: an unknown backend.
@@ -107,12 +109,12 @@ class Logger:
 
     def __init__(self, run_dir: Path, stream: TextIO | None = None,
                  backends: tuple[str, ...] | list[str] = ("csv",),
-                 purge_step: int | None = None) -> None:
+                 purge_step: int | None = None, prefix: str = "") -> None:
         unknown = sorted(set(backends) - set(LOGGER_BACKENDS))
         if unknown:
             raise ValueError(f"logger={','.join(backends)}: unknown backend {unknown[0]!r}; "
                              f"choose from {', '.join(LOGGER_BACKENDS)}")
-        self.run_dir = run_dir
+        self.run_dir, self.prefix = run_dir, prefix
         self.stream = stream if stream is not None else sys.stdout  # the current one, not import's
         self.tensorboard = None
         if "tensorboard" in backends:
@@ -125,7 +127,8 @@ class Logger:
         self.reward = MetricLog("reward", run_dir, self.tensorboard)
 
     def info(self, message: str, color: str | None = None) -> None:
-        tqdm.write(colored(message, color) if color else message, file=self.stream)
+        tqdm.write(self.prefix + (colored(message, color) if color else message),
+                   file=self.stream)
         self.stream.flush()
 
     def console(self, kind: str, row: Mapping[str, Any]) -> None:

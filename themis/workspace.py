@@ -32,7 +32,7 @@ from themis.checkpoint import (
     set_rng_states,
     truncate_csv,
 )
-from themis.config import TrainConfig
+from themis.config import TrainConfig, job_prefix
 from themis.envs import episode_limit, frame_stack_size, get_domain, make_env
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
@@ -153,7 +153,8 @@ class Workspace:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
                 truncate_csv(self.run_dir / f"{stream}.csv", int(resume_state["step"]))
         self.logger = Logger(self.run_dir, backends=cfg.logger,
-                             purge_step=int(resume_state["step"]) if resume_state else None)
+                             purge_step=int(resume_state["step"]) if resume_state else None,
+                             prefix=job_prefix())
         if resume_state is not None:
             try:
                 self.load_state_dict(resume_state)

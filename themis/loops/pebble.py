@@ -115,8 +115,8 @@ def run(ws: Workspace, until: int) -> None:
     frame: Any = env.render() if ws.frames is not None else None
     episode_reward, episode_step = 0.0, 0
     last_log_time, last_log_step = time.time(), ws.step
-    bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, disable=None,
-               leave=False)
+    bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
+               disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     while ws.step < until:
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:
