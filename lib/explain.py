@@ -165,19 +165,41 @@ def feature_names(env: Any, obs_dim: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- panels
+def _fitted(text: str, max_width: int, scale: float) -> str:
+    """``text`` cut (ending in ``.``) to at most ``max_width`` pixels in OpenCV's simplex font."""
+    def width(t: str) -> int:
+        return int(cv2.getTextSize(t, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0])
+
+    if width(text) <= max_width:
+        return text
+    if " (" in text and width(text.split(" (")[0]) <= max_width:  # "bthigh (hinge)": "bthigh"
+        return text.split(" (")[0]
+    while len(text) > 1 and width(text + ".") > max_width:
+        text = text[:-1]
+    return text.rstrip() + "."
+
+
+CAPTION_HEIGHT = 11
+"""Pixels at the bottom of a bar panel kept for its caption (no bar or name under it)."""
+
+
 def vector_panel(attributions: np.ndarray, names: Sequence[str], width: int, height: int,
-                 top_k: int = 5) -> np.ndarray:
+                 top_k: int = 5, caption: str = "") -> np.ndarray:
     """Bar chart of the ``top_k`` features by |attribution| for each step.
 
     Shapes: ``attributions (T, d)`` -> ``(T, height, width, 3)`` uint8 (red = positive, blue =
-    negative; bar lengths relative to the largest |attribution| of the segment).
+    negative; bar lengths relative to the largest |attribution| of the segment). Names fill the
+    left half, cut to fit it; the ``caption`` has its own strip at the bottom.
     """
     steps, d = attributions.shape
     k = min(top_k, d)
     scale = float(np.abs(attributions).max()) or 1.0
     out = np.full((steps, height, width, 3), 255, dtype=np.uint8)
-    row = max(1, height // k)
+    strip = CAPTION_HEIGHT if caption else 0
+    row = max(1, (height - strip) // k)
     label_w = width // 2
+    font = max(0.25, min(0.4, row / 40))
+    fitted = {i: _fitted(str(names[i]), label_w - 4, font) for i in range(d)}
     for t in range(steps):
         order = np.argsort(-np.abs(attributions[t]), kind="stable")[:k]
         for r, i in enumerate(order):
@@ -186,8 +208,11 @@ def vector_panel(attributions: np.ndarray, names: Sequence[str], width: int, hei
             length = int((width - label_w - 2) * abs(value) / scale)
             color = (210, 40, 40) if value >= 0 else (40, 80, 210)
             cv2.rectangle(out[t], (label_w, y + 2), (label_w + length, y + row - 2), color, -1)
-            cv2.putText(out[t], str(names[i])[:18], (2, y + row - 4), cv2.FONT_HERSHEY_SIMPLEX,
-                        max(0.25, min(0.4, row / 40)), (0, 0, 0), 1, cv2.LINE_AA)
+            cv2.putText(out[t], fitted[i], (2, y + row - 4), cv2.FONT_HERSHEY_SIMPLEX, font,
+                        (0, 0, 0), 1, cv2.LINE_AA)
+        if caption:
+            cv2.putText(out[t], _fitted(caption, width - 4, 0.3), (2, height - 3),
+                        cv2.FONT_HERSHEY_SIMPLEX, 0.3, (90, 90, 90), 1, cv2.LINE_AA)
     return out
 
 
@@ -328,12 +353,14 @@ class Explainer:
                 if key == "reward":  # the action's share of r̂(s, a) too
                     values = np.concatenate([attr, attributions["reward_action"]], axis=1)
                     names = [*self.names, *self.action_names]
-                p = vector_panel(values, names, width, height, self.top_k)
+                p = vector_panel(values, names, width, height, self.top_k, caption)
             else:
                 p = image_panel(obs.astype(np.float32), attr, width, height)
-            for frame in p:
-                cv2.putText(frame, caption, (width - 8 * len(caption) - 2, height - 4),
-                            cv2.FONT_HERSHEY_SIMPLEX, 0.3, (90, 90, 90), 1, cv2.LINE_AA)
+                for frame in p:  # over the heatmap, on a light strip
+                    frame[height - CAPTION_HEIGHT:] = 255 - (255 - frame[height -
+                                                                         CAPTION_HEIGHT:]) // 3
+                    cv2.putText(frame, _fitted(caption, width - 4, 0.3), (2, height - 3),
+                                cv2.FONT_HERSHEY_SIMPLEX, 0.3, (60, 60, 60), 1, cv2.LINE_AA)
             panels.append(p)
         return np.concatenate(panels, axis=1)
 

@@ -10,12 +10,15 @@ import torch
 from torch import nn
 
 from lib.explain import (
+    CAPTION_HEIGHT,
     METHODS,
     Explainer,
+    _fitted,
     action_forward,
     attribute,
     feature_names,
     reward_forward,
+    vector_panel,
 )
 from lib.human_interface import BANNER, GAP, side_by_side, write_clip
 from tests.conftest import TINY_PENDULUM, launch
@@ -103,6 +106,22 @@ def test_halfcheetah_features_are_named_after_its_joints():
     assert names[:3] == ["qpos:rootz", "qpos:rooty", "qpos:bthigh"]
     assert names[8] == "qvel:rootx" and names[-1] == "qvel:ffoot"
     assert feature_names(make_env("Classic", "Pendulum-v1"), 3) == ["obs[0]", "obs[1]", "obs[2]"]
+
+
+def test_bar_panel_names_and_caption_stay_clear_of_the_bars():
+    """In a 128-px panel (a 264-px-wide web clip) long joint names are cut to the left half
+    and the caption has its own strip: no text over a bar, no bar under the caption."""
+    names = ["bthigh (hinge)", "a_very_long_feature_name_indeed", "vel rootx", "fthigh (hinge)",
+             "bfoot (hinge)", "x"]
+    attributions = np.random.default_rng(0).normal(size=(3, 6))
+    panels = vector_panel(attributions, names, 128, 128, top_k=5, caption="learned reward")
+    text = (panels.max(axis=3) < 120)  # black text (bars are red or blue, caption grey)
+    bars = (panels.max(axis=3) - panels.min(axis=3)) > 100
+    assert text[:, :, :64].any() and not text[:, :, 64:].any()
+    assert bars[:, :, 64:].any() and not bars[:, 128 - CAPTION_HEIGHT:].any()
+    grey = (np.abs(panels.astype(int) - 90).max(axis=3) < 40)
+    assert grey[:, 128 - CAPTION_HEIGHT:].any()  # the caption is drawn, in its strip
+    assert _fitted("bthigh (hinge)", 40, 0.4) == "bthigh"
 
 
 def test_clip_with_panels_has_the_expected_size(tmp_path):
