@@ -29,6 +29,16 @@ def test_defaults_compose_and_validate(compose):
     assert cfg.teacher_beta == -1 and cfg.teacher_eps_mistake == 0
 
 
+def test_clip_frames_are_larger_for_people_than_for_explained_synthetic_runs(compose):
+    from themis.config import frame_capacity, frame_size
+
+    person, synthetic = compose(["human_teacher=true"]), compose(["xplain_state=true"])
+    assert (frame_size(person), frame_capacity(person)) == (256, 5_000)
+    assert (frame_size(synthetic), frame_capacity(synthetic)) == (128, 10_000)
+    chosen = compose(["human_teacher=true", "human_frame_size=64", "human_frame_capacity=300"])
+    assert (frame_size(chosen), frame_capacity(chosen)) == (64, 300)
+
+
 def test_every_bpref_key_composes_from_the_command_line(compose):
     cfg = compose([f"{k}={v}" for k, v in BPREF_KEYS.items()])
     for key, value in BPREF_KEYS.items():

@@ -299,6 +299,8 @@ def wait_until(page, expression: str, timeout: float = 60) -> None:
 def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
     from playwright.sync_api import sync_playwright
 
+    from lib.human_interface import BANNER, GAP
+
     run = tmp_path / "run"
     proc = start_run(run, "min_labels_before_training=3")
     url = server_url(run, proc)
@@ -309,6 +311,21 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
         page = browser.new_page()
         page.goto(url)
         page.wait_for_selector("body[data-query]")
+        # what the labeler sees: the clip's own frame, drawn from the paused <video> into a
+        # canvas (headless Chromium paints no video into screenshots)
+        wait_until(page, "document.getElementById('clip').readyState >= 2")
+        page.evaluate("document.getElementById('clip').pause()")
+        size, spread = page.evaluate("""(() => {
+            const v = document.getElementById('clip'), c = document.createElement('canvas');
+            c.width = v.videoWidth; c.height = v.videoHeight;
+            const g = c.getContext('2d'); g.drawImage(v, 0, 0);
+            const d = g.getImageData(0, BANNER, c.width, c.height - BANNER).data;
+            let lo = 255, hi = 0;
+            for (let i = 0; i < d.length; i += 4) {
+                lo = Math.min(lo, d[i]); hi = Math.max(hi, d[i]);
+            }
+            return [[v.videoWidth, v.videoHeight], hi - lo]; })()""".replace("BANNER", str(BANNER)))
+        assert size == [2 * 48 + GAP, BANNER + 48] and spread > 100  # two frames, not blank
         first = page.evaluate("document.body.dataset.query")
         page.click("#left")  # by clicking
         wait_until(page, f"document.body.dataset.query !== '{first}'")

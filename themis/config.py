@@ -128,10 +128,12 @@ class TrainConfig:
     human_viewer: str = "auto"
     """human_teacher: how clips are shown: auto (system viewer when a display exists), system,
     none (print the path only)."""
-    human_frame_size: int = 128
-    """human_teacher: height in pixels of the stored and shown frames."""
-    human_frame_capacity: int = 10_000
-    """human_teacher: most recent steps whose frames are kept; queries come from these."""
+    human_frame_size: int | None = None
+    """Height in pixels of the stored and shown clip frames; default 256 when a person labels
+    (a gait is clear in the web page's clip), 128 for explained clips of a synthetic teacher."""
+    human_frame_capacity: int | None = None
+    """Most recent steps whose frames are kept; queries come from these. Default 5000 at 256
+    px (1 GB for square frames), 10000 below (0.5 GB at 128 px)."""
     clip_fps: int = 20
     """Frames per second of query clips."""
     collect_prefs_only: bool = False
@@ -185,6 +187,17 @@ class TrainConfig:
 
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+
+
+def frame_size(cfg: Any) -> int:
+    """``human_frame_size``, or its default: 256 px when a person labels, else 128."""
+    return int(cfg.human_frame_size or (256 if cfg.human_teacher else 128))
+
+
+def frame_capacity(cfg: Any) -> int:
+    """``human_frame_capacity``, or its default: 5000 frames at 256 px and more, else 10000
+    (about 1 GB and 0.5 GB of square RGB frames)."""
+    return int(cfg.human_frame_capacity or (5_000 if frame_size(cfg) >= 256 else 10_000))
 
 
 def job_prefix() -> str:
@@ -322,7 +335,10 @@ def validate(cfg: Any) -> None:
                                 cfg.teacher_eps_skip, cfg.teacher_eps_equal)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("human_frame_size", "human_frame_capacity", "clip_fps", "xplain_top_k"):
+    for key in ("human_frame_size", "human_frame_capacity"):
+        if getattr(cfg, key) is not None and getattr(cfg, key) <= 0:
+            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    for key in ("clip_fps", "xplain_top_k"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     if cfg.teacher_thres_schedule not in ("themis", "bpref"):
@@ -365,8 +381,8 @@ def validate(cfg: Any) -> None:
             raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
                               "for a learned reward)")
     if cfg.human_teacher or cfg.xplain_action or cfg.xplain_state:
-        if cfg.human_frame_capacity < cfg.segment:
-            raise ConfigError(f"human_frame_capacity={cfg.human_frame_capacity} is smaller than "
+        if frame_capacity(cfg) < cfg.segment:
+            raise ConfigError(f"human_frame_capacity={frame_capacity(cfg)} is smaller than "
                               f"segment={cfg.segment}: no clip could be shown")
         if cfg.human_teacher and cfg.teacher_ui == "terminal" and not cfg.human_piped \
                 and not sys.stdin.isatty():

@@ -2,7 +2,8 @@
 
 A person judges clips, not observation vectors, so with ``human_teacher=true`` every step's RGB
 frame is rendered, downscaled to ``human_frame_size`` pixels of height and kept in a ring of the
-last ``human_frame_capacity`` steps (bounded memory: 10k frames of 128×128 RGB are 0.5 GB).
+last ``human_frame_capacity`` steps (bounded memory: 5k frames of 256×256 RGB, the default for
+people, are 1 GB; 10k of 128×128, the default for explained clips, 0.5 GB).
 Frames are looked up by the replay-buffer slot of their step, so queries can only be cut from
 segments whose frames are still in the ring (:meth:`FrameStore.has`).
 """

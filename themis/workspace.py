@@ -32,7 +32,7 @@ from themis.checkpoint import (
     set_rng_states,
     truncate_csv,
 )
-from themis.config import TrainConfig, job_prefix
+from themis.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.envs import episode_limit, frame_stack_size, get_domain, make_env
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
@@ -94,7 +94,7 @@ class Workspace:
         self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
         self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
                             render_mode="rgb_array" if self.needs_frames else None,
-                            render_size=cfg.human_frame_size, **cfg.env_kwargs)
+                            render_size=frame_size(cfg), **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
@@ -124,8 +124,8 @@ class Workspace:
                                                 encoder=self.feature_encoder)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
-        self.frames = FrameStore(cfg.human_frame_capacity, self.buffer.capacity,
-                                 cfg.human_frame_size) if self.needs_frames else None
+        self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
+                                 frame_size(cfg)) if self.needs_frames else None
         web = make_label_store(self)
         self.label_store: LabelStore | None = web[0] if web is not None else None
         self.label_tokens: list[tuple[str, str | None]] = web[1] if web is not None else []
