@@ -111,11 +111,38 @@ def test_dataset_rejects_bad_labels_and_overflow(tmp_path):
         data.add(pairs, np.array([0.3]))
     data.add(pairs, np.array([0.5]))
     data.add(pairs, np.array([1.0]))
-    with pytest.raises(ValueError, match="full"):
-        data.add(pairs, np.array([0.0]))
+    data.add(pairs, np.array([0.0]))  # past its capacity: it grows (answers keep coming)
+    assert data.capacity == 4
     loaded = PreferenceDataset.load(data.save(tmp_path / "prefs"))
-    assert len(loaded) == 2
-    np.testing.assert_array_equal(loaded.labels[:2], [0.5, 1.0])
+    assert len(loaded) == 3
+    np.testing.assert_array_equal(loaded.labels[:3], [0.5, 1.0, 0.0])
+
+
+def test_pixel_batches_in_chunks_give_the_same_step_as_one_pass():
+    """Reward training on pixels runs a batch through the CNNs in chunks (memory, speed): the
+    accumulated gradient, hence the step, equals the one-pass step."""
+    import copy
+
+    rng = np.random.default_rng(0)
+    n, horizon, shape = 6, 4, (3, 36, 36)
+    obs = rng.integers(0, 255, (n, 2, horizon, int(np.prod(shape)))).astype(np.uint8)
+    pairs = SegmentPairs(obs, rng.uniform(-1, 1, (n, 2, horizon, 2)).astype(np.float32),
+                         np.zeros((n, 2, horizon), np.float32), np.zeros((n, 2), np.int64))
+    data = PreferenceDataset(n, horizon, int(np.prod(shape)), 2, obs_dtype=np.uint8)
+    data.add(pairs, np.array([0, 1, 0.5, 1, 0, 1.0]))
+    torch.manual_seed(0)
+    model = RewardEnsemble(int(np.prod(shape)), 2, ensemble_size=2, hidden_dim=16,
+                           obs_shape=shape)
+    twin, initial = copy.deepcopy(model), copy.deepcopy(model)
+    one = RewardTrainer(model, batch_size=6, rng=np.random.default_rng(1), chunk_images=None)
+    chunked = RewardTrainer(twin, batch_size=6, rng=np.random.default_rng(1), chunk_images=4)
+    loss_one, acc_one = one.train_epoch(data)
+    loss_chunked, acc_chunked = chunked.train_epoch(data)  # one pair per forward pass
+    assert loss_chunked == pytest.approx(loss_one, rel=1e-5) and acc_chunked == acc_one
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    assert any((p != p0).any() for p, p0 in zip(model.parameters(), initial.parameters(),
+                                                strict=True))  # a step was taken
 
 
 def test_a_round_of_ties_reports_no_accuracy_and_stops():

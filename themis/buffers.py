@@ -382,7 +382,10 @@ class ReplayBuffer(EpisodeStore):
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
         """Uniformly sample ``batch_size`` transitions as tensors on ``device``."""
-        idx = self.sample_indices(batch_size, rng)
+        return self.samples(self.sample_indices(batch_size, rng))
+
+    def samples(self, idx: np.ndarray) -> ReplayBufferSamples:
+        """The transitions in slots ``idx`` as tensors on ``device`` (rewards up to date)."""
         if self._pending and np.any((self.ptr - 1 - idx) % self.capacity < self._pending):
             self._label_pending()
         fields = (self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],

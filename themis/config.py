@@ -17,6 +17,11 @@ from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
+from themis.methods import check_methods
+from themis.methods.qpa import QPAConfig
+from themis.methods.rime import RIMEConfig
+from themis.methods.rune import RUNEConfig
+from themis.methods.surf import SURFConfig
 from themis.sampling import resolve_feed_type
 from themis.teachers import validate_teacher_params
 from themis.utils import ConfigError
@@ -180,6 +185,16 @@ class TrainConfig:
 
     agent: str = "auto"
     """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
+    reset_critic: bool = True
+    """Reset SAC's critic at the end of pretraining (PEBBLE; RIME keeps it)."""
+    surf: SURFConfig = field(default_factory=SURFConfig)
+    """SURF (method=surf): pseudo-labels and temporal cropping (themis/methods/surf.py)."""
+    rune: RUNEConfig = field(default_factory=RUNEConfig)
+    """RUNE (method=rune): reward + beta_t x ensemble std (themis/methods/rune.py)."""
+    qpa: QPAConfig = field(default_factory=QPAConfig)
+    """QPA (method=qpa): recent-episode queries and replay, crops (themis/methods/qpa.py)."""
+    rime: RIMEConfig = field(default_factory=RIMEConfig)
+    """RIME (method=rime): robust label selection, warm start (themis/methods/rime.py)."""
     sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -341,6 +356,7 @@ def validate(cfg: Any) -> None:
     for key in ("clip_fps", "xplain_top_k"):
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    check_methods(cfg)
     if cfg.teacher_thres_schedule not in ("themis", "bpref"):
         raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
                           "themis or bpref")

@@ -197,6 +197,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     from themis.config import validate
     from themis.envs import make_env
     from themis.loops import pebble, prefppo
+    from themis.methods import check_methods
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
@@ -209,6 +210,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
         raise ConfigError(f"{cfg.env}: {e}") from None
     finally:
         probe.close()
+    check_methods(cfg, discrete=name == "ppo")
     return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
 
 

@@ -237,6 +237,7 @@ class Workspace:
                                     ask=ask)
         if report is not None:
             row = report._asdict()
+            row.update(row.pop("method_stats"))
             self.logger.reward.write(row)
             console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
             if self.label_store is not None:

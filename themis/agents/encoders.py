@@ -71,7 +71,7 @@ class NatureCNN(Encoder):
         self.feature_dim = feature_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.convs(obs.float() / 255.0))
+        return self.head(self.convs(obs.to(torch.float32, copy=True).div_(255.0)))
 
 
 class GridCNN(Encoder):

@@ -16,6 +16,10 @@ from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel,
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.selector import QuerySelector
 from themis.label_store import LabelStore
+from themis.methods.crop import TemporalCrop
+from themis.methods.rime import RobustLabelFilter, WarmStart
+from themis.methods.rune import UncertaintyBonus
+from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.sampling import resolve_feed_type
 from themis.teachers import SyntheticTeacher
@@ -81,8 +85,13 @@ def make_learner(ws: Any) -> PreferenceLearner:
     cfg = ws.cfg
     model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
                            cfg.reward_hidden_depth, obs_shape=ws.obs_shape).to(ws.device)
+    pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
+        if cfg.surf.enabled else None
     trainer = RewardTrainer(model, cfg.reward_lr, cfg.reward_train_batch,
-                            np.random.default_rng(cfg.seed + 1))
+                            np.random.default_rng(cfg.seed + 1), crop=make_crop(cfg),
+                            pseudo=pseudo,
+                            label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled
+                            else None)
     teacher = SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
                                cfg.teacher_eps_skip, cfg.teacher_eps_equal,
                                rng=np.random.default_rng(cfg.seed + 2))
@@ -94,7 +103,22 @@ def make_learner(ws: Any) -> PreferenceLearner:
         ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info,
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
+    learner.pseudo = pseudo
+    if cfg.rune.enabled:
+        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step))
+    if cfg.rime.enabled and cfg.rime.warm_start_steps:
+        learner.warm = WarmStart(model, trainer.optimizer, cfg.rime.warm_start_steps)
     return learner
+
+
+def make_crop(cfg: Any) -> TemporalCrop | None:
+    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps) or SURF's (one, H −
+    2·crop_range … H); QPA's when both are on; ``None`` for the other methods."""
+    if cfg.qpa.enabled:
+        return TemporalCrop(cfg.segment - 15, cfg.segment - 5, cfg.qpa.data_aug_ratio)
+    if cfg.surf.enabled and cfg.surf.crop_range:
+        return TemporalCrop(cfg.segment - 2 * cfg.surf.crop_range, cfg.segment)
+    return None
 
 
 def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:

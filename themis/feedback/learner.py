@@ -23,6 +23,9 @@ from scipy import stats as scipy_stats
 from themis.buffers import NoSegmentsError, SegmentPairs
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
+from themis.methods.rime import WarmStart
+from themis.methods.rune import UncertaintyBonus
+from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode
@@ -51,6 +54,7 @@ class RoundReport(NamedTuple):
     epochs: int
     postponed: int
     new_labels: int
+    method_stats: dict[str, float] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
 class PreferenceLearner:
@@ -90,6 +94,10 @@ class PreferenceLearner:
         self.max_episode_steps, self.min_labels, self.info = max_episode_steps, min_labels, info
         self.bpref_thresholds = bpref_thresholds
         self.channel: Channel | None = None
+        # PEBBLE's successors (themis/methods): set by the factory when a method is on
+        self.bonus: UncertaintyBonus | None = None  # RUNE
+        self.pseudo: PseudoLabeler | None = None  # SURF (also the trainer's)
+        self.warm: WarmStart | None = None  # RIME
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
         self.rounds = 0
@@ -99,9 +107,34 @@ class PreferenceLearner:
 
     # ------------------------------------------------------------------ the agent's view
     def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """Ensemble-mean r̂(s, a): ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        """Ensemble-mean r̂(s, a) (RUNE: plus β_t × the ensemble's std):
+        ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
         with eval_mode(self.model):
+            if self.bonus is not None:
+                return self.bonus(self.model.predict_members(obs, action))
             return self.model.predict(obs, action)
+
+    def warm_start(self, obs: Any, action: Any, intrinsic: Any) -> None:
+        """Pretraining: RIME's warm start of the reward model on the intrinsic reward (tensors
+        ``(B, *obs_shape)``, ``(B, a)``, ``(B,)``); nothing for other methods."""
+        if self.warm is not None:
+            self.warm(obs, action, intrinsic)
+
+    def method_stats(self) -> dict[str, float]:
+        """The successors' own numbers for ``reward.csv`` (empty for PEBBLE)."""
+        out: dict[str, float] = {}
+        if self.pseudo is not None:
+            out.update(unlabelled=len(self.pseudo), pseudo_labels=self.pseudo.used,
+                       pseudo_agreement=self.pseudo.agreement)
+        if self.bonus is not None:
+            out.update(rune_beta=self.bonus.beta(), rune_std=self.bonus.last_std)
+        rime = self.trainer.label_filter
+        if rime is not None:
+            out.update(rime_kept=rime.kept, rime_flipped=rime.flipped, rime_dropped=rime.dropped,
+                       rime_caught=rime.caught, rime_discarded_clean=rime.discarded_clean)
+        if self.warm is not None:
+            out.update(warm_start_loss=self.warm.loss)
+        return out
 
     # ------------------------------------------------------------------ rounds
     def is_open(self) -> bool:
@@ -155,6 +188,10 @@ class PreferenceLearner:
                 postponed, n_queries = True, 0
                 self.postponed_rounds += 1
                 self.info(f"step {step}: feedback round postponed: {e}", "yellow")
+        if n_queries > 0 and self.pseudo is not None:  # SURF: unlabelled pairs, uniform
+            self.pseudo.add(self.selector.select(
+                store, n_queries * self.pseudo.cfg.inv_label_ratio, self.model,
+                self.dataset.observations[:0], True, min_episode, usable))
         if n_queries > 0:
             self.set_margin(recent_returns, recent_lengths)
             self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
@@ -196,7 +233,7 @@ class PreferenceLearner:
             step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
             round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
             *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
-            fit.epochs if fit else 0, int(postponed), len(labels))
+            fit.epochs if fit else 0, int(postponed), len(labels), self.method_stats())
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
                save: bool = True, answers: list[str] | None = None) -> None:

@@ -2,11 +2,15 @@
 
 1. ``num_seed_steps`` of uniformly random actions;
 2. ``num_unsup_steps`` of unsupervised pretraining: SAC on the state-entropy reward (Eq. 3);
-3. the first feedback round (uniform queries), relabel, critic reset and ``reset_update``
-   updates (B-Pref ``update_after_reset``);
+3. the first feedback round (uniform queries), relabel, critic reset (``reset_critic``) and
+   ``reset_update`` updates (B-Pref ``update_after_reset``);
 4. every ``num_interact`` steps, while feedback is open: a feedback round of the learner
    (queries, teacher, reward training), then the whole replay buffer is relabelled with r̂;
-5. every step: one SAC update on the (relabelled) replay buffer.
+5. every step: one SAC update on the (relabelled) replay buffer (QPA: half of each batch
+   from the recent episodes, :class:`themis.methods.qpa.HybridReplay`).
+
+PEBBLE's successors (:mod:`themis.methods`) act through the learner (rewards, reward training)
+and, for QPA, the batches; RIME's warm start is the learner's ``warm_start`` in pretraining.
 
 With ``learn_reward=false`` the same loop trains SAC on the environment reward (no queries).
 """
@@ -21,6 +25,7 @@ from tqdm import tqdm
 
 from themis.agents import SAC
 from themis.buffers import ReplayBuffer
+from themis.methods.qpa import HybridReplay
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -87,6 +92,8 @@ def unsupervised_update(ws: Workspace, agent: SAC) -> None:
     intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
                                  ws.rng)
     ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
+    if ws.learner is not None and not ws.pretraining_done:  # RIME's warm start
+        ws.learner.warm_start(batch.observations, batch.actions, intrinsic)
 
 
 def end_pretraining(ws: Workspace, agent: SAC) -> None:
@@ -97,18 +104,24 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
             ws.learner.fit_saved_labels(cfg.prefs_path)
         ws.feedback_round(first=True)
         relabel(ws)
-    agent.reset_critic()
+    if cfg.reset_critic:  # PEBBLE; RIME keeps the critic of its warm-started reward
+        agent.reset_critic()
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
         agent.update(replay(ws).sample(cfg.sac.batch_size, ws.rng), index)
     ws.pretraining_done = True
     ws.interact_count = 0
-    ws.logger.info(f"step {ws.step}: pretraining done, critic reset", "cyan")
+    ws.logger.info(f"step {ws.step}: pretraining done"
+                   + (", critic reset" if cfg.reset_critic else ""), "cyan")
 
 
 def run(ws: Workspace, until: int) -> None:
     """Run the PEBBLE loop from the current step up to ``until``."""
     cfg, env, buffer = ws.cfg, ws.env, replay(ws)
     agent: SAC = ws.agent  # type: ignore[assignment]
+    # where SAC's batches come from: the whole buffer, or QPA's hybrid experience replay
+    batches: ReplayBuffer | HybridReplay = HybridReplay(
+        buffer, cfg.qpa, active=lambda: ws.learner is not None and ws.learner.is_open()) \
+        if cfg.qpa.enabled else buffer
     ws.banner()
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
     ws.episodes_started = ws.episode + 1  # the query pool counts the current episode
@@ -140,7 +153,7 @@ def run(ws: Workspace, until: int) -> None:
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)
                 else:
-                    ws.metrics = agent.update(buffer.sample(cfg.sac.batch_size, ws.rng),
+                    ws.metrics = agent.update(batches.sample(cfg.sac.batch_size, ws.rng),
                                               ws.step)
 
         # ------------------------------------------------------------ step

@@ -215,6 +215,11 @@ def run(ws: Workspace, until: int) -> None:
         phase = ws.phase
         if phase in ("unsup", "collect"):  # collect_prefs_only keeps exploring
             rewards = intrinsic_rewards(ws, rollout_obs)
+            if phase == "unsup" and ws.learner is not None:  # RIME's warm start
+                ws.learner.warm_start(
+                    torch.as_tensor(rollout_obs.reshape(-1, *ws.obs_shape), device=ws.device),
+                    torch.as_tensor(eye[actions.reshape(-1)], device=ws.device),
+                    torch.as_tensor(rewards.reshape(-1), device=ws.device))
         elif phase == "reward":
             rewards = learned_rewards(ws, rollout_obs, actions)
         else:

@@ -13,6 +13,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from themis.agents.encoders import observation_kind
+from themis.methods.crop import TemporalCrop
+from themis.methods.rime import RobustLabelFilter
+from themis.methods.surf import PseudoLabeler
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
 from themis.utils import make_adam
@@ -51,13 +55,25 @@ class RewardTrainer:
         model: the ensemble.
         lr: Adam learning rate (``reward_lr``).
         batch_size: pairs per gradient step (BPref: 128).
-        rng: random generator for the per-member permutations.
+        rng: random generator for the per-member permutations (and crops, pseudo-label
+            batches).
+        crop: SURF's / QPA's temporal cropping of every pair (:mod:`themis.methods.crop`).
+        pseudo: SURF's pseudo-labelled unlabelled pairs, a loss term per batch.
+        label_filter: RIME's per-epoch choice of labels kept, flipped or left out.
+        chunk_images: pixel observations per member and forward pass: a batch of pairs is
+            run through the CNNs in chunks whose gradients add up to the batch's (the same
+            step; a 128-pair batch of 50-step segments is 12,800 images per member, whose
+            activations would not fit in a CPU cache, nor in a few GB). ``None``: one pass.
     """
 
     def __init__(self, model: RewardEnsemble, lr: float = 3e-4, batch_size: int = 128,
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, chunk_images: int | None = 256,
+                 crop: TemporalCrop | None = None, pseudo: PseudoLabeler | None = None,
+                 label_filter: RobustLabelFilter | None = None) -> None:
         self.model = model
         self.batch_size = batch_size
+        self.chunk_images = chunk_images
+        self.crop, self.pseudo, self.label_filter = crop, pseudo, label_filter
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
 
@@ -68,28 +84,67 @@ class RewardTrainer:
         NaN when every label is a tie (nothing was measured, so nothing reads as success).
         """
         obs, act, labels = dataset.tensors(self.model.device)
-        n, ens = len(dataset), self.model.ensemble_size
+        rows = None
+        if self.label_filter is not None:  # RIME: this epoch's trusted and flipped labels
+            true = dataset.true_rewards[: len(dataset)].sum(-1)
+            oracle = np.where(true[:, 1] > true[:, 0], 1.0,
+                              np.where(true[:, 1] < true[:, 0], 0.0, 0.5)).astype(np.float32)
+            rows, labels = self.label_filter.select(self.model, obs, act, labels, oracle)
+        n, ens = len(labels), self.model.ensemble_size
+        if n == 0:
+            return float("nan"), float("nan")
         perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
         perms = perms.to(self.model.device)
+        if self.pseudo is not None:
+            self.pseudo.start_epoch()
         total_loss = torch.zeros((), device=obs.device)
         correct = torch.zeros((), device=obs.device)
         counted = torch.zeros((), device=obs.device)
+        horizon = obs.shape[2]
+        pixels = observation_kind(self.model.obs_shape) == "pixels"
+        step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
+            else self.batch_size  # pairs per forward pass
         for lo in range(0, n, self.batch_size):
-            idx = perms[:, lo:lo + self.batch_size]  # (E, b)
-            o, a, y = obs[idx], act[idx], labels[idx]  # (E, b, 2, H, d), (E, b)
-            r1 = self.model.segment_returns(o[:, :, 0], a[:, :, 0])
-            r2 = self.model.segment_returns(o[:, :, 1], a[:, :, 1])
-            loss = bradley_terry_loss(r1, r2, y).sum()
+            batch = perms[:, lo:lo + self.batch_size]  # (E, b)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for c in range(0, batch.shape[1], step):  # gradients add up to the batch's
+                idx = batch[:, c:c + step]
+                rows_idx = idx if rows is None else rows[idx]
+                o, a, y = obs[rows_idx], act[rows_idx], labels[idx]  # (E, b', 2, H, d), (E, b')
+                r1, r2, y = self.pair_returns(o, a, y)
+                loss = bradley_terry_loss(r1, r2, y).sum() * (idx.shape[1] / batch.shape[1])
+                loss.backward()
+                with torch.no_grad():  # accumulate on the device: no host sync per minibatch
+                    strict = y != 0.5
+                    correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
+                    counted += strict.sum()
+                    total_loss += loss.detach() * batch.shape[1]
+            if self.pseudo is not None:  # SURF: pseudo-labelled unlabelled pairs
+                extra = self.pseudo.loss(self.model, batch.shape[1], self.rng, self.pair_returns)
+                if extra is not None:
+                    extra.backward()
             self.optimizer.step()
-            with torch.no_grad():  # accumulate on the device: no host sync per minibatch
-                strict = y != 0.5
-                correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
-                counted += strict.sum()
-                total_loss += loss.detach() * idx.shape[1]
+        if self.pseudo is not None:
+            self.pseudo.end_epoch()
         accuracy = correct.item() / counted.item() if counted.item() else float("nan")
         return total_loss.item() / (n * ens), accuracy
+
+    def pair_returns(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Predicted returns of both segments of member-specific pairs, cropped with
+        :attr:`crop` (then tiled ``copies`` times, labels too).
+
+        Shapes: ``obs (E, n, 2, H, d)``, ``act (E, n, 2, H, a)``, ``labels (E, n)`` ->
+        ``(E, m)`` twice and ``(E, m)``, ``m = n`` (``n × copies`` with a crop).
+        """
+        if self.crop is None:
+            return (self.model.segment_returns(obs[:, :, 0], act[:, :, 0]),
+                    self.model.segment_returns(obs[:, :, 1], act[:, :, 1]), labels)
+        ens, n, _, horizon = obs.shape[:4]
+        per_step = [self.model(obs[:, :, k].reshape(ens, n * horizon, -1),
+                               act[:, :, k].reshape(ens, n * horizon, -1)).reshape(ens, n, horizon)
+                    for k in (0, 1)]
+        return self.crop.returns(per_step[0], per_step[1], labels, self.rng)
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
               target_accuracy: float = 0.97) -> RewardTrainStats:

@@ -1,0 +1,87 @@
+"""PEBBLE's successors as mechanisms on the one preference-learning component.
+
+Each mechanism is one small object the learner, the reward trainer or the SAC loop calls; a
+method switches its mechanisms on (``config/method/*.yaml``, a Hydra config group that can
+select several: ``method=[surf,rune]``):
+
+============  =========================================  ======================================
+method        mechanism (module)                         acts in
+============  =========================================  ======================================
+``surf``      :class:`~themis.methods.surf.PseudoLabeler`   reward training: pseudo-labelled
+              + :class:`~themis.methods.crop.TemporalCrop`  unlabelled pairs, cropped segments
+``rune``      :class:`~themis.methods.rune.UncertaintyBonus` the agent's reward: r̂ + β_t·std
+``qpa``       query pool of the last episodes (selector),   queries, SAC batches, reward
+              :class:`~themis.methods.qpa.HybridReplay`,    training
+              :class:`~themis.methods.crop.TemporalCrop`
+``rime``      :class:`~themis.methods.rime.RobustLabelFilter` reward training: keep / drop / flip
+              + :class:`~themis.methods.rime.WarmStart`      each label; pretraining warm start
+``pebble``    none (the default)
+============  =========================================  ======================================
+
+:func:`active_methods` names what a config switches on; :func:`check_methods` rejects
+combinations that cannot run, before training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from themis.utils import ConfigError
+
+METHODS = ("surf", "rune", "qpa", "rime")
+
+
+def active_methods(cfg: Any) -> list[str]:
+    """The methods a config switches on (``surf.enabled`` ...), or ``["pebble"]``."""
+    return [m for m in METHODS if getattr(cfg, m).enabled] or ["pebble"]
+
+
+def method_title(cfg: Any) -> str:
+    """``PEBBLE``, ``SURF``, ``SURF+RUNE`` ... for banners and plot titles."""
+    return "+".join(m.upper() for m in active_methods(cfg))
+
+
+def check_methods(cfg: Any, discrete: bool | None = None) -> None:
+    """Combinations that cannot run, as one line.
+
+    Args:
+        cfg: the composed config.
+        discrete: the env's action space is discrete (PPO), when known.
+
+    Raises:
+        ConfigError: RUNE with one ensemble member (no std), an uncertainty sampler with one
+            member, QPA with PPO (its hybrid replay mixes SAC batches), or a mechanism's
+            hyperparameter out of range.
+    """
+    methods = active_methods(cfg)
+    uncertainty = str(cfg.feed_type) not in ("0", "uniform")
+    if cfg.ensemble_size < 2 and uncertainty:
+        raise ConfigError(f"feed_type={cfg.feed_type} ranks queries by ensemble disagreement, "
+                          f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
+    if "rune" in methods and cfg.ensemble_size < 2:
+        raise ConfigError("method=rune adds beta * the ensemble's std of r̂: it needs "
+                          f"ensemble_size >= 2 (got {cfg.ensemble_size})")
+    if "qpa" in methods and (discrete or cfg.agent == "ppo"):
+        raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
+                          "trains on fresh rollouts only: use it with SAC (Box actions)")
+    checks = [("surf.threshold_u", cfg.surf.threshold_u, 0.5, 1.0),
+              ("surf.lambda_u", cfg.surf.lambda_u, 0.0, float("inf")),
+              ("qpa.her_ratio", cfg.qpa.her_ratio, 0.0, 1.0),
+              ("rime.flip_tau", cfg.rime.flip_tau, 0.0, 1.0)]
+    for key, value, lo, hi in checks:
+        if not lo <= value <= hi:
+            raise ConfigError(f"{key}={value} must be in [{lo}, {hi}]")
+    for key, value in (("surf.inv_label_ratio", cfg.surf.inv_label_ratio),
+                       ("surf.mu", cfg.surf.mu), ("qpa.data_aug_ratio", cfg.qpa.data_aug_ratio),
+                       ("rime.beta_decay_epochs", cfg.rime.beta_decay_epochs)):
+        if value < 1:
+            raise ConfigError(f"{key}={value} must be at least 1")
+    if cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment:
+        raise ConfigError(f"surf.crop_range={cfg.surf.crop_range} must be >= 0 and leave "
+                          f"segments of at least one step (segment={cfg.segment})")
+    if "qpa" in methods and cfg.segment <= 15:
+        raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
+                          f"segment={cfg.segment} is too short (at least 16)")
+
+
+__all__ = ["METHODS", "active_methods", "check_methods", "method_title"]

@@ -1,0 +1,91 @@
+"""QPA: query-policy alignment.
+
+Hu, Li, Zhan, Jia & Zhang, "Query-Policy Misalignment in Preference-Based Reinforcement
+Learning", ICLR 2024; official code huxiao09/QPA ``train_QPA.py``, ``reward_model.py``
+(``get_queries`` over the last ``max_reward_buffer_size`` episodes, ``train_reward_iter``
+with ``get_cropping_mask``), ``agent/sac.py`` (``update_onpolicy_sample``),
+``config/train_QPA.yaml`` and ``run_QPA.sh``. Three mechanisms:
+
+- policy-aligned queries: uniform segment pairs from the last ``recent_episodes`` episodes
+  only (the selector's query pool, ``query_pool_episodes``; uniform sampler);
+- hybrid experience replay (:class:`HybridReplay`): while feedback is open, ``her_ratio`` of
+  every SAC batch comes uniformly from the transitions of those recent episodes, the rest
+  uniformly from the whole buffer;
+- data augmentation: each labelled pair is tiled ``data_aug_ratio`` times, each copy cropped
+  to H − 15 … H − 5 steps (:class:`themis.methods.crop.TemporalCrop`).
+
+The official runs use one reward network (``ensemble_size=1``); ``config/method/qpa.yaml`` sets
+that, the uniform sampler and the query pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from themis.buffers import ReplayBuffer, ReplayBufferSamples
+
+
+@dataclass
+class QPAConfig:
+    """``qpa.*`` keys (``method=qpa`` sets ``enabled``); defaults: ``config/train_QPA.yaml``."""
+
+    enabled: bool = False
+    """Switch QPA on (``method=qpa``)."""
+    recent_episodes: int = 10
+    """Episodes of the query pool and of the recent half of SAC batches
+    (``max_reward_buffer_size``)."""
+    her_ratio: float = 0.5
+    """Share of each SAC batch drawn from the recent episodes (hybrid experience replay)."""
+    data_aug_ratio: int = 20
+    """Cropped copies of each labelled pair in reward training."""
+
+
+class HybridReplay:
+    """SAC batches with ``her_ratio`` of their transitions from the last ``recent_episodes``
+    episodes (uniform over those transitions) while ``active()``; plain uniform batches after.
+
+    Args:
+        buffer: the replay buffer (episodes are stored in order, so the recent episodes are
+            the newest slots).
+        cfg: the ``qpa.*`` keys.
+        active: whether feedback is still open (the official code mixes only until the
+            budget is spent).
+    """
+
+    def __init__(self, buffer: ReplayBuffer, cfg: QPAConfig, active: Callable[[], bool]) -> None:
+        self.buffer, self.cfg, self.active = buffer, cfg, active
+        self._episode = -1
+        self._span = 0
+
+    def recent_span(self) -> int:
+        """Transitions stored for the last ``recent_episodes`` episodes (current included):
+        the earlier ones counted once per episode, the current one from its step counter."""
+        b = self.buffer
+        if not len(b):
+            return 0
+        last = (b.ptr - 1) % b.capacity
+        current = int(b.episode[last])
+        if current != self._episode:
+            first = current - self.cfg.recent_episodes + 1
+            episodes = b.episode[: len(b)]
+            self._span = int(((episodes >= first) & (episodes < current)).sum())
+            self._episode = current
+        return min(len(b), self._span + int(b.t[last]) + 1)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBufferSamples:
+        """One SAC batch (``batch_size`` transitions as tensors)."""
+        b = self.buffer
+        if not self.active():
+            return b.sample(batch_size, rng)
+        recent = int(batch_size * self.cfg.her_ratio)
+        span = self.recent_span()
+        back = rng.integers(0, span, size=recent) if span else np.zeros(0, np.int64)
+        idx = np.concatenate([b.sample_indices(batch_size - recent, rng),
+                              (b.ptr - 1 - back) % b.capacity])
+        return b.samples(idx)
+
+
+__all__ = ["HybridReplay", "QPAConfig"]

@@ -1,0 +1,174 @@
+"""RIME: robust reward learning from noisy preference labels.
+
+Cheng, Xiong, Zhang, Wang, Ji, Li & Wang, "RIME: Robust Preference-based Reinforcement
+Learning with Noisy Preferences", ICML 2024; official code CJReinforce/RIME_ICML2024
+``reward_model_RIME.py`` (``train_reward``), ``train_RIME.py`` and ``run_parallel.sh``.
+
+**Sample selection** (:class:`RobustLabelFilter`), before every reward-training epoch: each
+label's cross-entropy ℓᵢ = −[yᵢ log p̄ᵢ + (1 − yᵢ) log(1 − p̄ᵢ)] under the ensemble-mean
+probability p̄ᵢ = mean_m sigmoid(R¹ − R⁰);
+
+- trusted (kept as given) when ℓᵢ < τ_lower = −ln(x) + α·x + min(β_t · var, 3), where x is a
+  running average (rate 0.1) of the largest trusted ℓ of earlier epochs (0 at first: every label
+  is trusted), var the pooled variance of the trusted ℓ so far, and β_t falls linearly from
+  ``beta_init`` to ``beta_min`` over ``beta_decay_epochs`` reward epochs;
+- flipped (trained with 1 − yᵢ) when ℓᵢ > τ_upper = −ln(``flip_tau``) (the model contradicts
+  the label with probability > 1 − flip_tau); ties are never flipped;
+- otherwise left out of this epoch (kept in the dataset: the next epoch decides again).
+
+A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
+the official code trains on it twice.
+
+**Warm start** (:class:`WarmStart`): during unsupervised pretraining the reward model regresses
+onto the intrinsic (state-entropy) reward the agent is trained on, scaled into [−1, 1] (the
+ensemble's tanh range), ``warm_start_steps`` Adam steps per agent update (mean squared error,
+summed over members), so the first queries are asked with a model that already ranks novel
+states. **No critic reset** at the end of pretraining (``config/method/rime.yaml`` sets
+``reset_critic=false``): the warm-started reward keeps the critic meaningful.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from themis.reward.ensemble import RewardEnsemble
+
+
+@dataclass
+class RIMEConfig:
+    """``rime.*`` keys (``method=rime`` sets ``enabled``); defaults: ``run_parallel.sh``."""
+
+    enabled: bool = False
+    """Switch RIME on (``method=rime``)."""
+    threshold_alpha: float = 0.5
+    """α of the lower threshold −ln(x) + α·x."""
+    beta_init: float = 3.0
+    """β at the first reward epoch (weight of the loss variance in the lower threshold)."""
+    beta_min: float = 1.0
+    """β after ``beta_decay_epochs`` epochs."""
+    beta_decay_epochs: int = 60
+    """Reward epochs over which β falls linearly (60 on DMC, 600 on Meta-World)."""
+    flip_tau: float = 0.001
+    """Labels the model contradicts with probability above 1 − flip_tau are flipped."""
+    warm_start_steps: int = 5
+    """Reward-model steps on the intrinsic reward per pretraining update (0: no warm start)."""
+
+
+class RobustLabelFilter:
+    """Chooses, each epoch, which labels to train on as given, flipped, or not at all.
+
+    Args:
+        cfg: the ``rime.*`` keys.
+    """
+
+    def __init__(self, cfg: RIMEConfig) -> None:
+        self.cfg = cfg
+        self.epochs = 0
+        self.max_ema = 0.0  # x: running average of the largest trusted loss
+        self.mean, self.var, self.count = 0.0, 1.0, 0  # pooled statistics of trusted losses
+        self.kept = self.flipped = self.dropped = 0
+        self.caught = self.discarded_clean = 0
+
+    def beta(self) -> float:
+        c = self.cfg
+        return max(c.beta_min, c.beta_init - (c.beta_init - c.beta_min) / c.beta_decay_epochs
+                   * self.epochs)
+
+    def thresholds(self) -> tuple[float, float]:
+        """``(τ_lower, τ_upper)`` for the coming epoch."""
+        x = self.max_ema
+        lower = -np.log(x + 1e-8) + self.cfg.threshold_alpha * x + min(self.beta() * self.var,
+                                                                       3.0)
+        return float(lower), float(-np.log(self.cfg.flip_tau))
+
+    @torch.no_grad()
+    def select(self, model: RewardEnsemble, obs: torch.Tensor, act: torch.Tensor,
+               labels: torch.Tensor, oracle: np.ndarray | None = None,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The labels of this epoch.
+
+        Args:
+            model: the reward ensemble.
+            obs, act, labels: the dataset's tensors ``(n, 2, H, d)``, ``(n, 2, H, a)``, ``(n,)``.
+            oracle: ``(n,)`` labels of the true returns (for the caught / discarded-clean
+                counts; a synthetic teacher's or the env's truth), or ``None``.
+
+        Returns:
+            ``(index, labels)``: dataset rows to train on and their (possibly flipped) labels.
+        """
+        n = len(labels)
+        chunk = 256
+        p = torch.cat([
+            torch.sigmoid(model.segment_returns(obs[i:i + chunk, 1], act[i:i + chunk, 1])
+                          - model.segment_returns(obs[i:i + chunk, 0], act[i:i + chunk, 0])
+                          ).mean(0) for i in range(0, n, chunk)])
+        loss = F.binary_cross_entropy(p.clamp(1e-7, 1 - 1e-7), labels, reduction="none")
+        lower, upper = self.thresholds()
+        strict = labels != 0.5
+        flipped = (loss > upper) & strict
+        trusted = (loss < lower) & ~flipped
+        trusted_loss = loss[trusted].double().cpu().numpy()
+        if len(trusted_loss):  # official RunningMeanStd(mode="fixed", lr=0.1)
+            self.max_ema += 0.1 * (float(trusted_loss.max()) - self.max_ema)
+            m, v, k = float(trusted_loss.mean()), float(trusted_loss.var()), len(trusted_loss)
+            delta, total = m - self.mean, self.count + k
+            self.var = (self.var * self.count + v * k + delta ** 2 * self.count * k / total) \
+                / total
+            self.mean += 0.1 * delta
+            self.count = total
+        self.epochs += 1
+        self.kept, self.flipped = int(trusted.sum()), int(flipped.sum())
+        self.dropped = n - self.kept - self.flipped
+        if oracle is not None:
+            truth = torch.as_tensor(oracle, device=labels.device)
+            wrong = (labels != truth) & strict & (truth != 0.5)
+            removed = ~trusted  # dropped or flipped: not trained on as given
+            self.caught = int((wrong & removed).sum())
+            self.discarded_clean = int((~wrong & removed).sum())
+        index = torch.cat([torch.nonzero(trusted).squeeze(1), torch.nonzero(flipped).squeeze(1)])
+        return index, torch.cat([labels[trusted], 1.0 - labels[flipped]])
+
+    def state_dict(self) -> dict[str, float]:
+        return {"epochs": self.epochs, "max_ema": self.max_ema, "mean": self.mean,
+                "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.epochs, self.count = int(state["epochs"]), int(state["count"])
+        self.max_ema, self.mean, self.var = (float(state[k]) for k in ("max_ema", "mean", "var"))
+
+
+class WarmStart:
+    """Regresses the reward ensemble onto the pretraining intrinsic reward.
+
+    Args:
+        model: the reward ensemble.
+        optimizer: its Adam optimiser (shared with preference training).
+        steps: gradient steps per call.
+    """
+
+    def __init__(self, model: RewardEnsemble, optimizer: torch.optim.Optimizer,
+                 steps: int) -> None:
+        self.model, self.optimizer, self.steps = model, optimizer, steps
+        self.loss = float("nan")
+
+    def __call__(self, obs: torch.Tensor, action: torch.Tensor, intrinsic: torch.Tensor) -> None:
+        """Shapes: ``obs (B, *obs_shape)``, ``action (B, a)``, ``intrinsic (B,)`` or ``(B, 1)``."""
+        target = intrinsic.reshape(-1).float()
+        target = target / target.abs().max().clamp_min(1e-8)  # into the tanh range [-1, 1]
+        self.model.train()
+        for _ in range(self.steps):
+            pred = self.model(obs, action)  # (E, B)
+            loss = ((pred - target) ** 2).mean(-1).sum()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        self.loss = float(loss.detach()) if self.steps else float("nan")
+
+
+__all__ = ["RIMEConfig", "RobustLabelFilter", "WarmStart"]

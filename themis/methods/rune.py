@@ -1,0 +1,61 @@
+"""RUNE: exploration by the reward model's uncertainty.
+
+Liang, Shu, Lee & Abbeel, "Reward Uncertainty for Exploration in Preference-based
+Reinforcement Learning", ICLR 2022; official code rll-research/rune ``agent/sac_explore.py``
+(``beta``), ``reward_model_explore.py`` (``r_hat_std``) and ``config/agent/sac_explore.yaml``.
+
+The agent's reward is r̂(s, a) + β_t · std_m r̂_m(s, a): the ensemble mean plus β_t times the
+(population) standard deviation over the members, unnormalised, with β_t = β₀ (1 − ρ)^t and t
+the environment step (β₀ 0.05, ρ 1e-5 as in the official scripts; the schedule named
+``linear_decay`` there decays exponentially). SAC: rewards are written when the buffer is
+relabelled and for new transitions, with the β_t of that moment (the official code keeps std
+per transition and multiplies by β_t at each critic update; between two relabels β_t changes
+by a factor (1 − ρ)^num_interact, 0.95 at the defaults). PPO (PrefPPO): each rollout's rewards
+use β_t at collection time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RUNEConfig:
+    """``rune.*`` keys (``method=rune`` sets ``enabled``); defaults: the official scripts."""
+
+    enabled: bool = False
+    """Switch RUNE on (``method=rune``)."""
+    beta_init: float = 0.05
+    """β₀, the weight of the ensemble's std at step 0."""
+    beta_decay: float = 0.00001
+    """ρ: β_t = β₀ (1 − ρ)^t, t in environment steps (0: constant β₀)."""
+
+
+class UncertaintyBonus:
+    """β_t · std of the ensemble's per-step rewards.
+
+    Args:
+        cfg: the ``rune.*`` keys.
+        clock: the current environment step.
+    """
+
+    def __init__(self, cfg: RUNEConfig, clock: Callable[[], int]) -> None:
+        self.cfg, self.clock = cfg, clock
+        self.last_std = float("nan")
+
+    def beta(self, step: int | None = None) -> float:
+        """β_t = β₀ (1 − ρ)^t."""
+        t = self.clock() if step is None else step
+        return float(self.cfg.beta_init * (1.0 - self.cfg.beta_decay) ** t)
+
+    def __call__(self, member_rewards: np.ndarray) -> np.ndarray:
+        """Reward of each row: mean + β_t · std over members; ``(E, n) -> (n,)`` float32."""
+        std = member_rewards.std(axis=0)
+        self.last_std = float(std.mean()) if len(std) else float("nan")
+        return (member_rewards.mean(axis=0) + self.beta() * std).astype(np.float32)
+
+
+__all__ = ["RUNEConfig", "UncertaintyBonus"]

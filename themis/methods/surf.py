@@ -1,0 +1,141 @@
+"""SURF: semi-supervised reward learning with pseudo-labels and temporal cropping.
+
+Park, Seo, Shin, Lee, Abbeel & Lee, "SURF: Semi-supervised Reward Learning with Data
+Augmentation for Feedback-efficient Preference-based Reinforcement Learning", ICLR 2022;
+official code alinlab/SURF ``reward_model_semi_dataaug.py`` (``semi_train_reward``,
+``put_unlabeled_queries``) and ``config/train_PEBBLE_semi_dataaug.yaml``.
+
+Each feedback round also draws ``inv_label_ratio`` × (queries asked) uniform, unlabelled
+segment pairs from the same query pool and keeps them. Every reward-training batch of ``b``
+labelled pairs is joined by ``mu × b`` unlabelled pairs; for each ensemble member (its own
+labels, not the ensemble's): p = P[σ¹ ≻ σ⁰] = sigmoid(R¹ − R⁰) on the uncropped pair, and where
+max(p, 1 − p) ≥ ``threshold_u`` the hard label 1[p > 0.5] is a pseudo-label. The loss adds
+``lambda_u`` × mean over the unlabelled batch of the cross-entropy of the (cropped) pair with
+its pseudo-label, masked (divided by the batch size, not by the number of confident pairs, as
+the official code does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from themis.buffers import SegmentPairs
+
+if TYPE_CHECKING:
+    from themis.reward.ensemble import RewardEnsemble
+
+Returns = Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
+                   tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""The trainer's pair returns: ``(obs, act, labels) -> (R⁰, R¹, labels)`` (crops included)."""
+
+
+
+@dataclass
+class SURFConfig:
+    """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the official yaml, with
+    the README's ``threshold_u`` 0.99."""
+
+    enabled: bool = False
+    """Switch SURF on (``method=surf``)."""
+    threshold_u: float = 0.99
+    """Confidence max(p, 1 − p) an unlabelled pair needs to get a pseudo-label (τ)."""
+    lambda_u: float = 1.0
+    """Weight of the pseudo-label loss."""
+    mu: int = 1
+    """Unlabelled pairs per labelled pair in each training batch."""
+    inv_label_ratio: int = 10
+    """Unlabelled pairs drawn per query asked, each round."""
+    crop_range: int = 5
+    """Temporal cropping: crop lengths in [segment − 2·crop_range, segment] (0: no cropping)."""
+    max_unlabelled: int = 100_000
+    """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k)."""
+
+
+class PseudoLabeler:
+    """Keeps unlabelled segment pairs and gives the pseudo-label loss of a training batch.
+
+    Args:
+        cfg: the ``surf.*`` keys.
+        segment, obs_dim, action_dim: shapes of the stored pairs (observations flattened).
+        obs_dtype: float32, or uint8 for pixels.
+    """
+
+    def __init__(self, cfg: SURFConfig, segment: int, obs_dim: int, action_dim: int,
+                 obs_dtype: np.dtype | type = np.float32) -> None:
+        self.cfg = cfg
+        cap = cfg.max_unlabelled
+        self.observations = np.zeros((cap, 2, segment, obs_dim), dtype=obs_dtype)
+        self.actions = np.zeros((cap, 2, segment, action_dim), dtype=np.float32)
+        self.true_rewards = np.zeros((cap, 2, segment), dtype=np.float32)
+        self.size, self.ptr = 0, 0
+        self.used = 0  # confident pseudo-labels in the last batch
+        self.agreement = float("nan")  # their agreement with the true returns (oracle)
+        self._used_total = self._agree_total = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, pairs: SegmentPairs) -> None:
+        """Keep unlabelled pairs (a ring: the oldest are overwritten past ``max_unlabelled``)."""
+        n, cap = len(pairs), len(self.observations)
+        idx = (self.ptr + np.arange(n)) % cap
+        self.observations[idx] = pairs.observations.reshape(n, *self.observations.shape[1:])
+        self.actions[idx] = pairs.actions
+        self.true_rewards[idx] = pairs.true_rewards
+        self.ptr, self.size = int((self.ptr + n) % cap), min(cap, self.size + n)
+
+    def start_epoch(self) -> None:
+        self._used_total = self._agree_total = 0
+
+    def end_epoch(self) -> None:
+        """Statistics of the epoch: pseudo-labels used and their oracle agreement."""
+        self.used = self._used_total
+        self.agreement = self._agree_total / self._used_total if self._used_total else float(
+            "nan")
+
+    def loss(self, model: RewardEnsemble, batch: int, rng: np.random.Generator,
+             returns: Returns) -> torch.Tensor | None:
+        """The pseudo-label loss of one training batch, or ``None`` without unlabelled pairs.
+
+        Args:
+            model: the reward ensemble (``segment_returns``, ``forward``).
+            batch: labelled pairs in the batch (``mu × batch`` unlabelled ones are drawn for
+                each member).
+            returns: ``(obs (E, n, 2, H, d), act, labels (E, n)) -> (R¹, R², labels)`` of the
+                trainer (cropping included) for the loss; the pseudo-labels themselves come
+                from uncropped pairs.
+        """
+        if self.size == 0:
+            return None
+        ens, n = model.ensemble_size, self.cfg.mu * batch
+        idx = rng.integers(0, self.size, size=(ens, n))
+        device = next(model.parameters()).device
+        obs = torch.as_tensor(self.observations[idx], device=device)  # (E, n, 2, H, d)
+        act = torch.as_tensor(self.actions[idx], device=device)
+        with torch.no_grad():
+            r0 = model.segment_returns(obs[:, :, 0], act[:, :, 0])
+            r1 = model.segment_returns(obs[:, :, 1], act[:, :, 1])
+            p = torch.sigmoid(r1 - r0)
+            confident = torch.maximum(p, 1 - p) >= self.cfg.threshold_u
+            pseudo = (p > 0.5).float()
+        true = self.true_rewards[idx].sum(-1)  # (E, n, 2)
+        oracle = torch.as_tensor(true[..., 1] > true[..., 0], device=device)
+        strict = torch.as_tensor(true[..., 1] != true[..., 0], device=device)
+        self._used_total += int(confident.sum())
+        self._agree_total += int(((pseudo > 0.5) == oracle)[confident & strict].sum()
+                                 + (confident & ~strict).sum())
+        c0, c1, y = returns(obs, act, pseudo)
+        copies = c0.shape[1] // n
+        mask = confident.repeat_interleave(copies, dim=1).float() if copies > 1 \
+            else confident.float()
+        ce = F.binary_cross_entropy_with_logits(c1 - c0, y, reduction="none")
+        return self.cfg.lambda_u * (ce * mask).mean(-1).sum()
+
+
+__all__ = ["PseudoLabeler", "SURFConfig"]
