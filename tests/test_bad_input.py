@@ -27,6 +27,7 @@ from themis.utils import ConfigError
     ("pretrained_snapshot=/nonexistent/snapshot.pt", "does not exist"),
     ("reward_lr=nan", "reward_lr=nan must be a positive number"),
     ("label_port=70000", "label_port=70000 is not a TCP port"),
+    ("method=sruf", "method=sruf is unknown; available: pebble, qpa, rime, rune, surf"),
 ])
 def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
     proc = launch("themis_train.sh", override, f"hydra.run.dir={tmp_path / 'run'}")
@@ -83,6 +84,13 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["xplain_state=true", "xplain_method=lime"], "xplain_method=lime is unknown"),
     (["pretrained_snapshot=/nonexistent/snapshot.pt"], "does not exist"),
     (["prefs_path=/nonexistent/prefs"], "prefs_path=/nonexistent/prefs"),
+    (["method=rune", "ensemble_size=1"], "method=rune adds beta * the ensemble's std"),
+    (["method=qpa", "domain=Box2d", "env=LunarLander-v3"], "use it with SAC (Box actions)"),
+    (["feed_type=1", "ensemble_size=1"], "needs ensemble_size >= 2 (got 1)"),
+    (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 must be in [0.5, 1.0]"),
+    (["method=surf", "surf.crop_range=30"], "surf.crop_range=30 must be >= 0 and leave"),
+    (["method=qpa", "segment=10"], "segment=10 is too short"),
+    (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 must be in [0.0, 1.0]"),
 ])
 def test_bad_values_raise_config_errors_before_training(compose, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as info:
@@ -128,9 +136,15 @@ def test_help_describes_every_key():
     out = proc.stdout
     assert "  env = Hopper-v5\n" in out  # the overrides are applied to what is shown
     assert "  num_interact = 5000\n      Environment steps between feedback rounds." in out
-    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("sac", "ppo")] + \
-        [f"sac.{f.name}" for f in dataclasses.fields(SACConfig)] + \
-        [f"ppo.{f.name}" for f in dataclasses.fields(PPOConfig)]
+    from themis.methods.qpa import QPAConfig
+    from themis.methods.rime import RIMEConfig
+    from themis.methods.rune import RUNEConfig
+    from themis.methods.surf import SURFConfig
+
+    groups = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig, "rune": RUNEConfig,
+              "qpa": QPAConfig, "rime": RIMEConfig}
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in groups] + \
+        [f"{group}.{f.name}" for group, cls in groups.items() for f in dataclasses.fields(cls)]
     lines = out.splitlines()
     for name in names:
         at = next(i for i, line in enumerate(lines) if line.startswith(f"  {name} = "))

@@ -255,12 +255,15 @@ def compose(overrides: list[str] | None = None, name: str = "train_themis",
 
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
-    :class:`TrainConfig`, ``SACConfig`` (``sac.*``) and ``PPOConfig`` (``ppo.*``)."""
+    :class:`TrainConfig`, ``SACConfig`` (``sac.*``), ``PPOConfig`` (``ppo.*``) and the
+    methods' configs (``surf.*``, ``rune.*``, ``qpa.*``, ``rime.*``)."""
     import ast
     import inspect
 
     out: dict[str, str] = {}
-    for prefix, cls in (("", TrainConfig), ("sac.", SACConfig), ("ppo.", PPOConfig)):
+    for prefix, cls in (("", TrainConfig), ("sac.", SACConfig), ("ppo.", PPOConfig),
+                        ("surf.", SURFConfig), ("rune.", RUNEConfig), ("qpa.", QPAConfig),
+                        ("rime.", RIMEConfig)):
         body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
         node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
         for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
@@ -278,14 +281,15 @@ def help_text(cfg: DictConfig) -> str:
     described = key_descriptions()
     lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
              "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|Minigrid, "
-             "teacher=oracle|mistake|noisy|skip|myopic|equal; -m sweeps (Hydra's flags: "
-             "--hydra-help).", ""]
+             "teacher=oracle|mistake|noisy|skip|myopic|equal, method=pebble|surf|rune|qpa|rime "
+             "(several: method=[surf,rune]); -m sweeps (Hydra's flags: --hydra-help).", ""]
     flat = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(flat, dict)
 
     def walk(node: dict[Any, Any], prefix: str = "") -> None:
         for key, value in node.items():
-            if isinstance(value, dict) and value and prefix + key in ("sac", "ppo"):
+            if isinstance(value, dict) and value and prefix + key in ("sac", "ppo", "surf",
+                                                                       "rune", "qpa", "rime"):
                 walk(value, f"{prefix}{key}.")
                 continue
             name = prefix + key

@@ -1,0 +1,240 @@
+"""PEBBLE's successors (themis/methods): each mechanism against a hand-computed case, a tiny
+run per method, a determinism check, and the combinations refused before training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import TINY_PENDULUM
+from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.methods.crop import TemporalCrop
+from themis.methods.qpa import HybridReplay, QPAConfig
+from themis.methods.rime import RIMEConfig, RobustLabelFilter
+from themis.methods.rune import RUNEConfig, UncertaintyBonus
+from themis.methods.surf import PseudoLabeler, SURFConfig
+from themis.train import make_workspace
+
+
+class SumModel(torch.nn.Module):
+    """A one-member 'ensemble' whose segment return is the sum of the observations, so
+    preference probabilities are set by hand."""
+
+    ensemble_size = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self.scale * obs.sum(-1)
+
+    def segment_returns(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        out = self.scale * obs.sum((-1, -2))
+        return out if out.dim() == 2 else out[None]
+
+
+# ------------------------------------------------------------------------------ crops
+def test_crops_have_lengths_in_range_the_same_for_both_segments_and_start_anywhere():
+    crop = TemporalCrop(3, 6)
+    m1, m2, lengths = crop.masks((2, 500), 8, np.random.default_rng(0), torch.device("cpu"))
+    assert set(np.unique(lengths)) == {3, 4, 5, 6}
+    np.testing.assert_array_equal(m1.sum(-1).numpy(), lengths)  # one length per pair ...
+    np.testing.assert_array_equal(m2.sum(-1).numpy(), lengths)  # ... for both segments
+    starts = [m.argmax(-1).numpy() for m in (m1, m2)]
+    assert (starts[0] != starts[1]).mean() > 0.5  # independent starts
+    for m, s in zip((m1, m2), starts, strict=True):  # contiguous windows inside the segment
+        idx = np.arange(8)
+        want = (idx >= s[..., None]) & (idx < (s + lengths)[..., None])
+        np.testing.assert_array_equal(m.numpy().astype(bool), want)
+
+
+def test_qpa_crops_tile_each_pair_and_its_label():
+    crop = TemporalCrop(2, 2, copies=3)  # fixed length 2: returns are sums of 2 steps
+    rewards_1 = torch.ones(1, 2, 4)
+    rewards_2 = torch.arange(8.0).reshape(1, 2, 4)
+    labels = torch.tensor([[0.0, 1.0]])
+    r1, r2, y = crop.returns(rewards_1, rewards_2, labels, np.random.default_rng(1))
+    assert r1.shape == r2.shape == y.shape == (1, 6)
+    assert y.tolist() == [[0.0, 0.0, 0.0, 1.0, 1.0, 1.0]]
+    assert (r1 == 2.0).all()
+    sums = {0: {1.0, 3.0, 5.0}, 1: {9.0, 11.0, 13.0}}  # two consecutive steps of each pair
+    for j, value in enumerate(r2[0].tolist()):
+        assert value in sums[j // 3]
+
+
+# ------------------------------------------------------------------------------- SURF
+def test_surf_pseudo_labels_only_confident_pairs_with_weight_lambda_u():
+    cfg = SURFConfig(enabled=True, threshold_u=0.9, lambda_u=2.0, mu=1)
+    surf = PseudoLabeler(cfg, segment=1, obs_dim=1, action_dim=1)
+    # returns R0 = 0, R1 = 5 (p = 0.993: confident, label 1) or R1 = 1 (p = 0.73: not)
+    obs = np.array([[[[0.0]], [[5.0]]], [[[0.0]], [[1.0]]]], np.float32)
+    true = np.array([[[0.0], [1.0]], [[1.0], [0.0]]], np.float32)
+    surf.add(SegmentPairs(obs, np.zeros((2, 2, 1, 1), np.float32), true,
+                          np.zeros((2, 2), np.int64)))
+    model = SumModel()
+
+    def returns(o, a, y):
+        return model.segment_returns(o[:, :, 0], a[:, :, 0]), \
+            model.segment_returns(o[:, :, 1], a[:, :, 1]), y
+
+    surf.start_epoch()
+    rng = np.random.default_rng(0)
+    loss = surf.loss(model, batch=4, rng=rng, returns=returns)
+    drawn = np.random.default_rng(0).integers(0, 2, size=(1, 4))[0]  # the same draw
+    confident = drawn == 0
+    expected = 2.0 * confident.sum() * -math.log(torch.sigmoid(torch.tensor(5.0)).item()) / 4
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    surf.end_epoch()
+    assert surf.used == confident.sum() and surf.agreement == 1.0  # R1 > R0 truly
+
+
+# ------------------------------------------------------------------------------- RUNE
+def test_rune_reward_is_mean_plus_decaying_beta_times_std():
+    step = [0]
+    bonus = UncertaintyBonus(RUNEConfig(enabled=True, beta_init=0.5, beta_decay=0.1),
+                             clock=lambda: step[0])
+    members = np.array([[1.0, 0.0], [3.0, 0.0]], np.float32)  # (E=2, n=2): std 1 and 0
+    np.testing.assert_allclose(bonus(members), [2.0 + 0.5, 0.0])
+    step[0] = 2
+    assert bonus.beta() == pytest.approx(0.5 * 0.9 ** 2)
+    np.testing.assert_allclose(bonus(members), [2.0 + 0.405, 0.0], rtol=1e-6)
+    assert bonus.last_std == pytest.approx(0.5)
+
+
+# -------------------------------------------------------------------------------- QPA
+def filled_buffer(episode_lengths: list[int]) -> ReplayBuffer:
+    buf = ReplayBuffer((1,), 1, sum(episode_lengths) + 5, torch.device("cpu"))
+    for ep, length in enumerate(episode_lengths):
+        for t in range(length):
+            buf.add(np.array([float(ep)]), np.zeros(1), 0.0, np.zeros(1), False, ep, t, 0.0)
+    return buf
+
+
+def test_qpa_half_of_each_batch_comes_from_the_last_episodes():
+    buf = filled_buffer([30, 20, 10, 7])  # the last 3 episodes (one in progress): 37 steps
+    active = [True]
+    mixer = HybridReplay(buf, QPAConfig(enabled=True, recent_episodes=3, her_ratio=0.5),
+                         active=lambda: active[0])
+    assert mixer.recent_span() == 37
+    batch = mixer.sample(400, np.random.default_rng(0))
+    episodes = batch.observations[:, 0].numpy()
+    assert (episodes[200:] >= 1).all()  # the recent half: episodes 1, 2, 3 only
+    assert set(np.unique(episodes[200:])) == {1.0, 2.0, 3.0}
+    assert (episodes[:200] == 0).mean() > 0.3  # the other half: the whole buffer
+    active[0] = False  # feedback over: uniform batches (as the official code)
+    episodes = mixer.sample(400, np.random.default_rng(1)).observations[:, 0].numpy()
+    assert (episodes == 0).mean() > 0.3
+    buf.add(np.array([3.0]), np.zeros(1), 0.0, np.zeros(1), False, 3, 7, 0.0)
+    assert mixer.recent_span() == 38  # the episode in progress grows
+
+
+def test_qpa_queries_come_from_the_last_episodes(compose):
+    cfg = compose(["method=qpa"])
+    assert cfg.query_pool_episodes == 10 and str(cfg.feed_type) == "0"
+    assert cfg.ensemble_size == 1
+    assert compose(["method=qpa", "qpa.recent_episodes=4"]).query_pool_episodes == 4
+
+
+# ------------------------------------------------------------------------------- RIME
+def test_rime_keeps_drops_and_flips_labels_by_their_loss():
+    rime = RobustLabelFilter(RIMEConfig(enabled=True, threshold_alpha=0.5))
+    rime.max_ema, rime.var = 1.0, 0.0  # τ_lower = −ln 1 + 0.5 · 1 + 0 = 0.5
+    lower, upper = rime.thresholds()
+    assert lower == pytest.approx(0.5) and upper == pytest.approx(-math.log(0.001))
+    # p(segment 2 preferred) = sigmoid(R1 − R0) with R1 − R0 = logit(p), label 1 for all
+    p = np.array([0.9, 0.3, 0.0005, 0.0005])
+    logits = np.log(p / (1 - p)).astype(np.float32)
+    obs = torch.zeros(4, 2, 1, 1)
+    obs[:, 1, 0, 0] = torch.from_numpy(logits)
+    labels = torch.tensor([1.0, 1.0, 1.0, 0.5])  # the last is a tie: never flipped
+    oracle = np.array([1.0, 0.0, 0.0, 0.5], np.float32)  # rows 1 and 2 are corrupted labels
+    index, used = rime.select(SumModel(), obs, torch.zeros(4, 2, 1, 1), labels, oracle)
+    # ℓ = 0.105 (kept), 1.20 (dropped), 7.6 (flipped), 0.5·7.6 (tie: dropped, not flipped)
+    assert index.tolist() == [0, 2] and used.tolist() == [1.0, 0.0]
+    assert (rime.kept, rime.flipped, rime.dropped) == (1, 1, 2)
+    assert (rime.caught, rime.discarded_clean) == (2, 1)
+    assert rime.max_ema == pytest.approx(1.0 + 0.1 * (-math.log(0.9) - 1.0))
+
+
+def test_rime_trusts_every_label_first_and_beta_decays_linearly():
+    rime = RobustLabelFilter(RIMEConfig(enabled=True, beta_init=3.0, beta_min=1.0,
+                                        beta_decay_epochs=4))
+    assert rime.thresholds()[0] > 18  # x = 0: −ln(1e-8), everything is trusted at first
+    betas = []
+    for _ in range(6):
+        betas.append(rime.beta())
+        rime.epochs += 1
+    assert betas == pytest.approx([3.0, 2.5, 2.0, 1.5, 1.0, 1.0])
+
+
+# ------------------------------------------------------------------ runs per method
+@pytest.mark.parametrize("method, columns", [
+    ("surf", ["unlabelled", "pseudo_labels", "pseudo_agreement"]),
+    ("rune", ["rune_beta", "rune_std"]),
+    ("qpa", []),
+    ("rime", ["rime_kept", "rime_flipped", "rime_caught", "rime_discarded_clean",
+              "warm_start_loss"]),
+    ("[surf,rune]", ["pseudo_labels", "rune_beta"]),
+])
+def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, columns):
+    # a tiny model is rarely 99 % sure: a lower threshold lets pseudo-labels through
+    ws = make_workspace(compose([*TINY_PENDULUM, f"method={method}", "surf.threshold_u=0.6"]),
+                        tmp_path)
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert len(rounds) == 3 and rounds["epochs"].min() > 0
+    for column in columns:  # (the agent's reward is first computed after round 1)
+        assert column in rounds and rounds[column].iloc[1:].notna().all(), column
+    if "surf" in method:
+        assert (rounds["unlabelled"] == [100, 200, 300]).all()  # 10 per query asked
+        assert rounds["pseudo_labels"].iloc[-1] > 0
+    if method == "rune":
+        assert (rounds["rune_beta"] < 0.05).all() and (rounds["rune_std"].iloc[1:] > 0).all()
+    if method == "rime":
+        assert (rounds["rime_kept"] + rounds["rime_flipped"] + rounds["rime_dropped"]
+                == rounds["labeled_feedback"]).all()
+    assert pd.read_csv(tmp_path / "eval.csv")["episode_reward"].notna().all()
+
+
+def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rime", "reset_update=0"]), tmp_path)
+    before = [p.detach().clone() for p in ws.reward_model.parameters()]
+    ws.run(until=ws.pretrain_end)
+    assert any(not torch.equal(a, b) for a, b in zip(before, ws.reward_model.parameters(),
+                                                      strict=True))  # trained in pretraining
+    assert ws.learner.warm.loss < 0.5  # fits the scaled intrinsic reward (chance: ~1)
+    critic = [p.detach().clone() for p in ws.agent.critic.parameters()]
+    ws.agent.update = lambda batch, step, **kw: {}
+    ws.run(until=ws.pretrain_end + 1)
+    assert all(torch.equal(a, b) for a, b in zip(critic, ws.agent.critic.parameters(),
+                                                  strict=True))  # no critic reset
+
+
+def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
+    from tests.test_wiring import PPO_TINY
+
+    ws = make_workspace(compose([*PPO_TINY, "num_train_steps=700", "method=rune",
+                                 "rune.beta_init=1.0", "rune.beta_decay=0"]), tmp_path)
+    ws.run()
+    obs = ws.buffer.obs[:50].reshape(50, -1)
+    act = np.eye(ws.action_dim, dtype=np.float32)[np.zeros(50, int)]
+    members = ws.reward_model.predict_members(obs, act)
+    np.testing.assert_allclose(ws.learner.reward(obs, act),
+                               members.mean(0) + members.std(0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_method_run_is_deterministic(compose, tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        ws = make_workspace(compose([*TINY_PENDULUM, "method=[surf,rime]"]), tmp_path / name)
+        ws.run()
+        ws.finish()
+        outputs.append([pd.read_csv(tmp_path / name / f) for f in ("eval.csv", "reward.csv")])
+    for a, b in zip(*outputs, strict=True):
+        pd.testing.assert_frame_equal(a, b)
