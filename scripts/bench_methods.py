@@ -1,0 +1,178 @@
+#!/usr/bin/env python
+"""PEBBLE and its successors side by side: one IQM table, methods × envs × budgets × seeds.
+
+    python scripts/bench_methods.py                                   # the grid of issue 18
+    python scripts/bench_methods.py --envs HalfCheetah-v5 --steps 20000 --seeds 0 --budgets 100
+    python scripts/bench_methods.py --jobs 4 --out results/methods     # resumable: run again
+    python scripts/bench_methods.py --noisy HalfCheetah-v5             # + PEBBLE vs RIME, 30 %
+                                                                      #   wrong labels
+    python scripts/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
+
+Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
+``method=``, ``max_feedback=``, ``seed=``; ``learn_reward=false`` for the SAC ceiling), in
+``OUT/<env>/<budget>/<method>/seed<k>/``; a run whose ``eval.csv`` reached the last step is
+skipped, so an interrupted benchmark continues where it stopped. Runs go ``--jobs`` at a time,
+each with cores / jobs PyTorch threads. The query schedule is the same for every method:
+``reward_batch`` = budget / ``--rounds`` (10 rounds, ``num_interact`` apart). With ``--noisy
+ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and RIME's runs on
+ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
+after ``--`` go to every run.
+
+Printed last: per env and budget, each method's final true return as the interquartile mean
+over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
+SAC's IQM on the true reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("sac", "pebble", "surf", "rune", "qpa", "rime")
+
+
+def load_summarize():
+    """``scripts/summarize.py`` as a module (its IQM and bootstrap CI)."""
+    spec = importlib.util.spec_from_file_location("summarize", ROOT / "scripts" / "summarize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def overrides(domain: str, env: str, steps: int, budget: int, method: str, seed: int,
+              rounds: int, threads: int, noisy: bool, extra: list[str]) -> list[str]:
+    """The command line of one run."""
+    out = [f"domain={domain}", f"env={env}", f"num_train_steps={steps}", f"seed={seed}",
+           f"torch_threads={threads}", f"eval_frequency={max(steps // 10, 100)}", *extra]
+    if method == "sac":
+        return [*out, "learn_reward=false"]
+    out += [f"method={method}", f"max_feedback={budget}",
+            f"reward_batch={max(1, budget // rounds)}"]
+    if noisy:
+        out += ["teacher=mistake", "teacher_eps_mistake=0.3"]
+    return out
+
+
+def finished(run: Path, steps: int) -> bool:
+    eval_csv = run / "eval.csv"
+    if not eval_csv.is_file() or eval_csv.stat().st_size == 0:
+        return False
+    return int(pd.read_csv(eval_csv)["step"].iloc[-1]) >= steps
+
+
+def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
+    run.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        return subprocess.call([str(ROOT / "themis_train.sh"), *args, f"hydra.run.dir={run}"],
+                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                               env={**os.environ, "THEMIS_THREADS": str(threads)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--domain", default="Control")
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--budgets", nargs="+", type=int, default=[100, 500])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=10, help="feedback rounds per budget")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--noisy", metavar="ENV", help="also PEBBLE vs RIME with 30 %% "
+                        "wrong labels on ENV")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_methods")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
+    args = parser.parse_args(argv)
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    grid = []
+    for env in args.envs:
+        for budget in args.budgets:
+            for method in args.methods:
+                for seed in args.seeds:
+                    grid.append((env, budget, method, seed, False))
+    if args.noisy:
+        for method in ("pebble", "rime"):
+            for seed in args.seeds:
+                grid.append((args.noisy, max(args.budgets), method, seed, True))
+    todo = []
+    for env, budget, method, seed, noisy in grid:
+        run = args.out / ("noisy" if noisy else "clean") / env / str(budget) / method / \
+            f"seed{seed}"
+        if not finished(run, args.steps):
+            todo.append((run, overrides(args.domain, env, args.steps, budget, method, seed,
+                                        args.rounds, threads, noisy, args.extra)))
+    print(f"{len(grid)} runs, {len(grid) - len(todo)} already done, {len(todo)} to go "
+          f"({args.jobs} at a time, {threads} threads each); logs: OUT/.../run.log", flush=True)
+    failed = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = {pool.submit(run_one, run, o, run.with_name(run.name + ".log"), threads): run
+                   for run, o in todo}
+        for n, (future, run) in enumerate(futures.items(), 1):
+            code = future.result()
+            print(f"[{n}/{len(todo)}] {run.relative_to(args.out)}: "
+                  f"{'done' if code == 0 else f'failed ({code})'}", flush=True)
+            if code != 0:
+                failed.append(run)
+    summarize = load_summarize()
+    rows = []
+    for env, budget, method, seed, noisy in grid:
+        run = args.out / ("noisy" if noisy else "clean") / env / str(budget) / method / \
+            f"seed{seed}"
+        if finished(run, args.steps):
+            curve = pd.read_csv(run / "eval.csv")
+            rewards = pd.read_csv(run / "reward.csv") if (run / "reward.csv").is_file() \
+                else pd.DataFrame()
+            rows.append({"env": env, "budget": budget, "method": method, "seed": seed,
+                         "noisy": noisy, "final": float(curve["episode_reward"].iloc[-1]),
+                         "caught": rewards["rime_caught"].iloc[-1]
+                         if "rime_caught" in rewards else np.nan,
+                         "discarded": rewards["rime_discarded_clean"].iloc[-1]
+                         if "rime_discarded_clean" in rewards else np.nan})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        print("bench_methods: no finished run", file=sys.stderr)
+        return 1
+    print(f"\nfinal true return (eval), IQM over seeds [95 % bootstrap CI]; {args.steps} steps, "
+          f"oracle teacher, reward_batch = budget / {args.rounds}\n")
+    print("| env | queries | method | seeds | IQM [95 % CI] | ratio to SAC |")
+    print("|---|---|---|---|---|---|")
+    for (env, budget), group in table[~table["noisy"]].groupby(["env", "budget"], sort=False):
+        sac = group[group["method"] == "sac"]["final"].to_numpy()
+        ceiling = summarize.iqm_with_ci(sac, args.reps)[0] if len(sac) else np.nan
+        for method, runs in group.groupby("method", sort=False):
+            iqm, lo, hi = summarize.iqm_with_ci(runs["final"].to_numpy(), args.reps)
+            ratio = iqm / ceiling if np.isfinite(ceiling) and ceiling else np.nan
+            print(f"| {env} | {'-' if method == 'sac' else budget} | {method} | {len(runs)} | "
+                  f"{iqm:.0f} [{lo:.0f}, {hi:.0f}] | {ratio:.2f} |")
+    noisy = table[table["noisy"]]
+    if len(noisy):
+        print(f"\nnoisy labels: mistake teacher, teacher_eps_mistake=0.3, {args.noisy}, "
+              f"{max(args.budgets)} queries\n")
+        print("| method | seeds | IQM [95 % CI] | wrong labels caught | clean labels discarded |")
+        print("|---|---|---|---|---|")
+        for method, runs in noisy.groupby("method", sort=False):
+            iqm, lo, hi = summarize.iqm_with_ci(runs["final"].to_numpy(), args.reps)
+            caught = runs["caught"].mean()
+            discarded = runs["discarded"].mean()
+            print(f"| {method} | {len(runs)} | {iqm:.0f} [{lo:.0f}, {hi:.0f}] | "
+                  f"{'-' if np.isnan(caught) else f'{caught:.0f}'} | "
+                  f"{'-' if np.isnan(discarded) else f'{discarded:.0f}'} |")
+    if failed:
+        print(f"\n{len(failed)} runs failed; see their .log files", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
