@@ -7,7 +7,8 @@
 Every run dir below SWEEP_DIR that holds ``eval.csv`` and ``.hydra/overrides.yaml`` is one run;
 its *setting* is its command-line overrides minus ``seed``. For each setting the table gives the
 number of runs, mean and std of the final eval return, and the interquartile mean (IQM) with a
-95 % bootstrap confidence interval (Agarwal et al. 2021; SciPy's bootstrap). Written
+95 % bootstrap confidence interval (Agarwal et al. 2021; SciPy's bootstrap); for envs that log a
+``success_rate`` (Meta-World), the final success rate's IQM and CI too. Written
 to ``--out`` (default SWEEP_DIR): ``summary.md``, ``summary.csv``, ``learning_curves.png`` (all
 settings, mean ± std over seeds) and ``curves/<setting>.png`` (one plot per setting, every seed).
 """
@@ -56,7 +57,9 @@ def find_runs(sweep_dir: Path) -> pd.DataFrame:
                      "run_dir": str(run_dir),
                      "final_return": float(curve["episode_reward"].iloc[-1]),
                      "final_step": int(curve["step"].iloc[-1]),
-                     "total_feedback": int(curve["total_feedback"].iloc[-1]), "curve": curve})
+                     "total_feedback": int(curve["total_feedback"].iloc[-1]),
+                     "final_success": float(curve["success_rate"].iloc[-1])
+                     if "success_rate" in curve else float("nan"), "curve": curve})
     return pd.DataFrame(rows)
 
 
@@ -88,6 +91,10 @@ def summarize(runs: pd.DataFrame, reps: int) -> pd.DataFrame:
                       "std": scores.std(ddof=1) if len(scores) > 1 else 0.0,
                       "iqm": iqm, "iqm_ci_low": lo, "iqm_ci_high": hi,
                       "total_feedback": int(group["total_feedback"].mean())})
+        success = group["final_success"].to_numpy()
+        if np.isfinite(success).any():  # Meta-World: final success rate, same estimator
+            s_iqm, s_lo, s_hi = iqm_with_ci(success[np.isfinite(success)], reps)
+            table[-1].update(success_iqm=s_iqm, success_ci_low=s_lo, success_ci_high=s_hi)
     return pd.DataFrame(table)
 
 
@@ -143,12 +150,17 @@ def plot_setting_curves(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def to_markdown(table: pd.DataFrame) -> str:
     """The table as GitHub Markdown (no extra dependency)."""
-    header = ["setting", "runs", "final step", "mean", "std", "IQM [95% CI]", "feedback"]
+    success = "success_iqm" in table
+    header = ["setting", "runs", "final step", "mean", "std", "IQM [95% CI]", "feedback"] + \
+        (["success rate IQM [95% CI]"] if success else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in table.itertuples():
-        lines.append(f"| {r.setting} | {r.runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
-                     f"{r.iqm:.1f} [{r.iqm_ci_low:.1f}, {r.iqm_ci_high:.1f}] | "
-                     f"{r.total_feedback} |")
+        line = (f"| {r.setting} | {r.runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
+                f"{r.iqm:.1f} [{r.iqm_ci_low:.1f}, {r.iqm_ci_high:.1f}] | {r.total_feedback} |")
+        if success:
+            line += (f" {r.success_iqm:.2f} [{r.success_ci_low:.2f}, {r.success_ci_high:.2f}] |"
+                     if np.isfinite(r.success_iqm) else " - |")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,7 @@ def fake_run(root, name, overrides, steps, returns, feedback=100):
     (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     pd.DataFrame({"step": steps, "episode_reward": returns,
                   "total_feedback": [feedback] * len(steps)}).to_csv(run / "eval.csv", index=False)
+    return run
 
 
 def test_summarize_table_statistics(tmp_path):
@@ -51,6 +52,21 @@ def test_summarize_table_statistics(tmp_path):
     assert "| feed_type=0 | 4 | 2000 | 26.5 |" in (tmp_path / "summary.md").read_text()
     for png in ("learning_curves.png", "curves/feed_type=0.png", "curves/feed_type=1.png"):
         assert (tmp_path / png).stat().st_size > 1000, png
+
+
+def test_summarize_aggregates_the_success_rate_of_meta_world_runs(tmp_path):
+    for seed, success in enumerate([0.0, 0.5, 1.0, 1.0]):
+        run = fake_run(tmp_path, f"s{seed}", ["env=door-open-v3", f"seed={seed}"],
+                       [1000, 2000], [0.0, 10.0])
+        curve = pd.read_csv(run / "eval.csv")
+        curve["success_rate"] = [0.0, success]
+        curve.to_csv(run / "eval.csv", index=False)
+    proc = summarize(tmp_path, "--reps", "200")
+    assert proc.returncode == 0, proc.stderr
+    row = pd.read_csv(tmp_path / "summary.csv").iloc[0]
+    assert row["success_iqm"] == pytest.approx(0.75)  # middle half of 0, .5, 1, 1
+    assert row["success_ci_low"] <= 0.75 <= row["success_ci_high"]
+    assert "success rate IQM" in (tmp_path / "summary.md").read_text()
 
 
 def test_summarize_reports_a_folder_without_runs(tmp_path):

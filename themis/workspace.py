@@ -271,17 +271,22 @@ class Workspace:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> float:
         """Mean true return of ``num_eval_episodes`` episodes (the driver's evaluation action:
-        SAC's mean action, a PPO sample); one ``eval.csv`` row."""
-        returns = []
+        SAC's mean action, a PPO sample); one ``eval.csv`` row, with ``success_rate`` (share of
+        episodes where ``info["success"]`` was true at some step) for envs that report it."""
+        returns, successes = [], []
         for i in range(self.cfg.num_eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.seed + 10_000 + i)
-            done, ret = False, 0.0
+            done, ret, success = False, 0.0, None
             while not done:
-                obs, reward, terminated, truncated, _ = self.eval_env.step(
+                obs, reward, terminated, truncated, info = self.eval_env.step(
                     self.driver.eval_action(self, obs))
                 ret += float(reward)
                 done = terminated or truncated
+                if "success" in info:  # Meta-World: solved at any step of the episode
+                    success = bool(success) or bool(info["success"])
             returns.append(ret)
+            if success is not None:
+                successes.append(success)
         stats = self.learner.stats.as_dict() if self.learner is not None else \
             {"skip_fraction": float("nan"), "equal_fraction": float("nan"),
              "oracle_agreement": float("nan")}
@@ -290,6 +295,8 @@ class Workspace:
                "episode_reward_std": float(np.std(returns)),
                "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
                "reward_accuracy": self.reward_accuracy, **stats}
+        if successes:  # envs that report info["success"] (Meta-World)
+            row["success_rate"] = float(np.mean(successes))
         self.logger.eval.write(row)
         self.logger.console("eval", row)
         return row["episode_reward"]
