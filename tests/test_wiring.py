@@ -173,8 +173,9 @@ def _assert_same_state(a: Any, b: Any, path: str = "state") -> None:
         assert a == b, path
 
 
-@pytest.mark.parametrize("agent", [["feed_type=3", "teacher=noisy"], PPO_TINY[-4:]],
-                         ids=["sac", "ppo"])
+@pytest.mark.parametrize("agent", [["feed_type=3", "teacher=noisy"], PPO_TINY[-4:],
+                                   ["method=[surf,rime]", "teacher=mistake"]],
+                         ids=["sac", "ppo", "surf+rime"])
 def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     cfg = compose([*TINY_PENDULUM, *agent])
     ws = make_workspace(cfg, tmp_path)
@@ -189,6 +190,9 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
         assert state.pop("episode") == saved.pop("episode") + 1
     _assert_same_state(saved, state)
     assert resumed.learner.teacher.margin == ws.learner.teacher.margin != 0.0
+    if ws.learner.pseudo is not None:  # SURF's unlabelled pairs and RIME's statistics
+        assert len(resumed.learner.pseudo) == len(ws.learner.pseudo) > 0
+        assert resumed.learner.trainer.label_filter.epochs == ws.learner.trainer.label_filter.epochs > 0
     assert len(resumed.learner.dataset) == len(ws.learner.dataset)
     np.testing.assert_array_equal(resumed.learner.dataset.labels[: len(ws.learner.dataset)],
                                   ws.learner.dataset.labels[: len(ws.learner.dataset)])

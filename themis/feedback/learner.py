@@ -297,6 +297,9 @@ class PreferenceLearner:
             "teacher_rng": self.teacher.rng.bit_generator.state,
             "teacher_margin": self.teacher.margin,
             "dataset_size": len(self.dataset),
+            **({"rime_filter": self.trainer.label_filter.state_dict()}
+               if self.trainer.label_filter is not None else {}),
+            **({"surf_unlabelled": self.pseudo.state_dict()} if self.pseudo is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:
@@ -319,6 +322,10 @@ class PreferenceLearner:
         self.trainer.rng.bit_generator.state = state["reward_trainer_rng"]
         self.teacher.rng.bit_generator.state = state["teacher_rng"]
         self.teacher.set_margin(state["teacher_margin"])
+        if self.trainer.label_filter is not None and "rime_filter" in state:
+            self.trainer.label_filter.load_state_dict(state["rime_filter"])
+        if self.pseudo is not None and "surf_unlabelled" in state:
+            self.pseudo.load_state_dict(state["surf_unlabelled"])
         self.dataset = self.resumed_dataset(int(state["dataset_size"]))
         self.reconcile_web_answers()
 

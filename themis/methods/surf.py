@@ -90,6 +90,18 @@ class PseudoLabeler:
         self.true_rewards[idx] = pairs.true_rewards
         self.ptr, self.size = int((self.ptr + n) % cap), min(cap, self.size + n)
 
+    def state_dict(self) -> dict[str, object]:
+        """The unlabelled pairs in ring order (oldest first) for checkpoints."""
+        order = (self.ptr - self.size + np.arange(self.size)) % len(self.observations)
+        return {"observations": self.observations[order], "actions": self.actions[order],
+                "true_rewards": self.true_rewards[order]}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.size = self.ptr = 0
+        n = len(state["observations"])
+        self.add(SegmentPairs(state["observations"], state["actions"], state["true_rewards"],
+                              np.zeros((n, 2), np.int64)))
+
     def start_epoch(self) -> None:
         self._used_total = self._agree_total = 0
 
