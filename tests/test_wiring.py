@@ -192,7 +192,8 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     assert resumed.learner.teacher.margin == ws.learner.teacher.margin != 0.0
     if ws.learner.pseudo is not None:  # SURF's unlabelled pairs and RIME's statistics
         assert len(resumed.learner.pseudo) == len(ws.learner.pseudo) > 0
-        assert resumed.learner.trainer.label_filter.epochs == ws.learner.trainer.label_filter.epochs > 0
+        epochs = ws.learner.trainer.label_filter.epochs
+        assert resumed.learner.trainer.label_filter.epochs == epochs > 0
     assert len(resumed.learner.dataset) == len(ws.learner.dataset)
     np.testing.assert_array_equal(resumed.learner.dataset.labels[: len(ws.learner.dataset)],
                                   ws.learner.dataset.labels[: len(ws.learner.dataset)])
