@@ -136,6 +136,12 @@ def feature_names(env: Any, obs_dim: int) -> list[str]:
     ``observation_structure`` (positions ``qpos:NAME``, velocities ``qvel:NAME``, then other
     blocks as ``BLOCK[i]``); ``obs[i]`` where an env documents nothing."""
     names: list[str] = []
+    inner: Any = env
+    while inner is not None:  # a wrapper that names its features (DMC, Meta-World)
+        listed = inner.__dict__.get("feature_names") if hasattr(inner, "__dict__") else None
+        if listed is not None and len(listed) == obs_dim:
+            return list(listed)
+        inner = getattr(inner, "env", None)
     base = getattr(env, "unwrapped", env)
     structure = getattr(base, "observation_structure", None)
     model = getattr(base, "model", None)

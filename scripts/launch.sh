@@ -7,8 +7,8 @@ set -euo pipefail
 module="$1"
 shift
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="python3"
-if [ -x "$root/.venv/bin/python" ]; then
+python="${THEMIS_PYTHON:-python3}"  # THEMIS_PYTHON: another environment's interpreter
+if [ -z "${THEMIS_PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ]; then
   python="$root/.venv/bin/python"
 fi
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere.

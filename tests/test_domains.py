@@ -38,6 +38,10 @@ DOMAIN_ENVS = [
     ("BabyAI", "GoToRedBallGrey-v0", "BabyAI-GoToRedBallGrey-v0", (4 + 51, 7, 7), np.uint8,
      gym.spaces.Discrete),
     ("Control", "HalfCheetah-v5", "HalfCheetah-v5", (17,), np.float64, gym.spaces.Box),
+    ("DMC", "walker_walk", "dm_control/walker-walk-v0", (24,), np.float32, gym.spaces.Box),
+    ("DMC", "quadruped-walk", "dm_control/quadruped-walk-v0", (78,), np.float32,
+     gym.spaces.Box),
+    ("MetaWorld", "door-open-v3", "door-open-v3", (39,), np.float32, gym.spaces.Box),
 ]
 
 
@@ -186,6 +190,63 @@ TINY_PPO = ["num_train_steps=1536", "num_seed_steps=128", "num_unsup_steps=384",
             "eval_frequency=768", "num_eval_episodes=1", "log_frequency=512",
             "ppo.num_envs=4", "ppo.num_steps=64", "reward_hidden_dim=32", "reward_update=3",
             "sac.hidden_dim=32", "sac.batch_size=32", "entropy_pool_size=256", "reset_update=2"]
+
+
+def test_dmc_names_its_features_and_meta_world_keeps_one_goal_per_seed():
+    from lib.explain import feature_names
+
+    walker = make_env("DMC", "walker-walk", seed=0)
+    names = feature_names(walker, 24)
+    assert names[:2] == ["height", "orientations[0]"] and names[-1] == "velocity[8]"
+    walker.close()
+    goals = []
+    for seed in (0, 0, 1):
+        env = make_env("MetaWorld", "door-open", seed=seed + 10_000, task_seed=seed)
+        first = env.reset()[0][-3:]
+        again = env.reset()[0][-3:]
+        np.testing.assert_array_equal(first, again)  # one goal for the whole run
+        goals.append(first)
+        assert feature_names(env, 39)[-1] == "goal_z"
+        env.close()
+    np.testing.assert_array_equal(goals[0], goals[1])  # the task seed decides it ...
+    assert not np.array_equal(goals[0], goals[2])  # ... and seeds differ
+
+
+@pytest.mark.parametrize("domain,env_id", [("DMC", "walker_walk"), ("DMC", "cheetah_run")])
+def test_dmc_clips_follow_the_agent(domain, env_id):
+    """Clips of DMC come from the suite's tracking camera: moved 3 m and 10 m along x, the
+    agent stays in the frame's centre."""
+    env = make_env(domain, env_id, seed=0, render_mode="rgb_array", render_size=128)
+    physics = env.unwrapped._env.physics
+    centre = []
+    for x in (0.0, 3.0, 10.0):
+        with physics.reset_context():
+            physics.data.qpos[0] = x
+        centre.append(env.render()[40:88, 40:88].astype(float))
+    env.close()
+    for moved in centre[1:]:
+        assert np.abs(moved - centre[0]).mean() < 10.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [
+    ["domain=DMC", "env=walker_walk", "num_train_steps=1500", "num_seed_steps=100",
+     "num_unsup_steps=200", "eval_frequency=1500", "segment=20"],
+    ["domain=MetaWorld", "env=button-press-v3", "num_train_steps=900", "num_seed_steps=100",
+     "num_unsup_steps=200", "eval_frequency=900", "xplain_state=true",
+     "xplain_clips_per_round=1", "human_frame_size=48"],
+], ids=["DMC", "MetaWorld"])
+def test_dmc_and_meta_world_train_end_to_end(tmp_path, overrides):
+    proc = launch("themis_train.sh", *TINY_PPO, *overrides, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "agent sac (auto" in proc.stdout and "Traceback" not in proc.stderr
+    evals = pd.read_csv(tmp_path / "eval.csv")
+    assert evals["episode_reward"].notna().all()
+    if "domain=MetaWorld" in overrides:  # the success rate beside the return
+        assert evals["success_rate"].between(0, 1).all()
+        assert list((tmp_path / "queries").glob("*.mp4"))  # explained clips render
+    else:
+        assert "success_rate" not in evals
 
 
 @pytest.mark.slow

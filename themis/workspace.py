@@ -95,7 +95,8 @@ class Workspace:
         self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
                             render_mode="rgb_array" if self.needs_frames else None,
                             render_size=frame_size(cfg), **cfg.env_kwargs)
-        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, **cfg.env_kwargs)
+        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
+                                 **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
         if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:

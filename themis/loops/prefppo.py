@@ -163,7 +163,7 @@ def run(ws: Workspace, until: int) -> None:
     if len(stored):  # continuing (e.g. from a snapshot): new ids after the stored ones
         ws.episodes_started = max(ws.episodes_started, int(stored.max()) + 1)
     def env_maker(i: int) -> Any:
-        return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i,
+        return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, task_seed=cfg.seed,
                                 render_mode="rgb_array" if ws.needs_frames else None,
                                 **cfg.env_kwargs)
 

@@ -76,7 +76,7 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
                        ("rime.beta_decay_epochs", cfg.rime.beta_decay_epochs)):
         if value < 1:
             raise ConfigError(f"{key}={value} must be at least 1")
-    if cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment:
+    if "surf" in methods and (cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment):
         raise ConfigError(f"surf.crop_range={cfg.surf.crop_range} must be >= 0 and leave "
                           f"segments of at least one step (segment={cfg.segment})")
     if "qpa" in methods and cfg.segment <= 15:
