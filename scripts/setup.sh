@@ -53,6 +53,12 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 
+# MuJoCo 4 ships as mujoco + mujoco-core + mujoco-studio; going back to the pinned 3.3.0 (the
+# version Meta-World needs, see pyproject.toml) must remove all three, or 4.0's plugins stay
+if .venv/bin/python -m pip show mujoco-core >/dev/null 2>&1; then
+  echo "[setup] replacing MuJoCo 4 with the pinned MuJoCo 3.3.0"
+  "${pip[@]}" uninstall -y mujoco mujoco-core mujoco-studio
+fi
 echo "[setup] installing themis with dev extras"
 "${pip[@]}" install -e ".[dev]"
 .venv/bin/python -c "import themis, torch, gymnasium, mujoco; print(f'[setup] ok: themis {themis.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}, mujoco {mujoco.__version__}')"

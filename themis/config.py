@@ -35,7 +35,8 @@ class TrainConfig:
 
     # --- experiment
     domain: str = "Control"
-    """Environment family: Control (MuJoCo), ALE (Atari), Box2d, Minigrid, BabyAI, Classic."""
+    """Environment family: Control (MuJoCo), DMC (DeepMind Control), MetaWorld, ALE (Atari),
+    Box2d, Minigrid, BabyAI, Classic."""
     env: str = "HalfCheetah-v5"
     """Environment name within the domain (short or full gymnasium id)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -280,7 +281,7 @@ def help_text(cfg: DictConfig) -> str:
 
     described = key_descriptions()
     lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
-             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|Minigrid, "
+             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld, "
              "teacher=oracle|mistake|noisy|skip|myopic|equal, method=pebble|surf|rune|qpa|rime "
              "(several: method=[surf,rune]); -m sweeps (Hydra's flags: --hydra-help).", ""]
     flat = OmegaConf.to_container(cfg, resolve=False)
