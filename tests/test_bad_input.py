@@ -28,9 +28,11 @@ from themis.utils import ConfigError
     ("reward_lr=nan", "reward_lr=nan must be a positive number"),
     ("label_port=70000", "label_port=70000 is not a TCP port"),
     ("method=sruf", "method=sruf is unknown; available: pebble, qpa, rime, rune, surf"),
+    ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
+    ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
 ])
 def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
-    proc = launch("themis_train.sh", override, f"hydra.run.dir={tmp_path / 'run'}")
+    proc = launch("themis_train.sh", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("themis: error: ") and message in lines[-1], proc.stderr
