@@ -193,6 +193,8 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             df = pd.read_csv(eval_csv)
             curve = df[["step", "episode_reward"]].astype(float).values.tolist()
         out["learning_curve"] = curve
+        out["labelers"] = [{k: (None if isinstance(v, float) and v != v else v)  # NaN: none
+                            for k, v in row.items()} for row in store.labeler_scores()]
         return out
 
     return BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts)))
@@ -319,7 +321,9 @@ STATUS_PAGE = """<!doctype html>
 <p>Queries: <span id="queries"></span> · pending: <span id="pending"></span> · answers:
  <span id="answers"></span> · agreement between labelers: <span id="agreement"></span></p>
 <h2>Learning curve (true return)</h2><svg id="curve" width="600" height="250"></svg>
-<h2>Labels per labeler</h2><table id="labelers"><tr><th>labeler</th><th>labels</th></tr></table>
+<h2>Labelers</h2><table id="labelers"><tr><th>labeler</th><th>answers</th><th>gold answers</th>
+<th>gold accuracy</th><th>agreement with others</th><th>median s per answer</th>
+<th>flagged</th></tr></table>
 <script>
 const token = new URLSearchParams(location.search).get("token");
 const q = token ? "?token=" + encodeURIComponent(token) : "";
@@ -328,10 +332,13 @@ fetch("api/status" + q).then(r => r.json()).then(d => {
   document.getElementById("agreement").textContent =
     d.agreement === null ? "n/a" : (100 * d.agreement).toFixed(0) + " %";
   const t = document.getElementById("labelers");
-  for (const [name, n] of Object.entries(d.answers_per_labeler)) {
+  const pct = v => v === null ? "n/a" : (100 * v).toFixed(0) + " %";
+  for (const s of d.labelers) {
     const row = t.insertRow();
-    row.insertCell().textContent = name;
-    row.insertCell().textContent = n;
+    for (const v of [s.labeler, s.answers, s.gold_answers, pct(s.gold_accuracy),
+                     pct(s.agreement), s.median_seconds === null ? "n/a" :
+                     s.median_seconds.toFixed(1), s.flagged ? "yes" : ""])
+      row.insertCell().textContent = v;
   }
   const c = d.learning_curve, svg = document.getElementById("curve");
   if (c.length > 1) {

@@ -524,3 +524,113 @@ def test_every_accepted_answer_reaches_preferences_across_a_sigkill_and_resume(t
     assert 409 in bots.codes or len(bots.accepted) == 12  # three labelers raced for queries
     # nothing was lost to a full dataset: the run asked 12 queries, people answered them all
     assert store.pending_count() == 0 and store.ungathered_count() == 0
+
+
+# ------------------------------------------------------------------ crowd quality: gold
+def test_gold_queries_score_labelers_and_give_no_training_label(tmp_path):
+    store = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
+    rng = np.random.default_rng(0)
+    n = 6
+    true = np.zeros((n, 2, 5), np.float32)
+    true[:, 1] = 1.0  # segment 2 is better in every pair: the oracle says 1
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 5, 3)).astype(np.float32),
+                         np.zeros((n, 2, 5, 1), np.float32), true, np.zeros((n, 2), np.int64))
+    gold = np.array([np.nan, np.nan, 1.0, np.nan, 1.0, 1.0])
+    ids = store.post(1, pairs, [tmp_path / f"c{i}.mp4" for i in range(n)], labels_needed=2,
+                     gold=gold)
+    for qid in ids:  # ann answers like the oracle; bob the opposite; carl only some
+        store.answer(qid, "ann", 1.0)
+        store.answer(qid, "bob", 0.0)
+    scores = {s["labeler"]: s for s in store.labeler_scores(min_gold_answers=2,
+                                                            min_gold_accuracy=0.7)}
+    assert scores["ann"]["gold_answers"] == 3 and scores["ann"]["gold_accuracy"] == 1.0
+    assert scores["bob"]["gold_accuracy"] == 0.0 and scores["bob"]["flagged"]
+    assert not scores["ann"]["flagged"]
+    assert scores["ann"]["agreement"] == 0.0 and scores["ann"]["oracle_agreement"] == 1.0
+    assert store.flagged(2, 0.7) == {"bob"}
+    got = store.gather()  # gold queries are taken (marked used later) but give no label
+    assert got.query_ids == ids and len(got.labels) == 2 * 3
+    filtered = store.gather(exclude={"bob"})
+    assert filtered.labels.tolist() == [1.0, 1.0, 1.0]
+    assert set(filtered.labelers) == {"human:ann"}
+
+
+def test_web_channel_mixes_gold_queries_in_and_counts_only_the_others(tmp_path):
+    from themis.feedback.channels import WebChannel
+
+    class Clips:
+        def write_web_clips(self, queries, number):
+            return [tmp_path / f"r{number}_{i}.mp4" for i in range(len(queries))]
+
+    store = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
+    channel = WebChannel(store, Clips(), 1, "each", lambda *a: None, lambda: 1,
+                         gold_fraction=0.5, gold_answers=3, rng=np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+
+    def pairs(n, mark):
+        obs = np.full((n, 2, 4, 2), mark, np.float32)
+        return SegmentPairs(obs, np.zeros((n, 2, 4, 1), np.float32),
+                            rng.normal(size=(n, 2, 4)).astype(np.float32),
+                            np.zeros((n, 2), np.int64))
+
+    channel.gold = (pairs(3, 7.0), np.array([1.0, 0.0, 1.0]))
+    assert channel.post(pairs(6, 0.0)) == 6  # gold queries are not queries asked
+    rows = store.db.execute("SELECT id, gold, labels_needed FROM queries ORDER BY id").fetchall()
+    assert len(rows) == 9 and sum(g is not None for _, g, _ in rows) == 3
+    assert {need for _, g, need in rows if g is not None} == {3}  # every labeler answers gold
+    positions = [i for i, (_, g, _) in enumerate(rows) if g is not None]
+    assert positions != [6, 7, 8]  # mixed in, not appended
+    for qid, g, _ in rows:  # the gold rows hold the gold pairs
+        with np.load(tmp_path / "web" / "queries" / f"q_{qid:06d}.npz") as data:
+            assert (data["observations"] == 7.0).all() == (g is not None)
+    assert channel.gold is None
+
+
+def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_path):
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "labelers=2", "gold_fraction=0.5",
+                                 "label_quality=filter", "min_gold_answers=1"]), tmp_path)
+    learner = ws.learner
+    rng = np.random.default_rng(0)
+    n = 4
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 20, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 20, 1)).astype(np.float32),
+                         np.zeros((n, 2, 20), np.float32), np.zeros((n, 2), np.int64))
+    learner.record(pairs.take(np.arange(2)), np.array([0.0, 1.0]), "human:labeler1")
+    learner.record(pairs.take(np.arange(2, 4)), np.array([1.0, 1.0]), "human:labeler2")
+    assert learner.training_rows() is None  # nobody flagged yet
+    true = np.zeros((1, 2, 20), np.float32)
+    true[:, 1] = 1.0
+    gold = SegmentPairs(pairs.observations[:1], pairs.actions[:1], true,
+                        np.zeros((1, 2), np.int64))
+    (qid,) = ws.label_store.post(1, gold, [tmp_path / "g.mp4"], 2, gold=np.array([1.0]))
+    ws.label_store.answer(qid, "labeler1", 1.0)
+    ws.label_store.answer(qid, "labeler2", 0.0)  # wrong on gold: flagged
+    assert learner.training_rows().tolist() == [0, 1]
+    fit = learner.trainer.train(learner.dataset, 2, rows=learner.training_rows())
+    assert fit.epochs >= 1
+    ws.logger.close()
+
+
+@pytest.mark.slow
+def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
+    import sys
+
+    tiny = [o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "max_feedback"))]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "simulate_crowd.py"), "--careful", "2",
+         "--careful-mistakes", "0", "--random", "0", "--adversaries", "1",
+         "--labels-per-query", "1", "--gold-fraction", "0.5", "--min-gold-answers", "2",
+         "--modes", "filter", "--out", str(tmp_path), "--", *tiny, "reward_batch=4",
+         "max_feedback=16", "num_train_steps=1500"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = [line for line in proc.stdout.splitlines() if line.startswith("| filter")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "labeler3 (adversary)"  # the adversary, and only it
+    assert cells[2].startswith("labeler3: ") and int(cells[2].split(": ")[1]) >= 2
+    assert float(cells[4]) == 1.0  # the training labels left agree with the true returns
+    status = LabelStore(tmp_path / "filter" / "labels.sqlite").labeler_scores(2, 0.7)
+    assert [s["flagged"] for s in status] == [False, False, True]

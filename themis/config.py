@@ -127,6 +127,19 @@ class TrainConfig:
     """teacher_ui=web: each (every answer is a label) or majority (one label per query)."""
     min_labels_before_training: int = 0
     """teacher_ui=web: wait for this many labels before the reward model is first trained."""
+    gold_fraction: float = 0.0
+    """teacher_ui=web: gold queries (known answer) added per query posted, e.g. 0.1; they
+    look like the others, score the labelers and are not training labels."""
+    gold_path: str | None = None
+    """teacher_ui=web: a preference dataset whose labels are the gold answers (default: pairs
+    whose true returns differ most, answered by the env's reward)."""
+    label_quality: str = "none"
+    """teacher_ui=web: none, or filter (drop the answers of labelers whose gold accuracy is
+    below min_gold_accuracy after min_gold_answers gold answers, earlier ones too)."""
+    min_gold_accuracy: float = 0.7
+    """label_quality=filter: gold accuracy a labeler needs to keep counting."""
+    min_gold_answers: int = 5
+    """label_quality=filter: gold answers before a labeler can be flagged."""
     human_piped: bool = False
     """human_teacher: read answers line by line from a pipe instead of keys from a terminal."""
     human_labeler: str = ""
@@ -367,6 +380,15 @@ def validate(cfg: Any) -> None:
                           "themis or bpref")
     if cfg.teacher_ui not in ("terminal", "web"):
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
+    if cfg.label_quality not in ("none", "filter"):
+        raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none or filter "
+                          "(a crowd label model, 'model', is not available yet)")
+    if not 0.0 <= cfg.gold_fraction <= 1.0 or not 0.0 <= cfg.min_gold_accuracy <= 1.0:
+        raise ConfigError(f"gold_fraction={cfg.gold_fraction} and min_gold_accuracy="
+                          f"{cfg.min_gold_accuracy} must be in [0, 1]")
+    if cfg.label_quality == "filter" and cfg.gold_fraction == 0 and not cfg.gold_path:
+        raise ConfigError("label_quality=filter scores labelers on gold queries: set "
+                          "gold_fraction (e.g. 0.1)")
     if cfg.label_aggregate not in ("each", "majority"):
         raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
                           "majority")

@@ -20,7 +20,9 @@ What is promised (tests in ``tests/test_web_labeling.py``):
 
 Tables:
 
-- ``queries(id, round, created, clip, segments, labels_needed, consumed)``
+- ``queries(id, round, created, clip, segments, labels_needed, consumed, gold, oracle)``:
+  ``gold`` is the known answer of a gold query (NULL for a normal one), ``oracle`` the label of
+  the segments' true returns (for labeler scores and the audit; never a training label)
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped);
 - ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``.
@@ -123,6 +125,10 @@ class LabelStore:
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # owner only
         os.chmod(self.path, 0o600)
         self.db.executescript(SCHEMA)  # executescript commits by itself
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(queries)")}
+        for column in ("gold", "oracle"):  # stores of earlier versions lack them
+            if column not in columns:
+                self.db.execute(f"ALTER TABLE queries ADD COLUMN {column} REAL")
         with self.transaction() as db:  # stores of earlier versions kept tokens in clear
             for name, token in db.execute("SELECT name, token FROM labelers WHERE token NOT "
                                           "LIKE 'sha256:%'").fetchall():
@@ -185,19 +191,28 @@ class LabelStore:
 
     # ------------------------------------------------------------------ queries
     def post(self, round_: int, pairs: SegmentPairs, clips: list[Path],
-             labels_needed: int = 1) -> list[int]:
+             labels_needed: int | np.ndarray = 1, gold: np.ndarray | None = None) -> list[int]:
         """Store a round's queries (segments to ``web/queries/q_ID.npz``) and return their IDs.
 
-        Shapes: ``pairs`` holds ``n`` pairs; ``clips`` ``n`` clip files already written.
+        Shapes: ``pairs`` holds ``n`` pairs; ``clips`` ``n`` clip files already written;
+        ``labels_needed`` one number or ``(n,)``; ``gold`` ``(n,)`` known answers of gold
+        queries (0, 0.5, 1; NaN for the others), or ``None``.
         """
+        needed = np.broadcast_to(np.asarray(labels_needed), (len(clips),))
         ids = []
         queries = self.web_dir / "queries"
         queries.mkdir(parents=True, exist_ok=True)
+        true = pairs.true_rewards.sum(-1)  # (n, 2)
+        oracle = np.where(true[:, 1] > true[:, 0], 1.0, np.where(true[:, 1] < true[:, 0], 0.0,
+                                                                   0.5))
         with self.transaction() as db:
             for i, clip in enumerate(clips):
                 cur = db.execute(
-                    "INSERT INTO queries (round, created, clip, segments, labels_needed) "
-                    "VALUES (?, ?, ?, '', ?)", (round_, time.time(), str(clip), labels_needed))
+                    "INSERT INTO queries (round, created, clip, segments, labels_needed, gold, "
+                    "oracle) VALUES (?, ?, ?, '', ?, ?, ?)",
+                    (round_, time.time(), str(clip), int(needed[i]),
+                     None if gold is None or np.isnan(gold[i]) else float(gold[i]),
+                     float(oracle[i])))
                 qid = int(cur.lastrowid or 0)
                 segments = queries / f"q_{qid:06d}.npz"
                 with segments.open("wb") as f:  # on disk before the query row is committed
@@ -280,7 +295,8 @@ class LabelStore:
         return int(self.db.execute("SELECT COUNT(*) FROM answers WHERE labeler=?",
                                    (labeler,)).fetchone()[0])
 
-    def gather(self, aggregate: str = "each") -> Answers:
+    def gather(self, aggregate: str = "each", exclude: frozenset[str] | set[str] = frozenset(),
+               ) -> Answers:
         """Every query with all its answers in and not yet used, as labels; marks nothing
         (:meth:`mark_used` once the labels are saved).
 
@@ -291,21 +307,24 @@ class LabelStore:
 
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
-            skips dropped; ``query_ids`` lists every query taken, skipped ones included.
+            skips dropped; ``query_ids`` lists every query taken, skipped ones included. Gold
+            queries give no training label (they score the labelers), nor do the answers of
+            the labelers in ``exclude`` (``label_quality=filter``).
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
-                "SELECT q.id, q.segments FROM queries q WHERE q.consumed=0 AND "
+                "SELECT q.id, q.segments, q.gold FROM queries q WHERE q.consumed=0 AND "
                 "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed "
                 "ORDER BY q.id").fetchall()
             ids = [int(r[0]) for r in rows]
+            rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
         obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
         for (qid, segments) in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
-                     if lab is not None]
+                     if lab is not None and who not in exclude]
             if aggregate == "majority" and given:
                 values = np.array([lab for _, _, lab in given])
                 left, right = (values == 0.0).sum(), (values == 1.0).sum()
@@ -353,6 +372,52 @@ class LabelStore:
                     db.execute("UPDATE queries SET consumed=? WHERE id=?", (used, qid))
                     changed += 1
         return changed
+
+    # ------------------------------------------------------------------ labeler scores
+    def labeler_scores(self, min_gold_answers: int = 5,
+                       min_gold_accuracy: float = 0.7) -> list[dict[str, Any]]:
+        """Each labeler's live scores (skips excluded from the rates).
+
+        Returns:
+            one dict per labeler: ``labeler``, ``answers``, ``gold_answers``, ``gold_accuracy``
+            (share of gold queries answered with the known answer; NaN before any), ``agreement``
+            (share of the other labelers' answers to the same queries that match), ``oracle_
+            agreement`` (with the true returns: for the audit, never used to aggregate),
+            ``median_seconds`` (between consecutive answers), ``flagged`` (gold accuracy below
+            ``min_gold_accuracy`` after ``min_gold_answers`` gold answers).
+        """
+        rows = self.db.execute(
+            "SELECT a.labeler, a.query_id, a.label, a.created, q.gold, q.oracle FROM answers a "
+            "JOIN queries q ON q.id = a.query_id ORDER BY a.created").fetchall()
+        by_query: dict[int, list[tuple[str, float]]] = {}
+        for who, qid, label, *_ in rows:
+            if label is not None:
+                by_query.setdefault(int(qid), []).append((who, float(label)))
+        out = []
+        for name in sorted({r[0] for r in rows}):
+            mine = [r for r in rows if r[0] == name]
+            labelled = [r for r in mine if r[2] is not None]
+            gold = [r for r in labelled if r[4] is not None]
+            gold_acc = float(np.mean([r[2] == r[4] for r in gold])) if gold else float("nan")
+            agree = [label == other for _, qid, label, *_ in labelled
+                     for who, other in by_query[int(qid)] if who != name]
+            oracle = [r[2] == r[5] for r in labelled if r[5] is not None]
+            times = np.diff([r[3] for r in mine])
+            out.append({
+                "labeler": name, "answers": len(mine), "gold_answers": len(gold),
+                "gold_accuracy": gold_acc,
+                "agreement": float(np.mean(agree)) if agree else float("nan"),
+                "oracle_agreement": float(np.mean(oracle)) if oracle else float("nan"),
+                "median_seconds": float(np.median(times)) if len(times) else float("nan"),
+                "flagged": bool(len(gold) >= min_gold_answers and gold_acc < min_gold_accuracy),
+            })
+        return out
+
+    def flagged(self, min_gold_answers: int = 5, min_gold_accuracy: float = 0.7) -> set[str]:
+        """Labelers whose gold accuracy is below ``min_gold_accuracy`` after
+        ``min_gold_answers`` gold answers."""
+        return {s["labeler"] for s in self.labeler_scores(min_gold_answers, min_gold_accuracy)
+                if s["flagged"]}
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -146,16 +146,43 @@ class WebChannel:
     """
 
     def __init__(self, store: Any, clips: Any, labels_per_query: int, aggregate: str,
-                 info: Callable[[str, str], None], round_number: Callable[[], int]) -> None:
+                 info: Callable[[str, str], None], round_number: Callable[[], int],
+                 gold_fraction: float = 0.0, label_quality: str = "none",
+                 min_gold_answers: int = 5, min_gold_accuracy: float = 0.7,
+                 gold_answers: int = 1, rng: np.random.Generator | None = None) -> None:
         self.store, self.clips = store, clips
         self.labels_per_query, self.aggregate, self.info = labels_per_query, aggregate, info
         self.round_number = round_number
+        self.gold_fraction, self.label_quality = gold_fraction, label_quality
+        self.min_gold_answers, self.min_gold_accuracy = min_gold_answers, min_gold_accuracy
+        self.gold_answers = max(gold_answers, labels_per_query)  # every labeler, when tokens
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.gold: tuple[SegmentPairs, np.ndarray] | None = None  # the next round's gold
 
     def post(self, queries: SegmentPairs) -> int:
+        """Post the queries, and the gold queries set in :attr:`gold` mixed in at random
+        places (they look like every other query; they do not count as queries asked)."""
         number = self.round_number()
+        gold = np.full(len(queries), np.nan)
+        needed = np.full(len(queries), self.labels_per_query)
+        if self.gold is not None and len(self.gold[0]):
+            pairs, known = self.gold
+            queries = SegmentPairs(*(np.concatenate([a, b]) for a, b in zip(queries, pairs,
+                                                                           strict=True)))
+            gold = np.concatenate([gold, known])
+            needed = np.concatenate([needed, np.full(len(known), self.gold_answers)])
+            order = self.rng.permutation(len(gold))
+            queries, gold, needed = queries.take(order), gold[order], needed[order]
+        self.gold = None
         paths = self.clips.write_web_clips(queries, number)
-        self.store.post(number, queries, paths, self.labels_per_query)
-        return len(queries)
+        self.store.post(number, queries, paths, needed, gold=gold)
+        return int(np.isnan(gold).sum())
+
+    def flagged(self) -> set[str]:
+        """Labelers flagged by their gold accuracy (empty unless ``label_quality=filter``)."""
+        if self.label_quality != "filter":
+            return set()
+        return set(self.store.flagged(self.min_gold_answers, self.min_gold_accuracy))
 
     def pending(self) -> int:
         """Posted queries still waiting for answers, or answered and not gathered yet."""
@@ -171,7 +198,7 @@ class WebChannel:
         loses nothing (the store is reconciled with the dataset on resume)."""
         last_note = 0.0
         while True:
-            got = self.store.gather(self.aggregate)
+            got = self.store.gather(self.aggregate, exclude=self.flagged())
             if len(got.labels) >= at_least or self.store.pending_count() == 0:
                 break
             if time.time() - last_note > 30:  # min_labels_before_training: wait for people

@@ -104,6 +104,17 @@ def make_learner(ws: Any) -> PreferenceLearner:
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
     learner.pseudo = pseudo
+    if cfg.gold_path:
+        try:
+            learner.gold_dataset = PreferenceDataset.load(cfg.gold_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"gold_path={cfg.gold_path}: {e}") from None
+        gold = learner.gold_dataset
+        if (gold.segment, gold.obs_dim, gold.action_dim) != (cfg.segment, ws.obs_dim,
+                                                              ws.action_dim):
+            raise ConfigError(f"gold_path={cfg.gold_path} holds segment={gold.segment}, "
+                              f"obs_dim={gold.obs_dim}, action_dim={gold.action_dim}; this run "
+                              f"has {cfg.segment}, {ws.obs_dim}, {ws.action_dim}")
     if cfg.rune.enabled:
         learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step))
     if cfg.rime.enabled and cfg.rime.warm_start_steps:
@@ -129,7 +140,12 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
     if cfg.human_teacher and cfg.teacher_ui == "web":
         assert ws.label_store is not None
         return WebChannel(ws.label_store, clips, cfg.labels_per_query, cfg.label_aggregate,
-                          ws.logger_info, lambda: learner.rounds + 1)
+                          ws.logger_info, lambda: learner.rounds + 1,
+                          gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
+                          min_gold_answers=cfg.min_gold_answers,
+                          min_gold_accuracy=cfg.min_gold_accuracy,
+                          gold_answers=max(1, cfg.labelers),
+                          rng=np.random.default_rng(cfg.seed + 3))
     if cfg.human_teacher:
         from lib.human_interface import KeyReader, TerminalTeacher
 

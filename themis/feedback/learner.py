@@ -98,6 +98,7 @@ class PreferenceLearner:
         self.bonus: UncertaintyBonus | None = None  # RUNE
         self.pseudo: PseudoLabeler | None = None  # SURF (also the trainer's)
         self.warm: WarmStart | None = None  # RIME
+        self.gold_dataset: PreferenceDataset | None = None  # gold_path: known answers
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
         self.rounds = 0
@@ -195,6 +196,10 @@ class PreferenceLearner:
         if n_queries > 0:
             self.set_margin(recent_returns, recent_lengths)
             self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
+            if isinstance(self.channel, WebChannel) and self.channel.gold_fraction > 0:
+                self.channel.gold = self.gold_queries(
+                    store, max(1, round(self.channel.gold_fraction * n_queries)), min_episode,
+                    usable)
             self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
         wait_for = max(0, self.min_labels - len(self.dataset)) \
             if isinstance(self.channel, WebChannel) else 0
@@ -226,7 +231,9 @@ class PreferenceLearner:
         if got.commit is not None:  # web: only now are the answers marked used in the store
             got.commit()
         self.rounds += 1
-        fit = self.trainer.train(self.dataset, self.reward_update) if len(self.dataset) else None
+        rows = self.training_rows()
+        fit = self.trainer.train(self.dataset, self.reward_update, rows=rows) \
+            if len(self.dataset) and (rows is None or len(rows)) else None
         if fit is not None:
             self.reward_accuracy = fit.accuracy
         return RoundReport(
@@ -234,6 +241,40 @@ class PreferenceLearner:
             round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
             *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
             fit.epochs if fit else 0, int(postponed), len(labels), self.method_stats())
+
+    def gold_queries(self, store: Any, n: int, min_episode: int,
+                     usable: Callable[[np.ndarray], np.ndarray] | None,
+                     ) -> tuple[SegmentPairs, np.ndarray] | None:
+        """``n`` gold queries with their known answers: rows of the ``gold_path`` dataset, or
+        uniform pairs from the query pool whose true returns differ most (the larger half of
+        4·n candidates' return gaps; the answer is the higher return)."""
+        if self.gold_dataset is not None and len(self.gold_dataset):
+            d = self.gold_dataset
+            rows = self.selector.rng.choice(len(d), size=min(n, len(d)), replace=False)
+            pairs = SegmentPairs(d.observations[rows], d.actions[rows], d.true_rewards[rows],
+                                 np.zeros((len(rows), 2), np.int64))
+            return pairs, d.labels[rows].astype(np.float64)
+        try:
+            candidates = self.selector.select(store, 4 * n, self.model,
+                                              self.dataset.observations[:0], True, min_episode,
+                                              usable)
+        except NoSegmentsError:
+            return None
+        true = candidates.true_rewards.sum(-1)
+        gap = np.abs(true[:, 1] - true[:, 0])
+        order = np.argsort(-gap, kind="stable")[:n]
+        order = order[gap[order] > 0]
+        return candidates.take(order), (true[order, 1] > true[order, 0]).astype(np.float64)
+
+    def training_rows(self) -> np.ndarray | None:
+        """Dataset rows to train on: all (``None``), or without the labels of flagged labelers
+        (``label_quality=filter``: their earlier answers too; the labels stay on disk)."""
+        flagged = self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
+        if not flagged:
+            return None
+        who = self.dataset.labelers[: len(self.dataset)].astype(str)
+        names = [set(w.removeprefix("human:").removeprefix("majority:").split(",")) for w in who]
+        return np.array([i for i, n in enumerate(names) if not n & flagged], dtype=np.int64)
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
                save: bool = True, answers: list[str] | None = None) -> None:

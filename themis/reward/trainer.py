@@ -77,19 +77,27 @@ class RewardTrainer:
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
 
-    def train_epoch(self, dataset: PreferenceDataset) -> tuple[float, float]:
+    def train_epoch(self, dataset: PreferenceDataset,
+                    rows: np.ndarray | None = None) -> tuple[float, float]:
         """One pass over the dataset; returns (mean loss, mean accuracy) over members.
 
         Accuracy counts pairs with a strict preference whose predicted order matches the label;
         NaN when every label is a tie (nothing was measured, so nothing reads as success).
         """
         obs, act, labels = dataset.tensors(self.model.device)
-        rows = None
+        picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
+        if picked is not None:  # e.g. without the labels of flagged labelers
+            labels = labels[picked]
         if self.label_filter is not None:  # RIME: this epoch's trusted and flipped labels
             true = dataset.true_rewards[: len(dataset)].sum(-1)
             oracle = np.where(true[:, 1] > true[:, 0], 1.0,
                               np.where(true[:, 1] < true[:, 0], 0.0, 0.5)).astype(np.float32)
-            rows, labels = self.label_filter.select(self.model, obs, act, labels, oracle)
+            if picked is not None:
+                oracle = oracle[rows]
+            sel, labels = self.label_filter.select(
+                self.model, obs if picked is None else obs[picked],
+                act if picked is None else act[picked], labels, oracle)
+            picked = sel if picked is None else picked[sel]
         n, ens = len(labels), self.model.ensemble_size
         if n == 0:
             return float("nan"), float("nan")
@@ -109,7 +117,7 @@ class RewardTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             for c in range(0, batch.shape[1], step):  # gradients add up to the batch's
                 idx = batch[:, c:c + step]
-                rows_idx = idx if rows is None else rows[idx]
+                rows_idx = idx if picked is None else picked[idx]
                 o, a, y = obs[rows_idx], act[rows_idx], labels[idx]  # (E, b', 2, H, d), (E, b')
                 r1, r2, y = self.pair_returns(o, a, y)
                 loss = bradley_terry_loss(r1, r2, y).sum() * (idx.shape[1] / batch.shape[1])
@@ -147,9 +155,11 @@ class RewardTrainer:
         return self.crop.returns(per_step[0], per_step[1], labels, self.rng)
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
-              target_accuracy: float = 0.97) -> RewardTrainStats:
+              target_accuracy: float = 0.97, rows: np.ndarray | None = None) -> RewardTrainStats:
         """Train for up to ``max_epochs`` epochs, stopping once train accuracy > target (BPref),
         or after one epoch when every label is a tie (accuracy NaN: no order to fit).
+
+        ``rows``: the dataset rows to train on (default: all).
 
         Raises:
             ValueError: the dataset is empty.
@@ -159,7 +169,7 @@ class RewardTrainer:
         loss, acc, epochs = float("nan"), 0.0, 0
         self.model.train()
         while epochs < max_epochs:
-            loss, acc = self.train_epoch(dataset)
+            loss, acc = self.train_epoch(dataset, rows)
             epochs += 1
             if acc > target_accuracy or np.isnan(acc):
                 break
