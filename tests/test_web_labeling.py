@@ -627,7 +627,7 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
         capture_output=True, text=True, timeout=900, cwd=ROOT,
         env={**os.environ, "THEMIS_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    row = [line for line in proc.stdout.splitlines() if line.startswith("| filter")][0]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| filter"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "labeler3 (adversary)"  # the adversary, and only it
     assert cells[2].startswith("labeler3: ") and int(cells[2].split(": ")[1]) >= 2
