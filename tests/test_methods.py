@@ -238,3 +238,17 @@ def test_a_method_run_is_deterministic(compose, tmp_path):
         outputs.append([pd.read_csv(tmp_path / name / f) for f in ("eval.csv", "reward.csv")])
     for a, b in zip(*outputs, strict=True):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_reward_side_mechanisms_work_with_ppo(compose, tmp_path):
+    from tests.test_wiring import PPO_TINY
+
+    ws = make_workspace(compose([*PPO_TINY, "num_train_steps=900", "method=[surf,rime]",
+                                 "surf.threshold_u=0.6"]), tmp_path)
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert len(rounds) >= 2 and (rounds["unlabelled"] > 0).all()
+    assert (rounds["rime_kept"] + rounds["rime_flipped"] + rounds["rime_dropped"]
+            == rounds["labeled_feedback"]).all()
+    assert np.isfinite(ws.learner.warm.loss)  # warm-started on the rollouts' state entropy
