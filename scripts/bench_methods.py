@@ -20,7 +20,8 @@ after ``--`` go to every run.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
-SAC's IQM on the true reward.
+SAC's IQM on the true reward (where that is positive: a ratio of negative returns means
+nothing).
 """
 
 from __future__ import annotations
@@ -152,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         ceiling = summarize.iqm_with_ci(sac, args.reps)[0] if len(sac) else np.nan
         for method, runs in group.groupby("method", sort=False):
             iqm, lo, hi = summarize.iqm_with_ci(runs["final"].to_numpy(), args.reps)
-            ratio = iqm / ceiling if np.isfinite(ceiling) and ceiling else np.nan
+            ratio = iqm / ceiling if np.isfinite(ceiling) and ceiling > 0 else np.nan
             print(f"| {env} | {'-' if method == 'sac' else budget} | {method} | {len(runs)} | "
-                  f"{iqm:.0f} [{lo:.0f}, {hi:.0f}] | {ratio:.2f} |")
+                  f"{iqm:.0f} [{lo:.0f}, {hi:.0f}] | "
+                  f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} |")
     noisy = table[table["noisy"]]
     if len(noisy):
         print(f"\nnoisy labels: mistake teacher, teacher_eps_mistake=0.3, {args.noisy}, "
