@@ -20,6 +20,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.suites import (  # DeepMind Control and Meta-World adapters
+    dmc_aliases,
+    dmc_ids,
+    dmc_setup,
+    make_dmc,
+    make_metaworld,
+    metaworld_ids,
+)
 from themis.utils import ConfigError
 
 log = logging.getLogger(__name__)
@@ -136,121 +144,6 @@ class _QuietReset(gym.Wrapper):
         return result
 
 
-class FlatDictObservation(gym.ObservationWrapper):
-    """A dict of arrays (DeepMind Control) as one float32 vector, keys in the observation
-    space's (sorted, fixed) order; :attr:`feature_names` names each entry (``velocity[3]``,
-    ``height``) for the explanation panels."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        space = env.observation_space
-        assert isinstance(space, gym.spaces.Dict)
-        self.keys = list(space.spaces)
-        self.feature_names: list[str] = []
-        for key in self.keys:
-            size = int(np.prod(space[key].shape or ()))
-            self.feature_names += [key] if not space[key].shape else \
-                [f"{key}[{i}]" for i in range(size)]
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (len(self.feature_names),),
-                                                np.float32)
-
-    def observation(self, observation: dict[str, Any]) -> np.ndarray:
-        return np.concatenate([np.asarray(observation[k], np.float32).reshape(-1)
-                               for k in self.keys])
-
-
-def _dmc_setup() -> None:
-    """Shimmy's registrations; dm-control 1.0.28's warnings that say nothing to a Themis user
-    (quadruped's ``np.in1d``, infinite bounds cast to float32) go to the debug log."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*in1d.*", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", message="overflow encountered in cast",
-                            category=RuntimeWarning, module="gymnasium.spaces.box")
-    _route_mujoco_warnings()
-
-
-def _dmc_ids() -> list[str]:
-    import shimmy
-
-    gym.register_envs(shimmy)
-    return [i for i in gym.registry if i.startswith("dm_control/") and
-            not i.startswith("dm_control/compatibility")]
-
-
-def _squash(name: str) -> str:
-    return name.lower().removeprefix("dm_control/").removesuffix("-v0").replace("-", "") \
-        .replace("_", "")
-
-
-def _dmc_aliases(env: str) -> list[str]:
-    """``walker_walk``, ``walker-walk``, ``dm_control/walker-walk-v0``: the same env."""
-    return [i for i in _dmc_ids() if _squash(i) == _squash(env)]
-
-
-def _make_dmc(env_id: str, render_mode: str | None, render_size: int, task_seed: int | None,
-              **kwargs: Any) -> gym.Env:
-    """DeepMind Control through Shimmy: 1000-step episodes, frames from camera 0 (the suite's
-    tracking camera, e.g. walker's ``side``) at ``render_size`` pixels square."""
-    render_kwargs = {"height": render_size, "width": render_size, "camera_id": 0,
-                     **kwargs.pop("render_kwargs", {})}
-    env = gym.make(env_id, render_mode=render_mode, render_kwargs=render_kwargs,
-                   max_episode_steps=kwargs.pop("max_episode_steps", 1000), **kwargs)
-    return _rescale_box_actions(FlatDictObservation(env))
-
-
-METAWORLD_FEATURES = (["hand_x", "hand_y", "hand_z", "gripper"]
-                      + [f"obj1_{a}" for a in ("x", "y", "z", "qw", "qx", "qy", "qz")]
-                      + [f"obj2_{a}" for a in ("x", "y", "z", "qw", "qx", "qy", "qz")])
-METAWORLD_FEATURES = [*METAWORLD_FEATURES, *(f"prev_{n}" for n in METAWORLD_FEATURES),
-                      "goal_x", "goal_y", "goal_z"]
-
-
-def _metaworld_ids() -> list[str]:
-    import metaworld
-
-    return list(metaworld.ALL_V3_ENVIRONMENTS)
-
-
-class _FixedTask(gym.Wrapper):
-    """Meta-World MT1 with one goal for the whole run, chosen by the task seed (as the
-    preference-RL papers use it): the first reset samples a task, later resets keep it."""
-
-    def __init__(self, env: gym.Env, task_seed: int | None) -> None:
-        super().__init__(env)
-        self.task_seed, self._fixed = task_seed, False
-        self.feature_names = METAWORLD_FEATURES
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape,
-                                                np.float32)
-
-    def reset(self, **kwargs: Any) -> Any:
-        if not self._fixed:
-            obs, info = self.env.reset(seed=self.task_seed)  # the run's task
-            inner: Any = self.env
-            while not hasattr(inner, "toggle_sample_tasks_on_reset"):
-                inner = inner.env
-            inner.toggle_sample_tasks_on_reset(False)
-            self._fixed = True
-        obs, info = self.env.reset(**kwargs)
-        return obs.astype(np.float32), info
-
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs.astype(np.float32), reward, terminated, truncated, info
-
-
-def _make_metaworld(name: str, render_mode: str | None, render_size: int,
-                    task_seed: int | None, **kwargs: Any) -> gym.Env:
-    """Meta-World v3 (``gym.make("Meta-World/MT1", env_name=...)``): 500-step episodes, one
-    goal per task seed, ``info["success"]``, frames from the ``corner`` camera."""
-    import metaworld  # noqa: F401  (registers Meta-World/*)
-
-    options = {"camera_name": "corner", "width": render_size, "height": render_size, **kwargs}
-    env = gym.make("Meta-World/MT1", env_name=name, seed=task_seed, render_mode=render_mode,
-                   disable_env_checker=True, **options)  # its spaces trip gymnasium's checker
-    return _FixedTask(env, task_seed)
-
-
 def _register(module: str) -> Callable[[], None]:
     """A domain ``setup`` that registers a plugin's environments with gymnasium."""
     def setup() -> None:
@@ -351,6 +244,7 @@ class LightMujocoRender(gym.Wrapper):
         return frame
 
 
+
 DOMAINS: dict[str, Domain] = {
     "Control": Domain("Control", entry_points=("gymnasium.envs.mujoco",),
                       setup=_route_mujoco_warnings),
@@ -364,13 +258,13 @@ DOMAINS: dict[str, Domain] = {
     # Classic control (Pendulum, CartPole, ...): tiny tasks for tests and quick checks
     "Classic": Domain("Classic", entry_points=("gymnasium.envs.classic_control",)),
     # DeepMind Control (Shimmy's gymnasium bindings): env=walker_walk, walker-walk or the id
-    "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=_dmc_ids,
-                  aliases=_dmc_aliases, make=_make_dmc, wrap=lambda env: env,
-                  setup=_dmc_setup),
+    "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=dmc_ids,
+                  aliases=dmc_aliases, make=make_dmc, wrap=lambda env: env,
+                  setup=dmc_setup),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
-    "MetaWorld": Domain("MetaWorld", entry_points=(), ids=_metaworld_ids,
+    "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
-                        make=_make_metaworld, wrap=_rescale_box_actions,
+                        make=make_metaworld, wrap=_rescale_box_actions,
                         setup=_route_mujoco_warnings),
 }
 

@@ -34,6 +34,7 @@ from themis.checkpoint import (
 )
 from themis.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.envs import episode_limit, frame_stack_size, get_domain, make_env
+from themis.evaluation import run_episodes
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     make_label_store,
@@ -274,20 +275,8 @@ class Workspace:
         """Mean true return of ``num_eval_episodes`` episodes (the driver's evaluation action:
         SAC's mean action, a PPO sample); one ``eval.csv`` row, with ``success_rate`` (share of
         episodes where ``info["success"]`` was true at some step) for envs that report it."""
-        returns, successes = [], []
-        for i in range(self.cfg.num_eval_episodes):
-            obs, _ = self.eval_env.reset(seed=self.cfg.seed + 10_000 + i)
-            done, ret, success = False, 0.0, None
-            while not done:
-                obs, reward, terminated, truncated, info = self.eval_env.step(
-                    self.driver.eval_action(self, obs))
-                ret += float(reward)
-                done = terminated or truncated
-                if "success" in info:  # Meta-World: solved at any step of the episode
-                    success = bool(success) or bool(info["success"])
-            returns.append(ret)
-            if success is not None:
-                successes.append(success)
+        returns, successes = run_episodes(self.eval_env, self.eval_action,
+                                          self.cfg.num_eval_episodes, self.cfg.seed + 10_000)
         stats = self.learner.stats.as_dict() if self.learner is not None else \
             {"skip_fraction": float("nan"), "equal_fraction": float("nan"),
              "oracle_agreement": float("nan")}
