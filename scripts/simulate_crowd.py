@@ -104,10 +104,10 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
     flagged = sorted(s["labeler"] for s in scores if s["flagged"])
     labels = pd.read_csv(run / "preferences" / "labels.csv", dtype={"labeler": str})
     from themis.reward import PreferenceDataset
+    from themis.teachers import true_preference
 
     data = PreferenceDataset.load(run / "preferences")
-    true = data.true_rewards[: len(data)].sum(-1)
-    oracle = np.where(true[:, 1] > true[:, 0], 1.0, np.where(true[:, 1] < true[:, 0], 0.0, 0.5))
+    oracle = true_preference(data.true_rewards[: len(data)])
     keep = np.ones(len(labels), bool)
     if mode == "filter":
         keep = ~labels["labeler"].str.removeprefix("human:").isin(flagged).to_numpy()

@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from themis.buffers import SegmentPairs
+from themis.teachers import true_preference
 from themis.utils import fsync_dir
 
 SCHEMA = """
@@ -202,9 +203,7 @@ class LabelStore:
         ids = []
         queries = self.web_dir / "queries"
         queries.mkdir(parents=True, exist_ok=True)
-        true = pairs.true_rewards.sum(-1)  # (n, 2)
-        oracle = np.where(true[:, 1] > true[:, 0], 1.0, np.where(true[:, 1] < true[:, 0], 0.0,
-                                                                   0.5))
+        oracle = true_preference(pairs.true_rewards)
         with self.transaction() as db:
             for i, clip in enumerate(clips):
                 cur = db.execute(

@@ -150,6 +150,14 @@ class SyntheticTeacher:
         return keep, labels
 
 
+def true_preference(true_rewards: np.ndarray) -> np.ndarray:
+    """The label of the true (undiscounted) segment returns: 1 = segment 2 better, 0 =
+    segment 1, 0.5 = equal returns. Shape ``(n, 2, H) -> (n,)`` float64 (for scores and audits,
+    not a teacher: no β, γ or ε)."""
+    true = np.asarray(true_rewards).sum(-1)
+    return np.where(true[:, 1] > true[:, 0], 1.0, np.where(true[:, 1] < true[:, 0], 0.0, 0.5))
+
+
 class TeacherStats:
     """Running counts of how a teacher answered: skips, ties and agreement with the oracle.
 

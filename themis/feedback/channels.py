@@ -196,9 +196,9 @@ class WebChannel:
         """Every complete query's answers not used yet. The store marks them used only when
         :attr:`Gathered.commit` is called, after the labels are saved: a crash in between
         loses nothing (the store is reconciled with the dataset on resume)."""
-        last_note = 0.0
+        last_note, flagged = 0.0, self.flagged()  # scored once per round, not per poll
         while True:
-            got = self.store.gather(self.aggregate, exclude=self.flagged())
+            got = self.store.gather(self.aggregate, exclude=flagged)
             if len(got.labels) >= at_least or self.store.pending_count() == 0:
                 break
             if time.time() - last_note > 30:  # min_labels_before_training: wait for people

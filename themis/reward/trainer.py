@@ -19,6 +19,7 @@ from themis.methods.rime import RobustLabelFilter
 from themis.methods.surf import PseudoLabeler
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
+from themis.teachers import true_preference
 from themis.utils import make_adam
 
 
@@ -89,9 +90,7 @@ class RewardTrainer:
         if picked is not None:  # e.g. without the labels of flagged labelers
             labels = labels[picked]
         if self.label_filter is not None:  # RIME: this epoch's trusted and flipped labels
-            true = dataset.true_rewards[: len(dataset)].sum(-1)
-            oracle = np.where(true[:, 1] > true[:, 0], 1.0,
-                              np.where(true[:, 1] < true[:, 0], 0.0, 0.5)).astype(np.float32)
+            oracle = true_preference(dataset.true_rewards[: len(dataset)]).astype(np.float32)
             if picked is not None:
                 oracle = oracle[rows]
             sel, labels = self.label_filter.select(
