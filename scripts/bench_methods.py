@@ -10,13 +10,15 @@
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
 ``method=``, ``max_feedback=``, ``seed=``; ``learn_reward=false`` for the SAC ceiling), in
-``OUT/<env>/<budget>/<method>/seed<k>/``; a run whose ``eval.csv`` reached the last step is
+``OUT/clean/<env>/<budget>/<method>/seed<k>/`` (SAC, which needs no budget:
+``OUT/clean/<env>/sac/seed<k>/``); a run whose ``eval.csv`` reached the last step is
 skipped, so an interrupted benchmark continues where it stopped. Runs go ``--jobs`` at a time,
 each with cores / jobs PyTorch threads. The query schedule is the same for every method:
 ``reward_batch`` = budget / ``--rounds`` (10 rounds, ``num_interact`` apart). With ``--noisy
 ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and RIME's runs on
 ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
-after ``--`` go to every run.
+after ``--`` go to every run. ``--metric success_rate`` tables Meta-World's success rate (the
+last evaluation's share of successful episodes) instead of the return.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
@@ -64,6 +66,12 @@ def overrides(domain: str, env: str, steps: int, budget: int, method: str, seed:
     return out
 
 
+def run_dir(out: Path, env: str, budget: int, method: str, seed: int, noisy: bool) -> Path:
+    """Where one run lives; SAC on the true reward needs no budget, so it runs once per env."""
+    base = out / ("noisy" if noisy else "clean") / env
+    return (base / method if method == "sac" else base / str(budget) / method) / f"seed{seed}"
+
+
 def finished(run: Path, steps: int) -> bool:
     eval_csv = run / "eval.csv"
     if not eval_csv.is_file() or eval_csv.stat().st_size == 0:
@@ -89,13 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=10, help="feedback rounds per budget")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="PyTorch threads per run (default: cores / jobs)")
     parser.add_argument("--noisy", metavar="ENV", help="also PEBBLE vs RIME with 30 %% "
                         "wrong labels on ENV")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_methods")
+    parser.add_argument("--metric", default="episode_reward",
+                        choices=["episode_reward", "success_rate"], help="eval.csv column tabled")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     grid = []
     for env in args.envs:
         for budget in args.budgets:
@@ -108,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
                 grid.append((args.noisy, max(args.budgets), method, seed, True))
     todo = []
     for env, budget, method, seed, noisy in grid:
-        run = args.out / ("noisy" if noisy else "clean") / env / str(budget) / method / \
-            f"seed{seed}"
-        if not finished(run, args.steps):
+        run = run_dir(args.out, env, budget, method, seed, noisy)
+        if not finished(run, args.steps) and run not in [r for r, _ in todo]:
             todo.append((run, overrides(args.domain, env, args.steps, budget, method, seed,
                                         args.rounds, threads, noisy, args.extra)))
-    print(f"{len(grid)} runs, {len(grid) - len(todo)} already done, {len(todo)} to go "
+    runs = {run_dir(args.out, *cell) for cell in grid}
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to go "
           f"({args.jobs} at a time, {threads} threads each); logs: OUT/.../run.log", flush=True)
     failed = []
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -128,14 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     summarize = load_summarize()
     rows = []
     for env, budget, method, seed, noisy in grid:
-        run = args.out / ("noisy" if noisy else "clean") / env / str(budget) / method / \
-            f"seed{seed}"
+        run = run_dir(args.out, env, budget, method, seed, noisy)
         if finished(run, args.steps):
             curve = pd.read_csv(run / "eval.csv")
             rewards = pd.read_csv(run / "reward.csv") if (run / "reward.csv").is_file() \
                 else pd.DataFrame()
             rows.append({"env": env, "budget": budget, "method": method, "seed": seed,
-                         "noisy": noisy, "final": float(curve["episode_reward"].iloc[-1]),
+                         "noisy": noisy, "final": float(curve[args.metric].iloc[-1]),
                          "caught": rewards["rime_caught"].iloc[-1]
                          if "rime_caught" in rewards else np.nan,
                          "discarded": rewards["rime_discarded_clean"].iloc[-1]
@@ -144,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     if table.empty:
         print("bench_methods: no finished run", file=sys.stderr)
         return 1
-    print(f"\nfinal true return (eval), IQM over seeds [95 % bootstrap CI]; {args.steps} steps, "
+    what = "success rate" if args.metric == "success_rate" else "true return"
+
+    def fmt(value: float) -> str:
+        return f"{value:.2f}" if args.metric == "success_rate" else f"{value:.0f}"
+
+    print(f"\nfinal {what} (eval), IQM over seeds [95 % bootstrap CI]; {args.steps} steps, "
           f"oracle teacher, reward_batch = budget / {args.rounds}\n")
     print("| env | queries | method | seeds | IQM [95 % CI] | ratio to SAC |")
     print("|---|---|---|---|---|---|")
@@ -155,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             iqm, lo, hi = summarize.iqm_with_ci(runs["final"].to_numpy(), args.reps)
             ratio = iqm / ceiling if np.isfinite(ceiling) and ceiling > 0 else np.nan
             print(f"| {env} | {'-' if method == 'sac' else budget} | {method} | {len(runs)} | "
-                  f"{iqm:.0f} [{lo:.0f}, {hi:.0f}] | "
+                  f"{fmt(iqm)} [{fmt(lo)}, {fmt(hi)}] | "
                   f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} |")
     noisy = table[table["noisy"]]
     if len(noisy):
