@@ -2,7 +2,7 @@
 """A simulated crowd labels a real web-labeling run: careful people, random clickers and an
 adversary answer through the HTTP API; gold queries flag the bad ones.
 
-    python scripts/simulate_crowd.py                          # HalfCheetah-v5, none vs filter
+    python scripts/simulate_crowd.py                          # HalfCheetah-v5: none, filter, model
     python scripts/simulate_crowd.py --careful 6 --random 2 --adversaries 1 --labels-per-query 3
     python scripts/simulate_crowd.py --modes filter -- num_train_steps=20000
 
@@ -16,8 +16,9 @@ people, so they may look at the true rewards) and answers:
 - adversary: the lower true return (every answer flipped).
 
 Printed last, per mode: the labelers flagged (and after how many gold answers), the agreement
-of the training labels with the true returns, the reward model's held-out accuracy on the last
-round and the final true return. Overrides after ``--`` go to every run.
+of the training labels with the true returns, the reward model's held-out accuracy against the
+true returns (each round's new queries, before training on them; mean over rounds) and the final
+true return. Overrides after ``--`` go to every run.
 """
 
 from __future__ import annotations
@@ -121,8 +122,10 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
         "training labels": int(keep.sum()),
         "agreement with true returns": float((data.labels[: len(data)][keep] ==
                                               oracle[keep]).mean()) if keep.any() else np.nan,
-        "held-out accuracy (last round)": float(rounds["heldout_accuracy"].dropna().iloc[-1])
-        if rounds["heldout_accuracy"].notna().any() else np.nan,
+        # the reward model on each round's new queries before training on them, against the
+        # true returns (not the people's labels, which differ between modes)
+        "held-out accuracy": float(rounds["heldout_oracle_accuracy"].dropna().mean())
+        if rounds["heldout_oracle_accuracy"].notna().any() else np.nan,
         "final true return": float(evals["episode_reward"].iloc[-1]),
     }
 
@@ -150,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels-per-query", type=int, default=3)
     parser.add_argument("--gold-fraction", type=float, default=0.1)
     parser.add_argument("--min-gold-answers", type=int, default=5)
-    parser.add_argument("--modes", nargs="+", default=["none", "filter"],
-                        choices=["none", "filter"])
+    parser.add_argument("--modes", nargs="+", default=["none", "filter", "model"],
+                        choices=["none", "filter", "model"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "simulated_crowd")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)

@@ -622,7 +622,7 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
         [sys.executable, str(ROOT / "scripts" / "simulate_crowd.py"), "--careful", "2",
          "--careful-mistakes", "0", "--random", "0", "--adversaries", "1",
          "--labels-per-query", "1", "--gold-fraction", "0.5", "--min-gold-answers", "2",
-         "--modes", "filter", "--out", str(tmp_path), "--", *tiny, "reward_batch=4",
+         "--modes", "filter", "model", "--out", str(tmp_path), "--", *tiny, "reward_batch=4",
          "max_feedback=16", "num_train_steps=1500"],
         capture_output=True, text=True, timeout=900, cwd=ROOT,
         env={**os.environ, "THEMIS_THREADS": "1"})
@@ -634,3 +634,9 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     assert float(cells[4]) == 1.0  # the training labels left agree with the true returns
     status = LabelStore(tmp_path / "filter" / "labels.sqlite").labeler_scores(2, 0.7)
     assert [s["flagged"] for s in status] == [False, False, True]
+    # Dawid–Skene learns from the gold queries that the adversary flips every answer and
+    # reads its answers flipped: every training label agrees with the true returns, and none
+    # was dropped
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[4]) == 1.0 and int(cells[3]) > 0

@@ -134,8 +134,10 @@ class TrainConfig:
     """teacher_ui=web: a preference dataset whose labels are the gold answers (default: pairs
     whose true returns differ most, answered by the env's reward)."""
     label_quality: str = "none"
-    """teacher_ui=web: none, or filter (drop the answers of labelers whose gold accuracy is
-    below min_gold_accuracy after min_gold_answers gold answers, earlier ones too)."""
+    """teacher_ui=web: none, filter (drop the answers of labelers whose gold accuracy is
+    below min_gold_accuracy after min_gold_answers gold answers, earlier ones too) or model
+    (one label per query from a Dawid–Skene crowd model, crowd-kit, gold answers clamped;
+    replaces label_aggregate)."""
     min_gold_accuracy: float = 0.7
     """label_quality=filter: gold accuracy a labeler needs to keep counting."""
     min_gold_answers: int = 5
@@ -380,15 +382,20 @@ def validate(cfg: Any) -> None:
                           "themis or bpref")
     if cfg.teacher_ui not in ("terminal", "web"):
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
-    if cfg.label_quality not in ("none", "filter"):
-        raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none or filter "
-                          "(a crowd label model, 'model', is not available yet)")
+    if cfg.label_quality not in ("none", "filter", "model"):
+        raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none, filter or "
+                          "model")
     if not 0.0 <= cfg.gold_fraction <= 1.0 or not 0.0 <= cfg.min_gold_accuracy <= 1.0:
         raise ConfigError(f"gold_fraction={cfg.gold_fraction} and min_gold_accuracy="
                           f"{cfg.min_gold_accuracy} must be in [0, 1]")
     if cfg.label_quality == "filter" and cfg.gold_fraction == 0 and not cfg.gold_path:
         raise ConfigError("label_quality=filter scores labelers on gold queries: set "
                           "gold_fraction (e.g. 0.1)")
+    if cfg.label_quality == "model" and cfg.labels_per_query < 2 and cfg.gold_fraction == 0 \
+            and not cfg.gold_path:
+        raise ConfigError("label_quality=model learns how reliable each labeler is from queries "
+                          "several people answered or from gold: set labels_per_query=3 or "
+                          "gold_fraction=0.1")
     if cfg.label_aggregate not in ("each", "majority"):
         raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
                           "majority")

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.teachers import true_preference
 from themis.utils import fsync_dir
@@ -300,9 +301,10 @@ class LabelStore:
         (:meth:`mark_used` once the labels are saved).
 
         Args:
-            aggregate: ``each`` (every answer is a training label) or ``majority`` (one label
+            aggregate: ``each`` (every answer is a training label), ``majority`` (one label
                 per query: the most common non-skip answer; ties between left and right give
-                0.5).
+                0.5) or ``model`` (Dawid–Skene over every answer in the store, gold clamped;
+                :mod:`themis.crowd`).
 
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
@@ -320,16 +322,20 @@ class LabelStore:
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
+            model = crowd.dawid_skene(
+                db.execute("SELECT query_id, labeler, label FROM answers WHERE label IS NOT "
+                           "NULL").fetchall(),
+                dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))) \
+                if aggregate == "model" and rows else {}
         obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
         for (qid, segments) in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
                      if lab is not None and who not in exclude]
-            if aggregate == "majority" and given:
-                values = np.array([lab for _, _, lab in given])
-                left, right = (values == 0.0).sum(), (values == 1.0).sum()
-                label = 0.0 if left > right else 1.0 if right > left else 0.5
+            if aggregate in ("majority", "model") and given:
+                label = model[int(qid)] if aggregate == "model" else \
+                    crowd.majority([lab for _, _, lab in given])
                 given = [(";".join(a for a, _, _ in given),
-                          "majority:" + ",".join(w for _, w, _ in given), label)]
+                          f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
             if not given:
                 continue
             with np.load(segments, allow_pickle=False) as data:

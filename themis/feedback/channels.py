@@ -140,7 +140,8 @@ class WebChannel:
         store: the run's :class:`themis.label_store.LabelStore`.
         clips: a ``lib.clips.ClipMaker``; posted queries get a side-by-side clip each.
         labels_per_query: different labelers asked per query.
-        aggregate: ``each`` (every answer a label) or ``majority``.
+        aggregate: ``each`` (every answer a label), ``majority`` or ``model`` (Dawid–Skene,
+            :mod:`themis.crowd`).
         info: console line writer ``(message, colour)``.
         round_number: the number of the feedback round that posts (names the clips).
     """

@@ -139,7 +139,8 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
     labeler = teacher_description(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
         assert ws.label_store is not None
-        return WebChannel(ws.label_store, clips, cfg.labels_per_query, cfg.label_aggregate,
+        aggregate = "model" if cfg.label_quality == "model" else cfg.label_aggregate
+        return WebChannel(ws.label_store, clips, cfg.labels_per_query, aggregate,
                           ws.logger_info, lambda: learner.rounds + 1,
                           gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
                           min_gold_answers=cfg.min_gold_answers,

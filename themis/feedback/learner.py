@@ -47,6 +47,7 @@ class RoundReport(NamedTuple):
     equal: int
     oracle_agreement: float
     heldout_accuracy: float
+    heldout_oracle_accuracy: float
     heldout_pearson: float
     heldout_spearman: float
     train_accuracy: float
@@ -217,7 +218,7 @@ class PreferenceLearner:
                       "segment returns; see README, Synthetic teachers)", "yellow")
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
-        quality = (float("nan"),) * 3
+        quality = (float("nan"),) * 4
         if self.rounds > 0 and len(answered):
             quality = self.quality(answered, labels)
         if len(answered) and not got.saved:  # a person's terminal answers are saved as given
@@ -273,7 +274,7 @@ class PreferenceLearner:
         if not flagged:
             return None
         who = self.dataset.labelers[: len(self.dataset)].astype(str)
-        names = [set(w.removeprefix("human:").removeprefix("majority:").split(",")) for w in who]
+        names = [set(w.removeprefix("human:").split(":")[-1].split(",")) for w in who]
         return np.array([i for i, n in enumerate(names) if not n & flagged], dtype=np.int64)
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
@@ -298,11 +299,16 @@ class PreferenceLearner:
             self.info("no episode has ended yet, so the teacher has no margin: "
                       "teacher_eps_skip/teacher_eps_equal have no effect this round", "yellow")
 
-    def quality(self, pairs: SegmentPairs, labels: np.ndarray) -> tuple[float, float, float]:
+    def quality(self, pairs: SegmentPairs,
+                labels: np.ndarray) -> tuple[float, float, float, float]:
         """Held-out quality of the reward model on labelled pairs it was not trained on:
-        accuracy against the labels (ties excluded), and Pearson / Spearman correlation of
+        accuracy against the labels and against the true returns' labels (ties excluded; the
+        two differ when the teacher errs, e.g. a crowd), and Pearson / Spearman correlation of
         predicted and true returns of the ``2 n`` segments."""
         accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
+        oracle = self.trainer.accuracy(pairs.observations, pairs.actions,
+                                       ORACLE.label(pairs.true_rewards[:, 0],
+                                                    pairs.true_rewards[:, 1])[1])
         n, _, horizon = pairs.true_rewards.shape
         predicted = self.reward(pairs.observations.reshape(n * 2 * horizon, -1),
                                 pairs.actions.reshape(n * 2 * horizon, -1))
@@ -312,7 +318,7 @@ class PreferenceLearner:
         if len(true) > 2 and np.ptp(true) > 0 and np.ptp(predicted) > 0:
             pearson = float(scipy_stats.pearsonr(predicted, true).statistic)
             spearman = float(scipy_stats.spearmanr(predicted, true).statistic)
-        return accuracy, pearson, spearman
+        return accuracy, oracle, pearson, spearman
 
     def empty_pairs(self) -> SegmentPairs:
         """No segment pairs, with this dataset's shapes."""
