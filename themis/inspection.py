@@ -29,6 +29,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 
+from themis.audit import labels_section
 from themis.logger import plot_learning_curve
 from themis.utils import eval_mode
 
@@ -315,8 +316,9 @@ def run_reward_curves(ws: Any, episodes: int = 2, max_steps: int = 1000,
 def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
                 seed: int = 0) -> Path:
     """Write ``RUN_DIR/report/report.md`` with its PNGs: config, learning curve, reward-model
-    accuracy over rounds, teacher statistics, reward curves (and gridworld maps for
-    MiniGrid/BabyAI), links to the labelled clips.
+    accuracy over rounds, teacher statistics, the audit of people's labels (web teacher:
+    :func:`themis.audit.labels_section`), reward curves (and gridworld maps for MiniGrid/BabyAI),
+    links to the labelled clips.
 
     Returns:
         The report's path.
@@ -390,6 +392,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
         lines += [f"| {name} | {int(r['count'])} | {r['mean']:.2f} |"
                   for name, r in counts.iterrows()]
         lines.append("")
+    lines += labels_section(run, out)  # people's labels (teacher_ui=web): audit
     clips = sorted((run / "queries").glob("query_*.mp4")) if (run / "queries").is_dir() else []
     lines += ["## Labelled clips", ""]
     if clips:
