@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from lib.human_interface import side_by_side, write_clip
+from lib.human_interface import query_clip, write_clip
 from themis.buffers import SegmentPairs
 from themis.frames import FrameStore
 
-Panels = Callable[[int, Path], tuple[np.ndarray, np.ndarray]]
+Panels = Callable[[int, Path], tuple[np.ndarray, ...]]
 
 
 class ClipMaker:
@@ -42,26 +42,28 @@ class ClipMaker:
         self.saved = len(list(saved.glob("query_*.mp4"))) if saved.is_dir() else 0
 
     def frames(self, queries: SegmentPairs) -> np.ndarray:
-        """Stored frames of the queries' segments, ``(n, 2, H, h, w, 3)`` uint8."""
+        """Stored frames of the queries' segments, ``(n, w, H, h, w, 3)`` uint8 (``w`` = 2 for
+        pairs, 1 for ratings)."""
         horizon = queries.observations.shape[2]
         slots = (queries.starts[..., None] + np.arange(horizon)) % self.capacity
         return self.ring.get(slots)
 
     def panels(self, queries: SegmentPairs, frames: np.ndarray) -> Panels | None:
-        """``(query index, clip path) -> (left panel, right panel)`` with the Captum
+        """``(query index, clip path) -> (left panel, right panel)`` (one panel for a rating)
+        with the Captum
         explanations (and the clip's summary PNGs saved beside it), or ``None``."""
         if self.explainer is None:
             return None
         explainer = self.explainer()
         height, width = frames.shape[3:5]
 
-        def panels(i: int, clip: Path) -> tuple[np.ndarray, np.ndarray]:
+        def panels(i: int, clip: Path) -> tuple[np.ndarray, ...]:
+            sides = range(queries.observations.shape[1])
             attributions = [explainer.explain(queries.observations[i, s], queries.actions[i, s])
-                            for s in (0, 1)]
+                            for s in sides]
             explainer.summaries(attributions, clip.with_suffix(""))
-            left, right = (explainer.panel(queries.observations[i, s], attributions[s], width,
-                                           height) for s in (0, 1))
-            return left, right
+            return tuple(explainer.panel(queries.observations[i, s], attributions[s], width,
+                                         height) for s in sides)
 
         return panels
 
@@ -72,9 +74,8 @@ class ClipMaker:
         written = []
         for i, path in enumerate(paths):
             path.parent.mkdir(parents=True, exist_ok=True)
-            extra = panels(i, path) if panels is not None else (None, None)
-            written.append(write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path,
-                                      self.fps))
+            extra = panels(i, path) if panels is not None else None
+            written.append(write_clip(query_clip(frames[i], extra), path, self.fps))
         return written
 
     def write_web_clips(self, queries: SegmentPairs, round_number: int) -> list[Path]:

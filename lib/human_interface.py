@@ -96,6 +96,38 @@ def side_by_side(left: np.ndarray, right: np.ndarray, left_panel: np.ndarray | N
     return out
 
 
+def single_clip(segment: np.ndarray, panel: np.ndarray | None = None) -> np.ndarray:
+    """One segment to rate (``feedback=rating``), with a frame counter above and an optional
+    explanation panel under it. Shapes: ``(T, h, w, 3)``, panel ``(T, p, w, 3)`` -> ``(T, 24 +
+    h + p, w, 3)`` rounded up to even sizes.
+
+    Raises:
+        ValueError: a panel whose length or width does not match the segment.
+    """
+    steps, h, w, _ = segment.shape
+    if panel is not None and (panel.shape[0] != steps or panel.shape[2] != w):
+        raise ValueError(f"the panel must be (T={steps}, p, w={w}, 3), got {panel.shape}")
+    panel_h = 0 if panel is None else panel.shape[1]
+    out = np.full((steps, BANNER + h + panel_h + (h + panel_h) % 2, w + w % 2, 3), 255, np.uint8)
+    out[:, BANNER:BANNER + h, :w] = segment
+    if panel is not None:
+        out[:, BANNER + h:BANNER + h + panel_h, :w] = panel
+    for t in range(steps):
+        cv2.putText(out[t], f"{t + 1}/{steps}", (4, 18), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                    (0, 0, 0), 1, cv2.LINE_AA)
+    return out
+
+
+def query_clip(segments: np.ndarray, panels: tuple[np.ndarray | None, ...] | None = None,
+               ) -> np.ndarray:
+    """The clip of one query: two segments side by side (:func:`side_by_side`) or one segment
+    to rate (:func:`single_clip`). Shapes: ``segments (w, T, h, w, 3)``, ``w`` = 2 or 1."""
+    extra = panels if panels is not None else (None,) * len(segments)
+    if len(segments) == 1:
+        return single_clip(segments[0], extra[0])
+    return side_by_side(segments[0], segments[1], *extra)
+
+
 def write_clip(frames: np.ndarray, path: str | Path, fps: int = 20) -> Path:
     """Write frames as an mp4 (H.264 through the ffmpeg that imageio-ffmpeg bundles, via
     moviepy); if that fails, as a gif beside it.
@@ -217,6 +249,9 @@ class TerminalTeacher:
         self.query_number = first_query
         self.answered = 0
         self.skipped = 0
+        self.keys: dict[str, str] = KEYS
+        self.labels: dict[str, float] = LABELS
+        self.help = HELP
 
     def say(self, text: str, color: str | None = None, end: str = "\n") -> None:
         self.out.write((colored(text, color) if color else text) + end)
@@ -244,7 +279,8 @@ class TerminalTeacher:
         """Show each query's clip and read the person's answer.
 
         Args:
-            frames: ``(n, 2, T, h, w, 3)`` uint8 frames of the ``n`` queries' segments.
+            frames: ``(n, 2, T, h, w, 3)`` uint8 frames of the ``n`` queries' segments
+                (``(n, 1, …)``: ratings, :class:`RatingTerminalTeacher`).
             on_answer: called with ``(query index, label)`` the moment an answer is given
                 (label ``None`` = skipped); it must make the answer durable.
             header: totals shown in the prompt (round, queries so far).
@@ -259,11 +295,11 @@ class TerminalTeacher:
         n = len(frames)
         for i in range(n):
             path = self.clip_dir / f"query_{self.query_number:06d}.mp4"
-            extra = panels(i, path) if panels is not None else (None, None)
-            clip = write_clip(side_by_side(frames[i, 0], frames[i, 1], *extra), path, self.fps)
+            extra = panels(i, path) if panels is not None else None
+            clip = write_clip(query_clip(frames[i], extra), path, self.fps)
             self.show(clip)
             while True:
-                action = KEYS.get(self.prompt(i, n, header))
+                action = self.keys.get(self.prompt(i, n, header))
                 if action == "replay":
                     self.show(clip)
                 elif action == "quit":
@@ -271,11 +307,11 @@ class TerminalTeacher:
                              "yellow")
                     result.stopped = True
                     return result
-                elif action in LABELS or action == "skip":
+                elif action in self.labels or action == "skip":
                     break
                 else:  # help or an unknown key: never a crash, just the keys again
-                    self.say(HELP, "yellow")
-            label = LABELS.get(action or "")
+                    self.say(self.help, "yellow")
+            label = self.labels.get(action or "")
             on_answer(i, label)
             result.asked += 1
             result.keep.append(label is not None)
@@ -286,3 +322,29 @@ class TerminalTeacher:
                 self.answered += 1
             self.query_number += 1
         return result
+
+
+class RatingTerminalTeacher(TerminalTeacher):
+    """Rating feedback in the terminal (``feedback=rating``): one clip per query, keys ``1`` …
+    ``n`` rate it from worst to best (the label is the class, 0 … n − 1); ``s``/Enter skip,
+    ``r`` replay, ``?`` help, ``q`` stop. Same arguments as :class:`TerminalTeacher`, plus
+    ``classes`` (2 … 9)."""
+
+    def __init__(self, clip_dir: Path, reader: KeyReader, classes: int, viewer: str = "auto",
+                 fps: int = 20, out: IO[str] | None = None, first_query: int = 0) -> None:
+        super().__init__(clip_dir, reader, viewer, fps, out, first_query)
+        self.classes = classes
+        self.keys = {k: v for k, v in KEYS.items() if v not in LABELS}
+        self.keys.update({str(c + 1): f"class{c}" for c in range(classes)})
+        self.labels = {f"class{c}": float(c) for c in range(classes)}
+        self.help = (f"1 … {classes} rate the clip (1 worst, {classes} best) · s/Enter can't "
+                     "tell (skip) · r replay · ? help · q stop labeling this round")
+
+    def prompt(self, index: int, total: int, header: str) -> str:
+        self.say(f"[query {self.query_number} · {index + 1}/{total} this round · {header} · "
+                 f"answered {self.answered}, skipped {self.skipped}] how good is it? "
+                 f"1 (worst) … {self.classes} (best), s skip, r replay, ? help, q stop: ",
+                 "cyan", end="")
+        key = self.reader.read()
+        self.say(repr(key) if key in ("\n", "\r") else key)
+        return key

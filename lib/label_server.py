@@ -33,9 +33,10 @@ import pandas as pd
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from themis import crowd
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 MAX_BODY = 4096
@@ -54,11 +55,14 @@ SECURITY_HEADERS = {
 
 
 class Answer(BaseModel):
-    """One answer: ``label`` left (segment 1 better), right, equal or skip (can't tell)."""
+    """One answer: ``label`` left (segment 1 better), right, equal or skip (can't tell) for a
+    pair; for a rating query (``feedback=rating``) ``rating`` 1 … n (worst to best) or ``label``
+    skip."""
 
     model_config = ConfigDict(extra="forbid")
     query_id: int
-    label: Literal["left", "right", "equal", "skip"]
+    label: Literal["left", "right", "equal", "skip"] | None = None
+    rating: int | None = Field(None, ge=1, le=9)
 
 
 class _BodyTooLarge(Exception):
@@ -157,7 +161,8 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     def next_query(who: str = Depends(labeler)) -> dict[str, Any]:
         qid = store.next_query(who)
         return {"query_id": qid, "labeler": who, "pending": store.pending_count(),
-                "answered": store.answered_by(who)}
+                "answered": store.answered_by(who),
+                "rating_classes": store.rating_classes(qid) if qid is not None else 0}
 
     @app.get("/api/clips/{query_id}", response_class=FileResponse)
     def clip(query_id: int = PathParam(ge=1, le=2**62),
@@ -175,12 +180,22 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     def answer(body: Answer, who: str = Depends(labeler)) -> dict[str, Any]:
         if not 1 <= body.query_id <= 2**62:
             raise HTTPException(404, f"no query {body.query_id}")
+        if (body.label is None) == (body.rating is None):
+            raise HTTPException(422, "give a label (left, right, equal, skip) or a rating")
+        label = LABELS[body.label] if body.label is not None else float(body.rating or 0) - 1
         try:
-            store.answer(body.query_id, who, LABELS[body.label])
+            classes = store.rating_classes(body.query_id)  # a query's kind never changes
+            if (body.label not in (None, "skip")) if classes else body.rating is not None:
+                raise ValueError(f"query {body.query_id} takes " + (
+                    f"a rating 1 … {classes} or skip" if classes else
+                    "a label (left, right, equal, skip), not a rating"))
+            store.answer(body.query_id, who, label)
         except UnknownQuery:
             raise HTTPException(404, f"no query {body.query_id}") from None
         except (DuplicateAnswer, QueryFull) as e:
             raise HTTPException(409, str(e)) from None
+        except ValueError as e:  # a rating for a pair, a pair's label for a rating, 7 of 5
+            raise HTTPException(422, str(e)) from None
         return {"stored": True, "query_id": body.query_id, "labeler": who,
                 "answered": store.answered_by(who)}
 
@@ -194,7 +209,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             curve = df[["step", "episode_reward"]].astype(float).values.tolist()
         out["learning_curve"] = curve
         out["labelers"] = [{k: (None if isinstance(v, float) and v != v else v)  # NaN: none
-                            for k, v in row.items()} for row in store.labeler_scores()]
+                            for k, v in row.items()} for row in crowd.labeler_scores(store)]
         return out
 
     return BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts)))
@@ -268,23 +283,23 @@ LABEL_PAGE = """<!doctype html>
  #counters { color: #555; margin: 0.5em 0; }
 </style></head>
 <body>
-<h1>Which clip is better?</h1>
+<h1 id="question">Which clip is better?</h1>
 <div id="counters">answered: <span id="answered">0</span> · pending: <span id="pending">0</span>
  · labeler: <span id="labeler"></span> · <a id="status-link" href="status">status</a></div>
 <div id="query"><video id="clip" autoplay loop muted playsinline></video>
-<p>Left = clip 1, right = clip 2.</p>
-<div>
+<div id="pairwise"><p>Left = clip 1, right = clip 2.</p>
  <button id="left" onclick="send('left')">Left better (1)</button>
  <button id="right" onclick="send('right')">Right better (2)</button>
- <button id="equal" onclick="send('equal')">Equal (0)</button>
- <button id="skip" onclick="send('skip')">Can't tell (s)</button>
-</div></div>
+ <button id="equal" onclick="send('equal')">Equal (0)</button></div>
+<div id="rating" hidden><p>1 = worst, the last = best.</p><span id="ratings"></span></div>
+<button id="skip" onclick="send('skip')">Can't tell (s)</button>
+</div>
 <p id="empty" hidden>No query waiting. This page checks again every few seconds.</p>
 <script>
 const token = new URLSearchParams(location.search).get("token");
 const q = token ? "?token=" + encodeURIComponent(token) : "";
 document.getElementById("status-link").href = "status" + q;
-let current = null;
+let current = null, classes = 0;
 async function load() {
   const r = await fetch("api/next" + q);
   const d = await r.json();
@@ -292,21 +307,37 @@ async function load() {
   document.getElementById("pending").textContent = d.pending;
   document.getElementById("labeler").textContent = d.labeler;
   current = d.query_id;
+  classes = d.rating_classes;
+  document.getElementById("pairwise").hidden = classes > 0;
+  document.getElementById("rating").hidden = classes === 0;
+  document.getElementById("question").textContent =
+    classes > 0 ? "How good is this clip?" : "Which clip is better?";
+  const buttons = document.getElementById("ratings");
+  buttons.replaceChildren();
+  for (let c = 1; c <= classes; c++) {
+    const b = document.createElement("button");
+    b.id = "rate" + c; b.textContent = String(c); b.onclick = () => send(null, c);
+    buttons.appendChild(b);
+  }
   document.getElementById("query").hidden = current === null;
   document.getElementById("empty").hidden = current !== null;
   if (current === null) { setTimeout(load, 3000); return; }
   document.getElementById("clip").src = "api/clips/" + current + q;
   document.body.dataset.query = current;
 }
-async function send(label) {
+async function send(label, rating) {
   if (current === null) return;
   const id = current; current = null;
+  const body = rating ? {query_id: id, rating: rating} : {query_id: id, label: label};
   await fetch("api/answers" + q, {method: "POST", headers: {"Content-Type": "application/json"},
-                                  body: JSON.stringify({query_id: id, label: label})});
+                                  body: JSON.stringify(body)});
   await load();
 }
 document.addEventListener("keydown", e => {
-  const k = {"1": "left", "2": "right", "0": "equal", "s": "skip"}[e.key];
+  const n = parseInt(e.key, 10);
+  if (classes > 0 && n >= 1 && n <= classes) { send(null, n); return; }
+  const k = e.key === "s" ? "skip" :
+    classes > 0 ? null : {"1": "left", "2": "right", "0": "equal"}[e.key];
   if (k) send(k);
 });
 load();

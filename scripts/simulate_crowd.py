@@ -67,9 +67,9 @@ class Bot(threading.Thread):
                 url = json.loads((self.run_dir / "web" / "server.json").read_text())["url"]
                 auth = {"X-Themis-Token": self.token}
                 qid = httpx.get(url + "api/next", headers=auth, timeout=5).json()["query_id"]
-                if qid is None:
-                    time.sleep(0.05)
-                    continue
+                if qid is None:  # nothing to answer: look again in a second, as the page
+                    time.sleep(1.0)  # does (polling faster takes the run's CPU: the server
+                    continue         # is a thread of the training process)
                 r = httpx.post(url + "api/answers", headers=auth, timeout=5,
                                json={"query_id": qid, "label": self.answer_for(int(qid))})
                 self.answered += r.status_code == 201
@@ -79,6 +79,7 @@ class Bot(threading.Thread):
 
 def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) -> dict:
     """One training run labelled by the bots; returns its row of the report."""
+    from themis import crowd
     from themis.label_store import LabelStore
 
     run = out / mode
@@ -101,7 +102,7 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
     if proc.returncode != 0:
         raise RuntimeError(f"the {mode} run failed:\n{output[-3000:]}")
     names = {name: kind for (name, _), kind in zip(tokens, kinds, strict=True)}
-    scores = store.labeler_scores(args.min_gold_answers, 0.7)
+    scores = crowd.labeler_scores(store, args.min_gold_answers, 0.7)
     flagged = sorted(s["labeler"] for s in scores if s["flagged"])
     labels = pd.read_csv(run / "preferences" / "labels.csv", dtype={"labeler": str})
     from themis.reward import PreferenceDataset

@@ -192,12 +192,19 @@ def test_rating_queries_are_left_out_of_the_audit(tmp_path):
     ids = post(store, tmp_path, pairs_with_returns(np.random.default_rng(1), 2), 1)
     store.answer(ids[0], "a", 0.0)
     store.answer(ids[1], "a", 1.0)
-    assert len(load_answers(tmp_path / "labels.sqlite").queries) == 2  # no column: all pairwise
-    with sqlite3.connect(tmp_path / "labels.sqlite") as db:
-        db.execute("ALTER TABLE queries ADD COLUMN rating_classes INTEGER")
-        db.execute("UPDATE queries SET rating_classes=5 WHERE id=?", (ids[1],))
+    rng = np.random.default_rng(2)
+    (rated,) = store.post(2, SegmentPairs(rng.normal(size=(1, 1, 5, 3)).astype(np.float32),
+                                          np.zeros((1, 1, 5, 1), np.float32),
+                                          np.zeros((1, 1, 5)), np.zeros((1, 1), np.int64)),
+                          [tmp_path / "r.mp4"], 1, rating_classes=5)
+    store.answer(rated, "a", 4.0)
     data = load_answers(tmp_path / "labels.sqlite")
-    assert list(data.queries["id"]) == [ids[0]] and list(data.answers["query_id"]) == [ids[0]]
+    assert list(data.queries["id"]) == ids and list(data.answers["query_id"]) == ids
+    with sqlite3.connect(tmp_path / "labels.sqlite") as db:  # a store of an older version
+        db.execute("DELETE FROM answers WHERE query_id=?", (rated,))
+        db.execute("DELETE FROM queries WHERE id=?", (rated,))
+        db.execute("ALTER TABLE queries DROP COLUMN rating_classes")
+    assert len(load_answers(tmp_path / "labels.sqlite").queries) == 2  # no column: all pairwise
 
 
 def test_most_disputed_puts_the_contested_query_first_and_links_its_clip(crowd):

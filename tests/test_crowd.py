@@ -64,5 +64,5 @@ def test_dawid_skene_keeps_gold_answers_clamped_and_checks_labels():
     assert crowd.dawid_skene(answers, gold={1: 1.0})[1] == 1.0  # the known answer wins
     assert crowd.dawid_skene(answers)[2] == 1.0
     assert crowd.dawid_skene([]) == {}
-    with pytest.raises(ValueError, match="0, 0.5 or 1"):
+    with pytest.raises(ValueError, match=r"0, 0\.5 or 1"):
         crowd.dawid_skene([(1, "a", 2.0)])

@@ -366,7 +366,7 @@ def _edit_label(folder: Path, value: str) -> None:
 
 
 @pytest.mark.parametrize("tamper,message", [
-    (lambda f: _edit_label(f, "nan"), r"label 'nan' in row 1; labels are 0, 0.5 or 1"),
+    (lambda f: _edit_label(f, "nan"), r"label 'nan' in row 1; preference labels are 0, 0.5 or 1"),
     (lambda f: _edit_label(f, "7.0"), r"label '7.0' in row 1"),
     (lambda f: _edit_meta(f, shards=[["../../outside.npz", 0, 4]]), "is not a file name in"),
     (lambda f: _edit_meta(f, shards="segments.npz"), "shards must be a list"),

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from lib.label_server import LabelServer, create_app
 from tests.conftest import ROOT, TINY_PENDULUM
+from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
@@ -200,6 +201,11 @@ def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
     from schemathesis.checks import not_a_server_error
 
     store, _ = posted_store(tmp_path)
+    rng = np.random.default_rng(1)  # and queries to rate (feedback=rating): 1 … 4
+    store.post(2, SegmentPairs(rng.normal(size=(3, 1, 5, 3)).astype(np.float32),
+                               np.zeros((3, 1, 5, 1), np.float32), np.zeros((3, 1, 5)),
+                               np.zeros((3, 1), np.int64)),
+               [tmp_path / f"r{i}.mp4" for i in range(3)], 1, rating_classes=4)
     app = create_app(store, tmp_path, hosts=["testserver"])  # schemathesis's Host name
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -541,13 +547,13 @@ def test_gold_queries_score_labelers_and_give_no_training_label(tmp_path):
     for qid in ids:  # ann answers like the oracle; bob the opposite; carl only some
         store.answer(qid, "ann", 1.0)
         store.answer(qid, "bob", 0.0)
-    scores = {s["labeler"]: s for s in store.labeler_scores(min_gold_answers=2,
+    scores = {s["labeler"]: s for s in crowd.labeler_scores(store, min_gold_answers=2,
                                                             min_gold_accuracy=0.7)}
     assert scores["ann"]["gold_answers"] == 3 and scores["ann"]["gold_accuracy"] == 1.0
     assert scores["bob"]["gold_accuracy"] == 0.0 and scores["bob"]["flagged"]
     assert not scores["ann"]["flagged"]
     assert scores["ann"]["agreement"] == 0.0 and scores["ann"]["oracle_agreement"] == 1.0
-    assert store.flagged(2, 0.7) == {"bob"}
+    assert crowd.flagged(store, 2, 0.7) == {"bob"}
     got = store.gather()  # gold queries are taken (marked used later) but give no label
     assert got.query_ids == ids and len(got.labels) == 2 * 3
     filtered = store.gather(exclude={"bob"})
@@ -632,7 +638,7 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     assert cells[1] == "labeler3 (adversary)"  # the adversary, and only it
     assert cells[2].startswith("labeler3: ") and int(cells[2].split(": ")[1]) >= 2
     assert float(cells[4]) == 1.0  # the training labels left agree with the true returns
-    status = LabelStore(tmp_path / "filter" / "labels.sqlite").labeler_scores(2, 0.7)
+    status = crowd.labeler_scores(LabelStore(tmp_path / "filter" / "labels.sqlite"), 2, 0.7)
     assert [s["flagged"] for s in status] == [False, False, True]
     # Dawid–Skene learns from the gold queries that the adversary flips every answer and
     # reads its answers flipped: every training label agrees with the true returns, and none

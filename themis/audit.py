@@ -190,7 +190,7 @@ def cohen_kappa_table(data: PairwiseAnswers) -> pd.DataFrame:
 def labeler_table(data: PairwiseAnswers, min_gold_answers: int = 5,
                   min_gold_accuracy: float = 0.7) -> pd.DataFrame:
     """One row per labeler (sorted by name), with the same definitions as
-    :meth:`themis.label_store.LabelStore.labeler_scores` on pairwise queries only.
+    :func:`themis.crowd.labeler_scores` on pairwise queries only.
 
     Columns: ``answers`` (skips included), ``skips``, ``gold_answers`` (non-skip answers to gold
     queries), ``gold_accuracy`` (share of those equal to the known answer), ``oracle_agreement``

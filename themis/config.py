@@ -17,6 +17,8 @@ from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
+from themis.crowd import check_crowd
+from themis.feedback.rating import check_rating
 from themis.methods import check_methods
 from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
@@ -123,6 +125,14 @@ class TrainConfig:
     """teacher_ui=web: labeler tokens to create (0: one anonymous labeler, loopback only)."""
     labels_per_query: int = 1
     """teacher_ui=web: different labelers asked per query."""
+    feedback: str = "pairwise"
+    """pairwise ("which of two clips is better?") or rating (one clip at a time, rated into
+    rating_classes ordered classes; Rating-based RL, White et al. 2024; themis/reward/rating.py).
+    A query is one answer either way, so max_feedback compares them at equal effort."""
+    rating_classes: int = 4
+    """feedback=rating: ordered classes (0 = worst; keys / buttons 1 … n)."""
+    rating_k: float = 30.0
+    """feedback=rating: sharpness k of the rating model's class probabilities."""
     label_aggregate: str = "each"
     """teacher_ui=web: each (every answer is a label) or majority (one label per query)."""
     min_labels_before_training: int = 0
@@ -382,25 +392,8 @@ def validate(cfg: Any) -> None:
                           "themis or bpref")
     if cfg.teacher_ui not in ("terminal", "web"):
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
-    if cfg.label_quality not in ("none", "filter", "model"):
-        raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none, filter or "
-                          "model")
-    if not 0.0 <= cfg.gold_fraction <= 1.0 or not 0.0 <= cfg.min_gold_accuracy <= 1.0:
-        raise ConfigError(f"gold_fraction={cfg.gold_fraction} and min_gold_accuracy="
-                          f"{cfg.min_gold_accuracy} must be in [0, 1]")
-    if cfg.label_quality == "filter" and cfg.gold_fraction == 0 and not cfg.gold_path:
-        raise ConfigError("label_quality=filter scores labelers on gold queries: set "
-                          "gold_fraction (e.g. 0.1)")
-    if cfg.label_quality == "model" and cfg.labels_per_query < 2 and cfg.gold_fraction == 0 \
-            and not cfg.gold_path:
-        raise ConfigError("label_quality=model learns how reliable each labeler is from queries "
-                          "several people answered or from gold: set labels_per_query=3 or "
-                          "gold_fraction=0.1")
-    if cfg.label_aggregate not in ("each", "majority"):
-        raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
-                          "majority")
-    if cfg.labels_per_query <= 0:
-        raise ConfigError(f"labels_per_query={cfg.labels_per_query} must be positive")
+    check_crowd(cfg)
+    check_rating(cfg)
     if not 0 <= cfg.label_port <= 65535:
         raise ConfigError(f"label_port={cfg.label_port} is not a TCP port; use 1-65535, or 0 "
                           "for any free port")

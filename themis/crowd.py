@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from themis.utils import ConfigError
 
 CLASSES = {0.0: "left", 0.5: "equal", 1.0: "right"}
 """crowd-kit works on label names; ours are B-Pref's 0 / 0.5 / 1."""
@@ -74,3 +77,78 @@ def dawid_skene(answers: Sequence[Answer], gold: dict[int, float] | None = None,
     out = {int(q): _VALUES[str(lab)] for q, lab in predicted.items()}
     out.update({q: _VALUES[lab] for q, lab in known.items()})
     return out
+
+
+def labeler_scores(store: Any, min_gold_answers: int = 5,
+                   min_gold_accuracy: float = 0.7) -> list[dict[str, Any]]:
+    """Each labeler's live scores in a :class:`themis.label_store.LabelStore` (skips excluded
+    from the rates).
+
+    Returns:
+        one dict per labeler: ``labeler``, ``answers``, ``gold_answers``, ``gold_accuracy``
+        (share of gold queries answered with the known answer; NaN before any), ``agreement``
+        (share of the other labelers' answers to the same queries that match), ``oracle_
+        agreement`` (with the true returns: for the audit, never used to aggregate),
+        ``median_seconds`` (between consecutive answers), ``flagged`` (gold accuracy below
+        ``min_gold_accuracy`` after ``min_gold_answers`` gold answers).
+    """
+    rows = store.db.execute(
+        "SELECT a.labeler, a.query_id, a.label, a.created, q.gold, q.oracle FROM answers a "
+        "JOIN queries q ON q.id = a.query_id ORDER BY a.created").fetchall()
+    by_query: dict[int, list[tuple[str, float]]] = {}
+    for who, qid, label, *_ in rows:
+        if label is not None:
+            by_query.setdefault(int(qid), []).append((who, float(label)))
+    out = []
+    for name in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == name]
+        labelled = [r for r in mine if r[2] is not None]
+        gold = [r for r in labelled if r[4] is not None]
+        gold_acc = float(np.mean([r[2] == r[4] for r in gold])) if gold else float("nan")
+        agree = [label == other for _, qid, label, *_ in labelled
+                 for who, other in by_query[int(qid)] if who != name]
+        oracle = [r[2] == r[5] for r in labelled if r[5] is not None]
+        times = np.diff([r[3] for r in mine])
+        out.append({
+            "labeler": name, "answers": len(mine), "gold_answers": len(gold),
+            "gold_accuracy": gold_acc,
+            "agreement": float(np.mean(agree)) if agree else float("nan"),
+            "oracle_agreement": float(np.mean(oracle)) if oracle else float("nan"),
+            "median_seconds": float(np.median(times)) if len(times) else float("nan"),
+            "flagged": bool(len(gold) >= min_gold_answers and gold_acc < min_gold_accuracy),
+        })
+    return out
+
+
+def flagged(store: Any, min_gold_answers: int = 5, min_gold_accuracy: float = 0.7) -> set[str]:
+    """Labelers whose gold accuracy is below ``min_gold_accuracy`` after
+    ``min_gold_answers`` gold answers."""
+    return {s["labeler"] for s in labeler_scores(store, min_gold_answers, min_gold_accuracy)
+            if s["flagged"]}
+
+
+def check_crowd(cfg: Any) -> None:
+    """The crowd keys (``label_quality``, gold, aggregation) of a run config.
+
+    Raises:
+        ConfigError: one line naming the key, the problem and the fix.
+    """
+    if cfg.label_quality not in ("none", "filter", "model"):
+        raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none, filter or "
+                          "model")
+    if not 0.0 <= cfg.gold_fraction <= 1.0 or not 0.0 <= cfg.min_gold_accuracy <= 1.0:
+        raise ConfigError(f"gold_fraction={cfg.gold_fraction} and min_gold_accuracy="
+                          f"{cfg.min_gold_accuracy} must be in [0, 1]")
+    if cfg.label_quality == "filter" and cfg.gold_fraction == 0 and not cfg.gold_path:
+        raise ConfigError("label_quality=filter scores labelers on gold queries: set "
+                          "gold_fraction (e.g. 0.1)")
+    if cfg.label_quality == "model" and cfg.labels_per_query < 2 and cfg.gold_fraction == 0 \
+            and not cfg.gold_path:
+        raise ConfigError("label_quality=model learns how reliable each labeler is from queries "
+                          "several people answered or from gold: set labels_per_query=3 or "
+                          "gold_fraction=0.1")
+    if cfg.label_aggregate not in ("each", "majority"):
+        raise ConfigError(f"label_aggregate={cfg.label_aggregate} is unknown; use each or "
+                          "majority")
+    if cfg.labels_per_query <= 0:
+        raise ConfigError(f"labels_per_query={cfg.labels_per_query} must be positive")

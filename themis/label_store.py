@@ -20,11 +20,14 @@ What is promised (tests in ``tests/test_web_labeling.py``):
 
 Tables:
 
-- ``queries(id, round, created, clip, segments, labels_needed, consumed, gold, oracle)``:
-  ``gold`` is the known answer of a gold query (NULL for a normal one), ``oracle`` the label of
-  the segments' true returns (for labeler scores and the audit; never a training label)
+- ``queries(id, round, created, clip, segments, labels_needed, consumed, gold, oracle,
+  rating_classes)``: ``gold`` is the known answer of a gold query (NULL for a normal one),
+  ``oracle`` the label of the segments' true returns (for labeler scores and the audit; never a
+  training label), ``rating_classes`` NULL for a pair, ``n`` for one segment to rate
+  (``feedback=rating``);
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
-  0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped);
+  0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped); for a
+  rating query the class 0 … n − 1;
 - ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``.
 """
 
@@ -128,9 +131,9 @@ class LabelStore:
         os.chmod(self.path, 0o600)
         self.db.executescript(SCHEMA)  # executescript commits by itself
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(queries)")}
-        for column in ("gold", "oracle"):  # stores of earlier versions lack them
-            if column not in columns:
-                self.db.execute(f"ALTER TABLE queries ADD COLUMN {column} REAL")
+        for column, kind in (("gold", "REAL"), ("oracle", "REAL"), ("rating_classes", "INTEGER")):
+            if column not in columns:  # stores of earlier versions lack them
+                self.db.execute(f"ALTER TABLE queries ADD COLUMN {column} {kind}")
         with self.transaction() as db:  # stores of earlier versions kept tokens in clear
             for name, token in db.execute("SELECT name, token FROM labelers WHERE token NOT "
                                           "LIKE 'sha256:%'").fetchall():
@@ -193,10 +196,12 @@ class LabelStore:
 
     # ------------------------------------------------------------------ queries
     def post(self, round_: int, pairs: SegmentPairs, clips: list[Path],
-             labels_needed: int | np.ndarray = 1, gold: np.ndarray | None = None) -> list[int]:
+             labels_needed: int | np.ndarray = 1, gold: np.ndarray | None = None,
+             rating_classes: int = 0) -> list[int]:
         """Store a round's queries (segments to ``web/queries/q_ID.npz``) and return their IDs.
 
-        Shapes: ``pairs`` holds ``n`` pairs; ``clips`` ``n`` clip files already written;
+        Shapes: ``pairs`` holds ``n`` pairs (``rating_classes > 0``: ``n`` single segments,
+        axis 1 of size 1, to rate); ``clips`` ``n`` clip files already written;
         ``labels_needed`` one number or ``(n,)``; ``gold`` ``(n,)`` known answers of gold
         queries (0, 0.5, 1; NaN for the others), or ``None``.
         """
@@ -204,15 +209,17 @@ class LabelStore:
         ids = []
         queries = self.web_dir / "queries"
         queries.mkdir(parents=True, exist_ok=True)
-        oracle = true_preference(pairs.true_rewards)
+        oracle = np.full(len(clips), np.nan) if rating_classes else \
+            true_preference(pairs.true_rewards)
         with self.transaction() as db:
             for i, clip in enumerate(clips):
                 cur = db.execute(
                     "INSERT INTO queries (round, created, clip, segments, labels_needed, gold, "
-                    "oracle) VALUES (?, ?, ?, '', ?, ?, ?)",
+                    "oracle, rating_classes) VALUES (?, ?, ?, '', ?, ?, ?, ?)",
                     (round_, time.time(), str(clip), int(needed[i]),
                      None if gold is None or np.isnan(gold[i]) else float(gold[i]),
-                     float(oracle[i])))
+                     None if np.isnan(oracle[i]) else float(oracle[i]),
+                     int(rating_classes) or None))
                 qid = int(cur.lastrowid or 0)
                 segments = queries / f"q_{qid:06d}.npz"
                 with segments.open("wb") as f:  # on disk before the query row is committed
@@ -235,6 +242,18 @@ class LabelStore:
         if row is None:
             raise UnknownQuery(query_id)
         return Path(row[0])
+
+    def rating_classes(self, query_id: int) -> int:
+        """0 for a pairwise query, ``n`` for a rating query.
+
+        Raises:
+            UnknownQuery: no such query.
+        """
+        row = self.db.execute("SELECT rating_classes FROM queries WHERE id=?",
+                              (query_id,)).fetchone()
+        if row is None:
+            raise UnknownQuery(query_id)
+        return int(row[0] or 0)
 
     def next_query(self, labeler: str) -> int | None:
         """The oldest query that still needs answers and that ``labeler`` has not answered."""
@@ -270,20 +289,25 @@ class LabelStore:
             UnknownQuery: no such query.
             DuplicateAnswer: ``labeler`` already answered ``query_id``.
             QueryFull: the query has its ``labels_needed`` answers already, or was used.
-            ValueError: a label other than 0, 0.5, 1 or None.
+            ValueError: a label other than 0, 0.5, 1 or None for a pair, or other than a class
+                0 … n − 1 or None for a rating query (nothing stored).
         """
-        if label not in (0.0, 0.5, 1.0, None):
-            raise ValueError(f"label must be 0, 0.5, 1 or None, got {label}")
         with self.transaction() as db:
             row = db.execute("SELECT labels_needed, consumed, (SELECT COUNT(*) FROM answers a "
-                             "WHERE a.query_id=q.id) FROM queries q WHERE id=?",
+                             "WHERE a.query_id=q.id), rating_classes FROM queries q WHERE id=?",
                              (query_id,)).fetchone()
             if row is None:
                 raise UnknownQuery(query_id)
+            classes = int(row[3] or 0)
+            allowed = [float(c) for c in range(classes)] if classes else [0.0, 0.5, 1.0]
+            if label is not None and label not in allowed:
+                raise ValueError(f"query {query_id} takes " + (
+                    f"a rating 1 … {classes}" if classes else "left, right, equal or skip")
+                    + f", not {label!r}")
             if db.execute("SELECT 1 FROM answers WHERE query_id=? AND labeler=?",
                           (query_id, labeler)).fetchone():
                 raise DuplicateAnswer(f"{labeler} already answered query {query_id}")
-            needed, consumed, given = row
+            needed, consumed, given, _ = row
             if consumed or given >= needed:
                 raise QueryFull(f"query {query_id} already has its {needed} answer"
                                 f"{'s' if needed > 1 else ''}; take the next one")
@@ -349,7 +373,7 @@ class LabelStore:
         if not labels:
             return Answers(ids, None, np.zeros(0, np.float32), [], [])
         pairs = SegmentPairs(np.stack(obs), np.stack(act), np.stack(true),
-                             np.zeros((len(labels), 2), dtype=np.int64))
+                             np.zeros((len(labels), len(obs[0])), dtype=np.int64))
         return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids)
 
     def mark_used(self, query_ids: list[int]) -> None:
@@ -377,52 +401,6 @@ class LabelStore:
                     db.execute("UPDATE queries SET consumed=? WHERE id=?", (used, qid))
                     changed += 1
         return changed
-
-    # ------------------------------------------------------------------ labeler scores
-    def labeler_scores(self, min_gold_answers: int = 5,
-                       min_gold_accuracy: float = 0.7) -> list[dict[str, Any]]:
-        """Each labeler's live scores (skips excluded from the rates).
-
-        Returns:
-            one dict per labeler: ``labeler``, ``answers``, ``gold_answers``, ``gold_accuracy``
-            (share of gold queries answered with the known answer; NaN before any), ``agreement``
-            (share of the other labelers' answers to the same queries that match), ``oracle_
-            agreement`` (with the true returns: for the audit, never used to aggregate),
-            ``median_seconds`` (between consecutive answers), ``flagged`` (gold accuracy below
-            ``min_gold_accuracy`` after ``min_gold_answers`` gold answers).
-        """
-        rows = self.db.execute(
-            "SELECT a.labeler, a.query_id, a.label, a.created, q.gold, q.oracle FROM answers a "
-            "JOIN queries q ON q.id = a.query_id ORDER BY a.created").fetchall()
-        by_query: dict[int, list[tuple[str, float]]] = {}
-        for who, qid, label, *_ in rows:
-            if label is not None:
-                by_query.setdefault(int(qid), []).append((who, float(label)))
-        out = []
-        for name in sorted({r[0] for r in rows}):
-            mine = [r for r in rows if r[0] == name]
-            labelled = [r for r in mine if r[2] is not None]
-            gold = [r for r in labelled if r[4] is not None]
-            gold_acc = float(np.mean([r[2] == r[4] for r in gold])) if gold else float("nan")
-            agree = [label == other for _, qid, label, *_ in labelled
-                     for who, other in by_query[int(qid)] if who != name]
-            oracle = [r[2] == r[5] for r in labelled if r[5] is not None]
-            times = np.diff([r[3] for r in mine])
-            out.append({
-                "labeler": name, "answers": len(mine), "gold_answers": len(gold),
-                "gold_accuracy": gold_acc,
-                "agreement": float(np.mean(agree)) if agree else float("nan"),
-                "oracle_agreement": float(np.mean(oracle)) if oracle else float("nan"),
-                "median_seconds": float(np.median(times)) if len(times) else float("nan"),
-                "flagged": bool(len(gold) >= min_gold_answers and gold_acc < min_gold_accuracy),
-            })
-        return out
-
-    def flagged(self, min_gold_answers: int = 5, min_gold_accuracy: float = 0.7) -> set[str]:
-        """Labelers whose gold accuracy is below ``min_gold_accuracy`` after
-        ``min_gold_answers`` gold answers."""
-        return {s["labeler"] for s in self.labeler_scores(min_gold_answers, min_gold_accuracy)
-                if s["flagged"]}
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -150,6 +150,87 @@ class SyntheticTeacher:
         return keep, labels
 
 
+class SyntheticRatingTeacher(SyntheticTeacher):
+    """A scripted teacher for rating feedback: puts one segment into one of ``classes`` ordered
+    classes (0 = worst) by where its return falls among the returns of the segments rated so
+    far and the ones rated now: class boundaries are their quantiles ``1/n … (n−1)/n``, so
+    the classes are used about equally often, as a person who spreads ratings would.
+
+    B-Pref's knobs where they make sense for one segment: ``gamma`` discounts the return as in
+    :class:`SyntheticTeacher`; ``eps_skip`` skips a segment whose undiscounted return is below
+    ``eps_skip × margin`` (while that threshold is positive); ``beta > 0`` draws the class from
+    the rating model of :mod:`themis.reward.rating` with ``k = beta`` on the min–max normalised
+    return (``beta = -1``: the class of the return); ``eps_mistake`` replaces the class by a
+    uniformly random other one. ``eps_equal`` has no meaning for one segment (refused by the
+    config check).
+
+    Args:
+        classes: rating classes ``n`` (≥ 2).
+        beta, gamma, eps_mistake, eps_skip: as :class:`SyntheticTeacher`.
+        rng: random generator.
+
+    Raises:
+        ValueError: ``classes`` < 2, or parameters out of range.
+    """
+
+    def __init__(self, classes: int, beta: float = -1, gamma: float = 1, eps_mistake: float = 0,
+                 eps_skip: float = 0, rng: np.random.Generator | None = None) -> None:
+        super().__init__(beta, gamma, eps_mistake, eps_skip, 0.0, rng)
+        if classes < 2:
+            raise ValueError(f"rating_classes={classes} must be at least 2")
+        self.classes = int(classes)
+
+    def returns(self, rewards: np.ndarray) -> np.ndarray:
+        """Discounted returns ``(n, H) -> (n,)`` (step t weighted ``gamma^(H-1-t)``)."""
+        r = np.asarray(rewards, dtype=np.float64)
+        return r @ (self.gamma ** np.arange(r.shape[-1] - 1, -1, -1, dtype=np.float64))
+
+    def rate(self, rewards: np.ndarray,
+             rated: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Rate a batch of segments.
+
+        Args:
+            rewards: ``(n, H)`` true per-step rewards of the segments to rate.
+            rated: ``(m, H)`` true rewards of the segments rated before (the reference the
+                quantiles also come from), or ``None``.
+
+        Returns:
+            ``(keep, ratings)``: ``keep (n,)`` bool (False = skipped), ``ratings (n_kept,)``
+            float32 classes 0 … ``classes`` − 1.
+        """
+        r = np.asarray(rewards, dtype=np.float64)
+        if r.ndim != 2:
+            raise ValueError(f"rewards must be (batch, segment), got {r.shape}")
+        if not len(r):
+            return np.zeros(0, bool), np.zeros(0, np.float32)
+        threshold = self.eps_skip ** self.threshold_power * self.margin
+        keep = r.sum(1) > threshold if threshold > 0 else np.ones(len(r), dtype=bool)
+        pool = self.returns(np.concatenate([r, np.asarray(rated, np.float64).reshape(-1,
+                                                                                     r.shape[1])])
+                            if rated is not None and len(rated) else r)
+        mine = self.returns(r[keep])
+        edges = np.quantile(pool, np.arange(1, self.classes) / self.classes)
+        if self.beta > 0:
+            import torch
+
+            from themis.reward.rating import rating_logits
+
+            lo, span = pool.min(), max(float(np.ptp(pool)), 1e-12)
+            bounds = np.concatenate([[0.0], (edges - lo) / span, [1.0]])
+            logits = rating_logits(torch.as_tensor((mine - lo) / span),
+                                   torch.as_tensor(bounds), self.beta).numpy()
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            ratings = np.array([self.rng.choice(self.classes, p=row) for row in p], np.float64)
+        else:
+            ratings = np.searchsorted(edges, mine, side="right").astype(np.float64)
+        if self.eps_mistake > 0:
+            wrong = self.rng.random(len(ratings)) < self.eps_mistake
+            shift = self.rng.integers(1, self.classes, size=len(ratings))
+            ratings[wrong] = (ratings[wrong] + shift[wrong]) % self.classes
+        return keep, ratings.astype(np.float32)
+
+
 def true_preference(true_rewards: np.ndarray) -> np.ndarray:
     """The label of the true (undiscounted) segment returns: 1 = segment 2 better, 0 =
     segment 1, 0.5 = equal returns. Shape ``(n, 2, H) -> (n,)`` float64 (for scores and audits,

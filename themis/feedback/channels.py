@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.teachers import SyntheticTeacher
 
@@ -61,7 +62,7 @@ class Channel(Protocol):
         still come); ``template`` gives the shapes of an empty result."""
 
 
-class _AnswersAtOnce:
+class AnswersAtOnce:
     """A channel whose posted queries are answered before ``post`` returns."""
 
     _answered: Gathered | None = None
@@ -71,7 +72,7 @@ class _AnswersAtOnce:
         return answered if answered is not None else _empty_like(template)
 
 
-class SyntheticChannel(_AnswersAtOnce):
+class SyntheticChannel(AnswersAtOnce):
     """A B-Pref synthetic teacher: every posted query is answered at once.
 
     Args:
@@ -99,7 +100,7 @@ Record = Callable[[SegmentPairs, np.ndarray, str], None]
 """Writes labelled pairs to the preference dataset (and disk): the learner's one writer."""
 
 
-class TerminalChannel(_AnswersAtOnce):
+class TerminalChannel(AnswersAtOnce):
     """A person in the terminal (``lib/human_interface.py``); each answer is recorded the
     moment it is given.
 
@@ -144,13 +145,16 @@ class WebChannel:
             :mod:`themis.crowd`).
         info: console line writer ``(message, colour)``.
         round_number: the number of the feedback round that posts (names the clips).
+        rating_classes: ``feedback=rating``: posted queries are single segments people rate
+            into this many classes (0: pairs).
     """
 
     def __init__(self, store: Any, clips: Any, labels_per_query: int, aggregate: str,
                  info: Callable[[str, str], None], round_number: Callable[[], int],
                  gold_fraction: float = 0.0, label_quality: str = "none",
                  min_gold_answers: int = 5, min_gold_accuracy: float = 0.7,
-                 gold_answers: int = 1, rng: np.random.Generator | None = None) -> None:
+                 gold_answers: int = 1, rng: np.random.Generator | None = None,
+                 rating_classes: int = 0) -> None:
         self.store, self.clips = store, clips
         self.labels_per_query, self.aggregate, self.info = labels_per_query, aggregate, info
         self.round_number = round_number
@@ -159,6 +163,7 @@ class WebChannel:
         self.gold_answers = max(gold_answers, labels_per_query)  # every labeler, when tokens
         self.rng = rng if rng is not None else np.random.default_rng()
         self.gold: tuple[SegmentPairs, np.ndarray] | None = None  # the next round's gold
+        self.rating_classes = rating_classes  # > 0: queries are single segments to rate
 
     def post(self, queries: SegmentPairs) -> int:
         """Post the queries, and the gold queries set in :attr:`gold` mixed in at random
@@ -176,14 +181,15 @@ class WebChannel:
             queries, gold, needed = queries.take(order), gold[order], needed[order]
         self.gold = None
         paths = self.clips.write_web_clips(queries, number)
-        self.store.post(number, queries, paths, needed, gold=gold)
+        self.store.post(number, queries, paths, needed, gold=gold,
+                        rating_classes=self.rating_classes)
         return int(np.isnan(gold).sum())
 
     def flagged(self) -> set[str]:
         """Labelers flagged by their gold accuracy (empty unless ``label_quality=filter``)."""
         if self.label_quality != "filter":
             return set()
-        return set(self.store.flagged(self.min_gold_answers, self.min_gold_accuracy))
+        return crowd.flagged(self.store, self.min_gold_answers, self.min_gold_accuracy)
 
     def pending(self) -> int:
         """Posted queries still waiting for answers, or answered and not gathered yet."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
 from themis.feedback.learner import PreferenceLearner
+from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.selector import QuerySelector
 from themis.label_store import LabelStore
 from themis.methods.crop import TemporalCrop
@@ -21,8 +22,9 @@ from themis.methods.rime import RobustLabelFilter, WarmStart
 from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.reward.rating import RatingTrainer
 from themis.sampling import resolve_feed_type
-from themis.teachers import SyntheticTeacher
+from themis.teachers import SyntheticRatingTeacher, SyntheticTeacher
 from themis.utils import ConfigError
 
 
@@ -53,10 +55,11 @@ def make_dataset(ws: Any) -> PreferenceDataset:
     # on the web each query may get labels_per_query labels, all kept as training labels
     capacity = cfg.max_feedback * (cfg.labels_per_query if cfg.human_teacher
                                    and cfg.teacher_ui == "web" else 1)
+    classes = cfg.rating_classes if cfg.feedback == "rating" else 0
     if not cfg.prefs_path:
         return PreferenceDataset(capacity, cfg.segment, ws.obs_dim, ws.action_dim,
                                  metadata=meta, obs_dtype=ws.obs_dtype,
-                                 frame_stack=ws.frame_stack)
+                                 frame_stack=ws.frame_stack, rating_classes=classes)
     try:
         loaded = PreferenceDataset.load(cfg.prefs_path)
     except (FileNotFoundError, ValueError) as e:
@@ -66,12 +69,18 @@ def make_dataset(ws: Any) -> PreferenceDataset:
             f"prefs_path={cfg.prefs_path} holds obs_dim={loaded.obs_dim}, "
             f"action_dim={loaded.action_dim} (env {loaded.metadata.get('env')}); "
             f"{ws.env_id} has obs_dim={ws.obs_dim}, action_dim={ws.action_dim}")
+    if loaded.rating_classes != classes:
+        raise ConfigError(f"prefs_path={cfg.prefs_path} holds "
+                          + (f"ratings in {loaded.rating_classes} classes" if
+                             loaded.rating_classes else "pairwise preferences")
+                          + f"; this run asks for feedback={cfg.feedback}"
+                          + (f" with rating_classes={classes}" if classes else ""))
     if loaded.segment != cfg.segment:
         raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
                           f"segment={loaded.segment}; set segment={loaded.segment}")
     data = PreferenceDataset(len(loaded) + capacity, cfg.segment, ws.obs_dim, ws.action_dim,
                              metadata={**loaded.metadata, **meta}, obs_dtype=ws.obs_dtype,
-                             frame_stack=ws.frame_stack)
+                             frame_stack=ws.frame_stack, rating_classes=classes)
     data.extend(loaded)
     return data
 
@@ -87,17 +96,22 @@ def make_learner(ws: Any) -> PreferenceLearner:
                            cfg.reward_hidden_depth, obs_shape=ws.obs_shape).to(ws.device)
     pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
         if cfg.surf.enabled else None
-    trainer = RewardTrainer(model, cfg.reward_lr, cfg.reward_train_batch,
-                            np.random.default_rng(cfg.seed + 1), crop=make_crop(cfg),
-                            pseudo=pseudo,
-                            label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled
-                            else None)
-    teacher = SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
-                               cfg.teacher_eps_skip, cfg.teacher_eps_equal,
-                               rng=np.random.default_rng(cfg.seed + 2))
+    rating = cfg.feedback == "rating"
+    trainer: RewardTrainer | RatingTrainer = RatingTrainer(
+        model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
+        np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
+        model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
+        crop=make_crop(cfg), pseudo=pseudo,
+        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None)
+    teacher_rng = np.random.default_rng(cfg.seed + 2)
+    teacher = SyntheticRatingTeacher(cfg.rating_classes, cfg.teacher_beta, cfg.teacher_gamma,
+                                     cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
+                                     teacher_rng) if rating else \
+        SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
+                         cfg.teacher_eps_skip, cfg.teacher_eps_equal, rng=teacher_rng)
     selector = QuerySelector(resolve_feed_type(cfg.feed_type), cfg.segment, cfg.large_batch,
                              ws.rng, ws.feature_encoder, ws.obs_shape)
-    learner = PreferenceLearner(
+    learner = (RatingLearner if rating else PreferenceLearner)(
         model, trainer, make_dataset(ws), teacher, selector, ws.run_dir / "preferences",
         cfg.max_feedback, cfg.reward_batch, cfg.reward_update, cfg.segment,
         ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info,
@@ -146,20 +160,27 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
                           min_gold_answers=cfg.min_gold_answers,
                           min_gold_accuracy=cfg.min_gold_accuracy,
                           gold_answers=max(1, cfg.labelers),
-                          rng=np.random.default_rng(cfg.seed + 3))
+                          rng=np.random.default_rng(cfg.seed + 3),
+                          rating_classes=cfg.rating_classes if cfg.feedback == "rating" else 0)
     if cfg.human_teacher:
-        from lib.human_interface import KeyReader, TerminalTeacher
+        from lib.human_interface import KeyReader, RatingTerminalTeacher, TerminalTeacher
 
         clip_dir = ws.run_dir / "queries"
         done = len(list(clip_dir.glob("query_*"))) if clip_dir.is_dir() else 0
-        person = TerminalTeacher(clip_dir, KeyReader(piped=cfg.human_piped), cfg.human_viewer,
-                                 cfg.clip_fps, first_query=done)
+        reader = KeyReader(piped=cfg.human_piped)
+        person = RatingTerminalTeacher(clip_dir, reader, cfg.rating_classes, cfg.human_viewer,
+                                       cfg.clip_fps, first_query=done) \
+            if cfg.feedback == "rating" else \
+            TerminalTeacher(clip_dir, reader, cfg.human_viewer, cfg.clip_fps, first_query=done)
 
         def header() -> str:
             return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
                     f"{cfg.max_feedback} queries asked before it")
 
         return TerminalChannel(person, clips, labeler, learner.record, header)
+    if isinstance(learner.teacher, SyntheticRatingTeacher):
+        return SyntheticRatingChannel(learner.teacher, labeler, lambda: learner.dataset
+                                      .true_rewards[: len(learner.dataset)])
     return SyntheticChannel(learner.teacher, labeler, clips,
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
 

@@ -183,9 +183,7 @@ class PreferenceLearner:
         postponed = False
         if n_queries > 0:
             try:
-                queries = self.selector.select(store, n_queries, self.model,
-                                               self.dataset.observations[: len(self.dataset)],
-                                               first, min_episode, usable)
+                queries = self.select_queries(store, n_queries, first, min_episode, usable)
             except NoSegmentsError as e:  # e.g. Hopper falling early: ask again next round
                 postponed, n_queries = True, 0
                 self.postponed_rounds += 1
@@ -207,8 +205,7 @@ class PreferenceLearner:
         got = self.channel.gather(self.empty_pairs(), at_least=wait_for)
         answered, labels = got.pairs.take(got.keep), got.labels
         self.labeled_feedback += int(got.keep.sum())
-        true = got.pairs.true_rewards
-        oracle_labels = ORACLE.label(true[got.keep, 0], true[got.keep, 1])[1]
+        oracle_labels = self.oracle_labels(got.pairs.true_rewards[got.keep])
         round_stats = TeacherStats()
         for stats in (round_stats, self.stats):
             stats.update(got.keep, labels, oracle_labels)
@@ -242,6 +239,22 @@ class PreferenceLearner:
             round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
             *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
             fit.epochs if fit else 0, int(postponed), len(labels), self.method_stats())
+
+    def select_queries(self, store: Any, n: int, first: bool, min_episode: int,
+                       usable: Callable[[np.ndarray], np.ndarray] | None) -> SegmentPairs:
+        """This round's ``n`` queries (:class:`QuerySelector`; uniform in the first round).
+
+        Raises:
+            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+        """
+        return self.selector.select(store, n, self.model,
+                                    self.dataset.observations[: len(self.dataset)], first,
+                                    min_episode, usable)
+
+    def oracle_labels(self, true_rewards: np.ndarray) -> np.ndarray:
+        """The oracle teacher's labels of answered queries, ``(n, 2, H) -> (n,)`` (for the
+        teacher's and the people's agreement with the oracle)."""
+        return ORACLE.label(true_rewards[:, 0], true_rewards[:, 1])[1]
 
     def gold_queries(self, store: Any, n: int, min_episode: int,
                      usable: Callable[[np.ndarray], np.ndarray] | None,
@@ -307,13 +320,12 @@ class PreferenceLearner:
         predicted and true returns of the ``2 n`` segments."""
         accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
         oracle = self.trainer.accuracy(pairs.observations, pairs.actions,
-                                       ORACLE.label(pairs.true_rewards[:, 0],
-                                                    pairs.true_rewards[:, 1])[1])
-        n, _, horizon = pairs.true_rewards.shape
-        predicted = self.reward(pairs.observations.reshape(n * 2 * horizon, -1),
-                                pairs.actions.reshape(n * 2 * horizon, -1))
-        predicted = predicted.reshape(n * 2, horizon).sum(1)
-        true = pairs.true_rewards.reshape(n * 2, horizon).sum(1)
+                                       self.oracle_labels(pairs.true_rewards))
+        n, width, horizon = pairs.true_rewards.shape
+        predicted = self.reward(pairs.observations.reshape(n * width * horizon, -1),
+                                pairs.actions.reshape(n * width * horizon, -1))
+        predicted = predicted.reshape(n * width, horizon).sum(1)
+        true = pairs.true_rewards.reshape(n * width, horizon).sum(1)
         pearson = spearman = float("nan")
         if len(true) > 2 and np.ptp(true) > 0 and np.ptp(predicted) > 0:
             pearson = float(scipy_stats.pearsonr(predicted, true).statistic)
@@ -326,8 +338,8 @@ class PreferenceLearner:
         obs = d.observations[:0]
         return SegmentPairs(np.zeros((0, *obs.shape[1:]), dtype=obs.dtype),
                             np.zeros((0, *d.actions.shape[1:]), dtype=np.float32),
-                            np.zeros((0, 2, d.segment), dtype=np.float32),
-                            np.zeros((0, 2), np.int64))
+                            np.zeros((0, d.width, d.segment), dtype=np.float32),
+                            np.zeros((0, d.width), np.int64))
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
@@ -401,7 +413,7 @@ class PreferenceLearner:
         d = self.dataset
         data = PreferenceDataset(d.capacity, d.segment, d.obs_dim, d.action_dim,
                                  metadata=d.metadata, obs_dtype=d.observations.dtype,
-                                 frame_stack=d.frame_stack)
+                                 frame_stack=d.frame_stack, rating_classes=d.rating_classes)
         if size == 0:
             return data
         try:
@@ -417,7 +429,7 @@ class PreferenceLearner:
         data.extend(saved)
         for i in later:
             pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
-                                saved.true_rewards[i:i + 1], np.zeros((1, 2), dtype=np.int64))
+                                saved.true_rewards[i:i + 1], np.zeros((1, saved.width), np.int64))
             data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]),
                      answers=[str(saved.answers[i])])
             data.timestamps[len(data) - 1] = saved.timestamps[i]

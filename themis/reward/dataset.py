@@ -20,16 +20,17 @@ from themis.framestack import stacked, stacked_tensor, unstack
 from themis.utils import replace_durably
 
 FORMAT_NAME = "themis-preferences"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Newest on-disk preference-dataset format :meth:`PreferenceDataset.save` writes (1: one
 ``segments.npz``; 2: segments may be split into shards listed in ``meta.json``; 3: stacked-frame
 observations are stored as their frames, ``frames`` instead of ``observations``, with
-``frame_stack`` in ``meta.json``). Datasets without frame stacks are still written as version 2,
-which older Themis versions read."""
+``frame_stack`` in ``meta.json``; 4: ratings of single segments, ``rating_classes`` in
+``meta.json``). Each dataset is written with the oldest version that holds it (pairs without
+frame stacks: version 2), so older Themis versions read what they can."""
 MAX_SHARDS = 32
 """Incremental saves append shard files; past this many they are compacted into one file."""
 _STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim", "action_dim",
-                    "shards", "frame_stack"}
+                    "shards", "frame_stack", "rating_classes"}
 
 
 @contextlib.contextmanager
@@ -57,17 +58,23 @@ class PreferenceDataset:
             (flattened ``(k, H, W)``, oldest first; Atari): each segment is stored as its
             ``H + k - 1`` frames and :attr:`observations` is a read-only view of the stacks
             (:mod:`themis.framestack`; 4× less memory).
+        rating_classes: ``n > 0`` for rating feedback (``feedback=rating``): each row is one
+            segment (axis 1 has size 1) with a rating ``0 … n-1`` (worst to best) as its label.
 
     Labels follow BPref: 0.0 = segment 1 preferred, 1.0 = segment 2 preferred, 0.5 = equally
-    preferred. The dataset grows past ``capacity`` when more labels come (people's answers
-    arrive when they arrive: an accepted answer is never refused for lack of room).
+    preferred (ratings: the class index). The dataset grows past ``capacity`` when more labels
+    come (people's answers arrive when they arrive: an accepted answer is never refused for
+    lack of room).
     """
 
     def __init__(self, capacity: int, segment: int, obs_dim: int, action_dim: int,
                  metadata: dict[str, Any] | None = None,
-                 obs_dtype: np.dtype | type = np.float32, frame_stack: int = 1) -> None:
+                 obs_dtype: np.dtype | type = np.float32, frame_stack: int = 1,
+                 rating_classes: int = 0) -> None:
         if frame_stack < 1 or obs_dim % frame_stack:
             raise ValueError(f"obs_dim={obs_dim} is not a stack of {frame_stack} frames")
+        self.rating_classes = rating_classes
+        self.width = 1 if rating_classes else 2  # segments per row
         self.capacity = capacity
         self.frame_stack = frame_stack
         self.segment = segment
@@ -76,13 +83,14 @@ class PreferenceDataset:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.labelers = np.full(capacity, "", dtype=object)
         if frame_stack > 1:
-            self.frames = np.zeros((capacity, 2, segment + frame_stack - 1,
+            self.frames = np.zeros((capacity, self.width, segment + frame_stack - 1,
                                     obs_dim // frame_stack), dtype=obs_dtype)
             self.observations = stacked(self.frames, frame_stack, frame_ndim=1, flat=True)
         else:
-            self.observations = np.zeros((capacity, 2, segment, obs_dim), dtype=obs_dtype)
-        self.actions = np.zeros((capacity, 2, segment, action_dim), dtype=np.float32)
-        self.true_rewards = np.zeros((capacity, 2, segment), dtype=np.float32)
+            self.observations = np.zeros((capacity, self.width, segment, obs_dim),
+                                         dtype=obs_dtype)
+        self.actions = np.zeros((capacity, self.width, segment, action_dim), dtype=np.float32)
+        self.true_rewards = np.zeros((capacity, self.width, segment), dtype=np.float32)
         self.labels = np.zeros(capacity, dtype=np.float32)
         self.timestamps = np.full(capacity, np.nan)  # when each label was given, Unix seconds
         self.answers = np.full(capacity, "", dtype=object)  # label-store answer IDs ("3;7")
@@ -101,16 +109,19 @@ class PreferenceDataset:
         a label aggregates several answers).
 
         Raises:
-            ValueError: lengths differ, a label is not in {0, 0.5, 1}, or (``frame_stack > 1``)
-                the observations are not consecutive frame stacks.
+            ValueError: lengths differ, a label is not in {0, 0.5, 1} (a rating not a class
+                index), or (``frame_stack > 1``) the observations are not consecutive frame
+                stacks.
         """
         n = len(pairs)
         labels = np.asarray(labels, dtype=np.float32).reshape(-1)
         if len(labels) != n or (answers is not None and len(answers) != n):
             raise ValueError(f"{n} pairs but {len(labels)} labels"
                              + (f" and {len(answers)} answer IDs" if answers is not None else ""))
-        if not np.all(np.isin(labels, (0.0, 0.5, 1.0))):
-            raise ValueError(f"preference labels must be 0, 0.5 or 1, got {np.unique(labels)}")
+        allowed = np.arange(self.rating_classes) if self.rating_classes else (0.0, 0.5, 1.0)
+        if not np.all(np.isin(labels, allowed)):
+            raise ValueError(f"{self.label_kind()} must be {self.label_kind(values=True)}, got "
+                             f"{np.unique(labels)}")
         self.reserve(self.size + n)
         sl = slice(self.size, self.size + n)
         self.answers[sl] = answers if answers is not None else ""
@@ -122,6 +133,12 @@ class PreferenceDataset:
         self.timestamps[sl] = time.time()
         self.size += n
         self._tensors = None
+
+    def label_kind(self, values: bool = False) -> str:
+        """``preference labels`` / ``ratings``, or (``values``) the values they may take."""
+        if values:
+            return f"0 … {self.rating_classes - 1}" if self.rating_classes else "0, 0.5 or 1"
+        return "ratings" if self.rating_classes else "preference labels"
 
     def reserve(self, total: int) -> None:
         """Make room for ``total`` pairs (doubling the capacity at least: amortised O(1) adds).
@@ -150,12 +167,13 @@ class PreferenceDataset:
                 for a in str(joined).split(";")}
 
     def _set_observations(self, sl: slice, observations: np.ndarray) -> None:
-        """Store ``(n, 2, H, ...)`` observations (whole stacks or flattened) in rows ``sl``."""
-        n, k = sl.stop - sl.start, self.frame_stack
+        """Store ``(n, width, H, ...)`` observations (whole stacks or flattened) in rows
+        ``sl``."""
+        n, k, w = sl.stop - sl.start, self.frame_stack, self.width
         if k == 1:
-            self.observations[sl] = observations.reshape(n, 2, self.segment, self.obs_dim)
+            self.observations[sl] = observations.reshape(n, w, self.segment, self.obs_dim)
         else:
-            stacks = observations.reshape(n, 2, self.segment, k, self.obs_dim // k)
+            stacks = observations.reshape(n, w, self.segment, k, self.obs_dim // k)
             frames = unstack(stacks, frame_ndim=1)
             if not np.array_equal(stacked(frames, k, frame_ndim=1), stacks):
                 raise ValueError(f"these observations are not stacks of {k} consecutive frames "
@@ -166,7 +184,8 @@ class PreferenceDataset:
     def tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """``(observations, actions, labels)`` of the stored pairs as tensors (cached).
 
-        Shapes: ``(n, 2, H, obs_dim)``, ``(n, 2, H, action_dim)``, ``(n,)``. With frame stacks
+        Shapes: ``(n, w, H, obs_dim)``, ``(n, w, H, action_dim)``, ``(n,)``, ``w`` = 2 (pairs)
+        or 1 (ratings). With frame stacks
         the observations are a strided view of the frames (on CPU they share this dataset's
         memory; on CUDA only the frames are copied).
         """
@@ -191,13 +210,15 @@ class PreferenceDataset:
           action_dim)``, ``true_rewards (m, 2, H)``; float32, except observations of pixel and
           grid envs, which are uint8 (flattened ``(C, H, W)`` images); with frame stacks
           (version 3) ``frames (m, 2, H + k - 1, frame_size)`` instead of observations;
+          ratings (version 4) have 1 instead of 2 segments per row;
         - ``labels.csv``: columns ``pair, label, labeler, timestamp`` (label 0 = segment 1
-          preferred, 1 = segment 2, 0.5 = equal; timestamp = when it was given, Unix seconds,
-          empty if unknown) and, for people's answers from the web, ``answers`` (the
-          label-store answer IDs behind the label, ``;``-separated);
+          preferred, 1 = segment 2, 0.5 = equal; ratings: the class, 0 = worst; timestamp =
+          when it was given, Unix seconds, empty if unknown) and, for people's answers from
+          the web, ``answers`` (the label-store answer IDs behind the label, ``;``-separated);
         - ``meta.json``: ``format``, ``format_version``, ``num_pairs``, ``segment``, ``obs_dim``,
-          ``action_dim``, ``frame_stack`` (version 3), ``shards`` (``[file, first row, end
-          row]`` in order) and the caller's ``metadata`` (env, teacher, ...).
+          ``action_dim``, ``frame_stack`` (version 3), ``rating_classes`` (version 4),
+          ``shards`` (``[file, first row, end row]`` in order) and the caller's ``metadata``
+          (env, teacher, ...).
 
         Saving again to the same folder appends only the new pairs as a new shard (a person's
         answer is on disk at once without rewriting every earlier segment); after
@@ -231,11 +252,13 @@ class PreferenceDataset:
         with _atomic(path / "labels.csv") as f:
             f.write(labels.to_csv(index=False).encode())
         meta = {**self.metadata, **(metadata or {}), "format": FORMAT_NAME,
-                "format_version": FORMAT_VERSION if self.frame_stack > 1 else 2,
+                "format_version": 4 if self.rating_classes else 3 if self.frame_stack > 1 else 2,
                 "num_pairs": n, "segment": self.segment, "obs_dim": self.obs_dim,
                 "action_dim": self.action_dim, "shards": [list(s) for s in shards]}
         if self.frame_stack > 1:
             meta["frame_stack"] = self.frame_stack
+        if self.rating_classes:
+            meta["rating_classes"] = self.rating_classes
         self.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         with _atomic(path / "meta.json") as f:
             f.write(json.dumps(meta, indent=2, sort_keys=True).encode())
@@ -285,6 +308,7 @@ class PreferenceDataset:
             n, segment = int(meta["num_pairs"]), int(meta["segment"])
             obs_dim, action_dim = int(meta["obs_dim"]), int(meta["action_dim"])
             frame_stack = int(meta.get("frame_stack", 1))
+            classes = int(meta.get("rating_classes", 0))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{meta_file}: field {e} is missing or not a number") from None
         shards = meta.get("shards") or [["segments.npz", 0, n]]
@@ -308,10 +332,11 @@ class PreferenceDataset:
             except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
                 raise ValueError(f"{path / name}: not a readable segment shard ({e})") from None
         obs, act, true = (np.concatenate(parts[k]) for k in parts)
-        want_obs = (2, segment + frame_stack - 1) if frame_stack > 1 else (2, segment)
+        width = 1 if classes else 2
+        want_obs = (width, segment + frame_stack - 1) if frame_stack > 1 else (width, segment)
         checks = [("observations" if frame_stack == 1 else "frames", obs, want_obs, None),
-                  ("actions", act, (2, segment), action_dim), ("true_rewards", true, (2, segment),
-                                                              None)]
+                  ("actions", act, (width, segment), action_dim),
+                  ("true_rewards", true, (width, segment), None)]
         for field, array, lead, last in checks:
             ok = array.shape[1:3] == lead and (last is None or array.shape[-1] == last)
             if field == "observations":
@@ -325,15 +350,15 @@ class PreferenceDataset:
         if len(obs) < n or len(labels) < n:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
                              f"{len(obs)} and labels.csv {len(labels)}")
+        data = cls(max(n, capacity or 0), segment, obs_dim, action_dim, obs_dtype=obs.dtype,
+                   frame_stack=frame_stack, rating_classes=classes)
         values = pd.to_numeric(labels["label"], errors="coerce").to_numpy(np.float64)
-        bad = ~np.isin(values, (0.0, 0.5, 1.0))
+        bad = ~np.isin(values, np.arange(classes) if classes else (0.0, 0.5, 1.0))
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             shown = str(labels["label"].iloc[row])
-            raise ValueError(f"{path / 'labels.csv'}: label {shown!r} in row {row + 1}; labels "
-                             "are 0, 0.5 or 1")
-        data = cls(max(n, capacity or 0), segment, obs_dim, action_dim, obs_dtype=obs.dtype,
-                   frame_stack=frame_stack)
+            raise ValueError(f"{path / 'labels.csv'}: label {shown!r} in row {row + 1}; "
+                             f"{data.label_kind()} are {data.label_kind(values=True)}")
         data.metadata = {k: v for k, v in meta.items() if k not in _STRUCTURAL_KEYS}
         if data.frame_stack > 1:
             data.frames[:n] = obs  # stored as frames
@@ -361,11 +386,11 @@ class PreferenceDataset:
         Raises:
             ValueError: shapes differ.
         """
-        mine = (self.segment, self.obs_dim, self.action_dim)
-        theirs = (other.segment, other.obs_dim, other.action_dim)
+        mine = (self.segment, self.obs_dim, self.action_dim, self.rating_classes)
+        theirs = (other.segment, other.obs_dim, other.action_dim, other.rating_classes)
         if mine != theirs:
-            raise ValueError(f"cannot merge datasets with (segment, obs_dim, action_dim) {theirs} "
-                             f"into {mine}")
+            raise ValueError(f"cannot merge datasets with (segment, obs_dim, action_dim, "
+                             f"rating_classes) {theirs} into {mine}")
         n = len(other)
         self.reserve(self.size + n)
         sl = slice(self.size, self.size + n)

@@ -1,0 +1,172 @@
+"""Reward learning from ratings of single segments (rating feedback, ``feedback=rating``).
+
+Rating-based RL (White et al., "Rating-Based Reinforcement Learning", AAAI 2024, Sec. 4): a
+person puts one segment σ into one of ``n`` ordered classes (0 = worst). The reward model's
+segment return R̂(σ) = Σ_t r̂(s_t, a_t) is normalised over the segments X of a batch,
+
+    R̃(σ) = (R̂(σ) − min_X R̂) / (max_X R̂ − min_X R̂),
+
+class boundaries 0 = R̄_0 < R̄_1 < … < R̄_n = 1 are placed so that each class gets as many
+segments of the batch (in order of R̃) as were rated into it, and the probability of class i is
+
+    Q_σ(i) = exp(−k (R̃(σ) − R̄_i)(R̃(σ) − R̄_{i+1})) / Σ_j exp(−k (R̃(σ) − R̄_j)(R̃(σ) − R̄_{j+1}))
+
+(largest for the class whose interval holds R̃(σ)); the loss is the cross-entropy of Q with the
+given ratings. ``k`` (``rating_k``) sets how sharp the classes are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from themis.reward.dataset import PreferenceDataset
+from themis.reward.ensemble import RewardEnsemble
+from themis.reward.trainer import RewardTrainStats
+from themis.utils import make_adam
+
+
+def normalised_returns(returns: torch.Tensor) -> torch.Tensor:
+    """R̃: ``(..., n)`` returns min–max scaled to [0, 1] over the last axis (0.5 if constant)."""
+    lo = returns.min(-1, keepdim=True).values
+    span = returns.max(-1, keepdim=True).values - lo
+    return torch.where(span > 1e-8, (returns - lo) / span.clamp_min(1e-8),
+                       torch.full_like(returns, 0.5))
+
+
+def class_boundaries(normalised: torch.Tensor, ratings: torch.Tensor,
+                     classes: int) -> torch.Tensor:
+    """RbRL's boundaries R̄_0 … R̄_n: class ``i`` gets as many of the batch's segments (in order
+    of R̃) as were rated ``i``; an inner boundary lies halfway between the last segment of one
+    class and the first of the next.
+
+    Shapes: ``normalised (..., n)`` in [0, 1], ``ratings (..., n)`` integer classes ->
+    ``(..., classes + 1)``, first 0 and last 1 (no gradient: the boundaries follow the data).
+    """
+    with torch.no_grad():
+        ordered = normalised.sort(-1).values
+        n = ordered.shape[-1]
+        counts = F.one_hot(ratings.long(), classes).sum(-2)  # (..., classes)
+        ends = counts.cumsum(-1)[..., :-1]  # segments in classes 0..i
+        below = ordered.gather(-1, (ends - 1).clamp(0, n - 1))
+        above = ordered.gather(-1, ends.clamp(0, n - 1))
+        inner = torch.where(ends <= 0, torch.zeros_like(below),
+                            torch.where(ends >= n, torch.ones_like(above), (below + above) / 2))
+        zeros = torch.zeros_like(ordered[..., :1])
+        return torch.cat([zeros, inner, zeros + 1], -1)
+
+
+def rating_logits(normalised: torch.Tensor, boundaries: torch.Tensor, k: float) -> torch.Tensor:
+    """``−k (R̃ − R̄_i)(R̃ − R̄_{i+1})`` per class: ``(..., n)``, ``(..., C + 1)`` -> ``(..., n, C)``
+    (log Q up to the normalising constant)."""
+    x = normalised.unsqueeze(-1)
+    lower, upper = boundaries[..., None, :-1], boundaries[..., None, 1:]
+    return -k * (x - lower) * (x - upper)
+
+
+def rating_loss(returns: torch.Tensor, ratings: torch.Tensor, classes: int,
+                k: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RbRL's cross-entropy of a batch of rated segments, per ensemble member.
+
+    Args:
+        returns: ``(E, n)`` predicted segment returns.
+        ratings: ``(E, n)`` given classes, 0 … ``classes`` − 1.
+        classes: number of rating classes ``C``.
+        k: sharpness of the class probabilities.
+
+    Returns:
+        ``(E,)`` mean loss and ``(E, n)`` predicted classes (argmax Q).
+    """
+    x = normalised_returns(returns)
+    logits = rating_logits(x, class_boundaries(x, ratings, classes), k)
+    loss = F.cross_entropy(logits.flatten(0, -2), ratings.long().flatten(),
+                           reduction="none").view(ratings.shape).mean(-1)
+    return loss, logits.argmax(-1)
+
+
+class RatingTrainer:
+    """Fits a :class:`RewardEnsemble` to a rating dataset (``PreferenceDataset`` with
+    ``rating_classes``) with :func:`rating_loss`; the interface of
+    :class:`themis.reward.RewardTrainer`.
+
+    Every member sees the dataset in its own random order each epoch; the batch is the set X
+    the returns are normalised over. Accuracy: share of segments whose predicted class (argmax
+    Q within their batch) is the given rating.
+
+    Args:
+        model: the ensemble.
+        classes: rating classes.
+        k: sharpness (``rating_k``).
+        lr, batch_size: Adam learning rate and segments per step.
+        rng: per-member permutations.
+    """
+
+    label_filter = None  # RIME's filter is for pairwise labels
+    pseudo = None
+
+    def __init__(self, model: RewardEnsemble, classes: int, k: float = 30.0, lr: float = 3e-4,
+                 batch_size: int = 128, rng: np.random.Generator | None = None) -> None:
+        self.model, self.classes, self.k, self.batch_size = model, classes, k, batch_size
+        self.optimizer = make_adam(model.parameters(), lr)
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def train_epoch(self, dataset: PreferenceDataset,
+                    rows: np.ndarray | None = None) -> tuple[float, float]:
+        """One pass over the rated segments; returns (mean loss, mean accuracy) over members."""
+        obs, act, ratings = dataset.tensors(self.model.device)
+        picked = torch.arange(len(ratings), device=obs.device) if rows is None \
+            else torch.as_tensor(rows, device=obs.device)
+        n, ens = len(picked), self.model.ensemble_size
+        if n < 2:  # one segment has no place among others
+            return float("nan"), float("nan")
+        perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
+        perms = picked[perms.to(obs.device)]
+        total, correct = torch.zeros((), device=obs.device), torch.zeros((), device=obs.device)
+        for lo in range(0, n, self.batch_size):
+            idx = perms[:, lo:lo + self.batch_size]  # (E, b)
+            if idx.shape[1] < 2 and lo:
+                continue
+            returns = self.model.segment_returns(obs[idx][:, :, 0], act[idx][:, :, 0])
+            loss, predicted = rating_loss(returns, ratings[idx], self.classes, self.k)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.sum().backward()
+            self.optimizer.step()
+            with torch.no_grad():
+                total += loss.detach().sum() * idx.shape[1]
+                correct += (predicted == ratings[idx].long()).sum()
+        return total.item() / (n * ens), correct.item() / (n * ens)
+
+    def train(self, dataset: PreferenceDataset, max_epochs: int, target_accuracy: float = 0.97,
+              rows: np.ndarray | None = None) -> RewardTrainStats:
+        """Up to ``max_epochs`` epochs, stopping once train accuracy > target (as BPref).
+
+        Raises:
+            ValueError: the dataset is empty.
+        """
+        if len(dataset) == 0:
+            raise ValueError("cannot train the reward model on an empty rating dataset")
+        loss, acc, epochs = float("nan"), 0.0, 0
+        self.model.train()
+        while epochs < max_epochs:
+            loss, acc = self.train_epoch(dataset, rows)
+            epochs += 1
+            if acc > target_accuracy or np.isnan(acc):
+                break
+        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
+
+    @torch.no_grad()
+    def accuracy(self, observations: np.ndarray, actions: np.ndarray,
+                 ratings: np.ndarray) -> float:
+        """Ensemble-mean class accuracy on held-out rated segments, normalised among
+        themselves. Shapes: ``(n, 1, H, obs_dim)``, ``(n, 1, H, action_dim)``, ``(n,)``;
+        NaN for fewer than 2 segments."""
+        if len(ratings) < 2:
+            return float("nan")
+        device = self.model.device
+        returns = self.model.segment_returns(  # shared batch: (E, n), then the ensemble mean
+            torch.as_tensor(observations[:, 0], device=device),
+            torch.as_tensor(actions[:, 0], device=device)).mean(0, keepdim=True)
+        y = torch.as_tensor(np.asarray(ratings), device=device).long()[None]
+        _, predicted = rating_loss(returns, y, self.classes, self.k)
+        return float((predicted == y).float().mean())
