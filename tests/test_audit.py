@@ -15,13 +15,12 @@ from themis.audit import (
     cohen_kappa_table,
     crowd_fleiss_kappa,
     fleiss_kappa,
-    held_out_accuracy,
     labeler_table,
-    labels_section,
     load_answers,
     most_disputed,
     oracle_confusion,
 )
+from themis.audit_report import held_out_accuracy, labels_section
 from themis.buffers import SegmentPairs
 from themis.label_store import LabelStore
 

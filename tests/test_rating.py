@@ -23,8 +23,13 @@ from tests.conftest import ROOT, TINY_PENDULUM
 from themis.buffers import SegmentPairs
 from themis.label_store import LabelStore
 from themis.reward import PreferenceDataset, RewardEnsemble
-from themis.reward.rating import (RatingTrainer, class_boundaries, normalised_returns,
-                                  rating_logits, rating_loss)
+from themis.reward.rating import (
+    RatingTrainer,
+    class_boundaries,
+    normalised_returns,
+    rating_logits,
+    rating_loss,
+)
 from themis.teachers import SyntheticRatingTeacher
 
 RATING_RUN = [o for o in TINY_PENDULUM if not o.startswith("reward_batch")] + [
@@ -207,7 +212,7 @@ def test_a_rating_run_with_the_synthetic_teacher_learns_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_people_rate_clips_on_the_web_and_the_run_trains_on_their_ratings(tmp_path):
-    from tests.test_web_labeling import start_run, server_url
+    from tests.test_web_labeling import server_url, start_run
 
     run = tmp_path / "run"
     proc = start_run(run, "feedback=rating", "rating_classes=3", "max_feedback=8")

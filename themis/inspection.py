@@ -29,7 +29,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 
-from themis.audit import labels_section
+from themis.audit_report import labels_section
 from themis.logger import plot_learning_curve
 from themis.utils import eval_mode
 
