@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -244,3 +245,65 @@ def test_people_rate_clips_on_the_web_and_the_run_trains_on_their_ratings(tmp_pa
     assert data.rating_classes == 3 and sorted(data.labels[: len(data)].tolist()) == \
         sorted(float(g) for g in given) and len(data) == 8
     assert pd.read_csv(run / "reward.csv")["epochs"].max() >= 1
+
+
+@pytest.mark.slow
+def test_a_person_rates_clips_in_the_terminal_and_the_run_trains_on_the_ratings(tmp_path):
+    import imageio_ffmpeg
+
+    from lib.human_interface import BANNER
+
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [str(ROOT / "themis_train.sh"), *RATING_RUN, "max_feedback=8", "segment=20",
+         "human_teacher=true", "human_piped=true", "human_frame_size=48",
+         f"hydra.run.dir={run}"],
+        input="3\n1\n2\n\n2\nL\n3\n1\n1\n", capture_output=True, text=True, cwd=ROOT,
+        timeout=600, env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    labels = pd.read_csv(run / "preferences" / "labels.csv")
+    # keys 3, 1, 2 → classes 2, 0, 1; Enter skips; L (a pairwise key) only shows the help
+    assert labels["label"].tolist() == [2.0, 0.0, 1.0, 1.0, 2.0, 0.0, 0.0]
+    assert "how good is it?" in proc.stdout
+    reward = pd.read_csv(run / "reward.csv")
+    assert reward["total_feedback"].iloc[-1] == 8 and reward["skipped"].sum() == 1
+    clip = run / "queries" / "query_000000.mp4"
+    assert imageio_ffmpeg.count_frames_and_secs(str(clip))[0] == 20
+    reader = imageio_ffmpeg.read_frames(str(clip))
+    assert next(reader)["size"] == (48, 48 + BANNER)  # one clip, not two side by side
+    reader.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
+                    "(.ci/run installs it)")
+def test_rating_buttons_and_keys_in_headless_chromium(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_web_labeling import server_url, start_run, wait_for_query, wait_until
+
+    run = tmp_path / "run"
+    proc = start_run(run, "feedback=rating", "rating_classes=3", "max_feedback=8",
+                     "min_labels_before_training=2")
+    url = server_url(run, proc)
+    wait_for_query(url)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_selector("body[data-query]")
+        assert page.inner_text("#question") == "How good is this clip?"
+        assert page.is_hidden("#pairwise") and page.inner_text("#ratings") == "123"
+        first = page.evaluate("document.body.dataset.query")
+        page.click("#rate3")  # by clicking: the best class
+        wait_until(page, f"document.body.dataset.query !== '{first}'")
+        page.keyboard.press("1")  # by keyboard: the worst
+        wait_until(page, "document.getElementById('answered').textContent === '2'")
+        browser.close()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    rows = LabelStore(run / "labels.sqlite").db.execute(
+        "SELECT query_id, label FROM answers ORDER BY id").fetchall()
+    assert [r[1] for r in rows] == [2.0, 0.0] and rows[0][0] == int(first)
+    assert sorted(pd.read_csv(run / "preferences" / "labels.csv")["label"]) == [0.0, 2.0]
