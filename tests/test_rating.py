@@ -189,9 +189,12 @@ def test_the_api_takes_ratings_for_rating_queries_only_and_stores_nothing_wrong(
 def test_a_rating_run_with_the_synthetic_teacher_learns_and_resumes(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.run([str(ROOT / "themis_train.sh"), *RATING_RUN, "max_feedback=12",
+                           "xplain_state=true", "xplain_clips_per_round=1",
                            f"hydra.run.dir={run}"], capture_output=True, text=True, cwd=ROOT,
                           timeout=600, env={**os.environ, "THEMIS_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # one explained one-segment clip per round, with its attribution summary
+    assert len(list((run / "queries").glob("query_*_reward.png"))) == 3
     rounds = pd.read_csv(run / "reward.csv")
     assert rounds["total_feedback"].tolist() == [4, 8, 12]
     assert (rounds["oracle_agreement"] == 1.0).all()  # the oracle rating teacher

@@ -179,8 +179,9 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
 
         return TerminalChannel(person, clips, labeler, learner.record, header)
     if isinstance(learner.teacher, SyntheticRatingTeacher):
-        return SyntheticRatingChannel(learner.teacher, labeler, lambda: learner.dataset
-                                      .true_rewards[: len(learner.dataset)])
+        return SyntheticRatingChannel(
+            learner.teacher, labeler, lambda: learner.dataset.true_rewards[: len(learner.dataset)],
+            clips, cfg.xplain_clips_per_round if explaining(cfg) else 0)
     return SyntheticChannel(learner.teacher, labeler, clips,
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
 

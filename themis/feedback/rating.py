@@ -72,15 +72,22 @@ class SyntheticRatingChannel(AnswersAtOnce):
         labeler: stored with each rating.
         rated: the true rewards ``(m, 1, H)`` of the segments rated so far (the teacher's
             quantiles come from them and the new ones).
+        clips: optional ``lib.clips.ClipMaker``: the first ``clips_per_round`` segments of each
+            round are saved as explained clips (``xplain_*``).
     """
 
     def __init__(self, teacher: SyntheticRatingTeacher, labeler: str,
-                 rated: Callable[[], np.ndarray]) -> None:
+                 rated: Callable[[], np.ndarray], clips: Any = None,
+                 clips_per_round: int = 0) -> None:
         self.teacher, self.labeler, self.rated = teacher, labeler, rated
+        self.clips, self.clips_per_round = clips, clips_per_round
 
     def post(self, queries: SegmentPairs) -> int:
         keep, ratings = self.teacher.rate(queries.true_rewards[:, 0], self.rated()[:, 0])
         self._answered = Gathered(queries, keep, ratings, [self.labeler] * int(keep.sum()))
+        if self.clips is not None and self.clips_per_round:
+            self.clips.save_explained(
+                queries.take(np.arange(min(len(queries), self.clips_per_round))))
         return len(queries)
 
 
