@@ -310,3 +310,19 @@ def test_rating_buttons_and_keys_in_headless_chromium(tmp_path):
         "SELECT query_id, label FROM answers ORDER BY id").fetchall()
     assert [r[1] for r in rows] == [2.0, 0.0] and rows[0][0] == int(first)
     assert sorted(pd.read_csv(run / "preferences" / "labels.csv")["label"]) == [0.0, 2.0]
+
+
+@pytest.mark.slow
+def test_ratings_train_a_grid_reward_for_ppo_with_rune(tmp_path):
+    from tests.test_domains import TINY_PPO
+
+    run = tmp_path / "run"
+    proc = subprocess.run([str(ROOT / "themis_train.sh"), *TINY_PPO, "domain=Minigrid",
+                           "env=DistShift1-v0", "feedback=rating", "method=rune",
+                           f"hydra.run.dir={run}"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, env={**os.environ, "THEMIS_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "agent ppo" in proc.stdout
+    rounds = pd.read_csv(run / "reward.csv")
+    assert rounds["total_feedback"].iloc[-1] == 20 and rounds["rune_beta"].notna().all()
+    assert rounds["heldout_accuracy"].notna().any()  # ratings of a grid's 7×7 views

@@ -140,10 +140,11 @@ class RatingTrainer(RewardTrainer):
         NaN for fewer than 2 segments."""
         if len(ratings) < 2:
             return float("nan")
+        n, _, horizon = observations.shape[:3]
+        per_step = self.model.predict(observations.reshape(n * horizon, -1),
+                                      actions.reshape(n * horizon, -1))  # ensemble mean
         device = self.model.device
-        returns = self.model.segment_returns(  # shared batch: (E, n), then the ensemble mean
-            torch.as_tensor(observations[:, 0], device=device),
-            torch.as_tensor(actions[:, 0], device=device)).mean(0, keepdim=True)
+        returns = torch.as_tensor(per_step.reshape(n, horizon).sum(1), device=device)[None]
         y = torch.as_tensor(np.asarray(ratings), device=device).long()[None]
         _, predicted = rating_loss(returns, y, self.classes, self.k)
         return float((predicted == y).float().mean())
