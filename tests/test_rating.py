@@ -326,3 +326,29 @@ def test_ratings_train_a_grid_reward_for_ppo_with_rune(tmp_path):
     rounds = pd.read_csv(run / "reward.csv")
     assert rounds["total_feedback"].iloc[-1] == 20 and rounds["rune_beta"].notna().all()
     assert rounds["heldout_accuracy"].notna().any()  # ratings of a grid's 7×7 views
+
+
+def test_chunked_rating_gradients_equal_the_whole_batch_with_fixed_min_max_and_boundaries():
+    torch.manual_seed(0)
+    data = PreferenceDataset(12, 5, 3, 1, rating_classes=3)
+    data.add(segments(12), np.array([0, 1, 2] * 4))
+    model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16, hidden_depth=1)
+    trainer = RatingTrainer(model, 3, k=30.0, batch_size=12, rng=np.random.default_rng(0))
+    obs, act, ratings = data.tensors(model.device)
+    idx = torch.stack([torch.randperm(12), torch.randperm(12)])
+    trainer.optimizer.zero_grad()
+    loss, _ = trainer.chunked_step(obs, act, ratings, idx, step=5)  # chunks of 5, 5, 2
+    chunked = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    returns = model.segment_returns(obs[idx][:, :, 0], act[idx][:, :, 0])
+    lo = returns.detach().min(-1, keepdim=True).values
+    span = returns.detach().max(-1, keepdim=True).values - lo
+    x = (returns - lo) / span
+    bounds = class_boundaries(x.detach(), ratings[idx], 3)
+    logits = rating_logits(x, bounds, 30.0)
+    whole = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ratings[idx].long().flatten(),
+                                              reduction="none").view(2, 12).mean(-1)
+    whole.sum().backward()
+    for a, b in zip(chunked, (p.grad for p in model.parameters()), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert torch.allclose(loss, whole.detach(), atol=1e-5)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from themis.agents.encoders import observation_kind
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
 from themis.reward.trainer import RewardTrainer
@@ -118,19 +119,49 @@ class RatingTrainer(RewardTrainer):
         perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
         perms = picked[perms.to(obs.device)]
         total, correct = torch.zeros((), device=obs.device), torch.zeros((), device=obs.device)
+        pixels = observation_kind(self.model.obs_shape) == "pixels"
+        step = max(2, self.chunk_images // obs.shape[2]) if pixels and self.chunk_images \
+            else self.batch_size  # segments per forward pass
         for lo in range(0, n, self.batch_size):
             idx = perms[:, lo:lo + self.batch_size]  # (E, b)
             if idx.shape[1] < 2 and lo:
                 continue
-            returns = self.model.segment_returns(obs[idx][:, :, 0], act[idx][:, :, 0])
-            loss, predicted = rating_loss(returns, ratings[idx], self.classes, self.k)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.sum().backward()
+            if idx.shape[1] <= step:
+                returns = self.model.segment_returns(obs[idx][:, :, 0], act[idx][:, :, 0])
+                loss, predicted = rating_loss(returns, ratings[idx], self.classes, self.k)
+                loss.sum().backward()
+            else:
+                loss, predicted = self.chunked_step(obs, act, ratings, idx, step)
             self.optimizer.step()
             with torch.no_grad():
                 total += loss.detach().sum() * idx.shape[1]
                 correct += (predicted == ratings[idx].long()).sum()
         return total.item() / (n * ens), correct.item() / (n * ens)
+
+    def chunked_step(self, obs: torch.Tensor, act: torch.Tensor, ratings: torch.Tensor,
+                     idx: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of one batch's rating loss, ``step`` segments per forward pass (pixel
+        observations: a batch's images would not fit at once). The batch's min, max and class
+        boundaries come from a first pass without gradients and are held fixed (the gradient
+        through the min and max is left out). Returns ``(E,)`` losses and ``(E, b)`` predicted
+        classes, as :func:`rating_loss`."""
+        chunks = [idx[:, c:c + step] for c in range(0, idx.shape[1], step)]
+        with torch.no_grad():
+            returns = torch.cat([self.model.segment_returns(obs[i][:, :, 0], act[i][:, :, 0])
+                                 for i in chunks], 1)
+            lo = returns.min(-1, keepdim=True).values
+            span = returns.max(-1, keepdim=True).values - lo
+            bounds = class_boundaries(normalised_returns(returns), ratings[idx], self.classes)
+            loss, predicted = rating_loss(returns, ratings[idx], self.classes, self.k)
+        for i in chunks:
+            r = self.model.segment_returns(obs[i][:, :, 0], act[i][:, :, 0])
+            x = torch.where(span > 1e-8, (r - lo) / span.clamp_min(1e-8), torch.full_like(r, 0.5))
+            logits = rating_logits(x, bounds, self.k)
+            part = F.cross_entropy(logits.flatten(0, -2), ratings[i].long().flatten(),
+                                   reduction="sum") / idx.shape[1]
+            part.backward()
+        return loss, predicted
 
     @torch.no_grad()
     def accuracy(self, observations: np.ndarray, actions: np.ndarray,
