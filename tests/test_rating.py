@@ -352,3 +352,26 @@ def test_chunked_rating_gradients_equal_the_whole_batch_with_fixed_min_max_and_b
     for a, b in zip(chunked, (p.grad for p in model.parameters()), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
     assert torch.allclose(loss, whole.detach(), atol=1e-5)
+
+
+def test_saved_labels_of_the_other_kind_are_refused_with_one_line(compose, tmp_path):
+    from themis.train import make_workspace
+    from themis.utils import ConfigError
+
+    pairs = PreferenceDataset(2, 20, 3, 1)
+    rng = np.random.default_rng(0)
+    pairs.add(SegmentPairs(rng.normal(size=(2, 2, 20, 3)).astype(np.float32),
+                           np.zeros((2, 2, 20, 1), np.float32), np.zeros((2, 2, 20)),
+                           np.zeros((2, 2), np.int64)), np.array([0.0, 1.0]))
+    pairs.save(tmp_path / "pairs")
+    with pytest.raises(ConfigError, match="holds pairwise preferences; this run asks for "
+                                          "feedback=rating with rating_classes=3"):
+        make_workspace(compose([*RATING_RUN, f"prefs_path={tmp_path / 'pairs'}"]),
+                       tmp_path / "run")
+    ratings = PreferenceDataset(2, 20, 3, 1, rating_classes=3)
+    ratings.add(segments(2, horizon=20), np.array([0, 2]))
+    ratings.save(tmp_path / "ratings")
+    with pytest.raises(ConfigError, match="holds ratings in 3 classes; this run asks for "
+                                          "feedback=pairwise"):
+        make_workspace(compose([*TINY_PENDULUM, f"prefs_path={tmp_path / 'ratings'}"]),
+                       tmp_path / "run2")
