@@ -346,11 +346,10 @@ class LabelStore:
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
-            model = crowd.dawid_skene(
-                db.execute("SELECT query_id, labeler, label FROM answers WHERE label IS NOT "
-                           "NULL").fetchall(),
-                dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))) \
-                if aggregate == "model" and rows else {}
+            every = db.execute("SELECT query_id, labeler, label FROM answers WHERE label IS "
+                               "NOT NULL").fetchall() if aggregate == "model" and rows else []
+            gold = dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))
+        model = crowd.dawid_skene(every, gold) if every else {}  # EM outside the write lock
         obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
         for (qid, segments) in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
