@@ -97,7 +97,7 @@ def make_learner(ws: Any) -> PreferenceLearner:
     pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
         if cfg.surf.enabled else None
     rating = cfg.feedback == "rating"
-    trainer: RewardTrainer | RatingTrainer = RatingTrainer(
+    trainer: RewardTrainer = RatingTrainer(
         model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
         np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
         model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
