@@ -283,7 +283,13 @@ def test_a_person_rates_clips_in_the_terminal_and_the_run_trains_on_the_ratings(
 def test_rating_buttons_and_keys_in_headless_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from tests.test_web_labeling import server_url, start_run, wait_for_query, wait_until
+    from tests.test_web_labeling import (
+        open_labeling_page,
+        server_url,
+        start_run,
+        wait_for_query,
+        wait_until,
+    )
 
     run = tmp_path / "run"
     proc = start_run(run, "feedback=rating", "rating_classes=3", "max_feedback=8",
@@ -291,11 +297,7 @@ def test_rating_buttons_and_keys_in_headless_chromium(tmp_path):
     url = server_url(run, proc)
     wait_for_query(url)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                    args=["--no-sandbox"])
-        page = browser.new_page()
-        page.goto(url)
-        page.wait_for_selector("body[data-query]")
+        browser, page = open_labeling_page(p, url)
         assert page.inner_text("#question") == "How good is this clip?"
         assert page.is_hidden("#pairwise") and page.inner_text("#ratings") == "123"
         first = page.evaluate("document.body.dataset.query")

@@ -290,6 +290,17 @@ def wait_for_query(url: str, timeout: float = 300) -> int:
     raise AssertionError("no query was posted")
 
 
+def open_labeling_page(playwright, url: str) -> tuple:
+    """Headless Chromium (Debian's) on the labeling page, once a query is shown:
+    ``(browser, page)``."""
+    browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                         args=["--no-sandbox"])
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_selector("body[data-query]")
+    return browser, page
+
+
 def wait_until(page, expression: str, timeout: float = 60) -> None:
     """Poll a JavaScript expression (the page's CSP forbids the eval behind
     ``page.wait_for_function``; ``page.evaluate`` runs outside it)."""
@@ -312,11 +323,7 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
     url = server_url(run, proc)
     wait_for_query(url)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                    args=["--no-sandbox"])
-        page = browser.new_page()
-        page.goto(url)
-        page.wait_for_selector("body[data-query]")
+        browser, page = open_labeling_page(p, url)
         # what the labeler sees: the clip's own frame, drawn from the paused <video> into a
         # canvas (headless Chromium paints no video into screenshots)
         wait_until(page, "document.getElementById('clip').readyState >= 2")
