@@ -109,6 +109,11 @@ class SyntheticTeacher:
         """Set the return scale the skip and equal thresholds are fractions of."""
         self.margin = float(margin)
 
+    def returns(self, rewards: np.ndarray) -> np.ndarray:
+        """Discounted returns ``(n, H) -> (n,)`` (step t weighted ``gamma^(H-1-t)``, myopia)."""
+        r = np.asarray(rewards, dtype=np.float64)
+        return r @ (self.gamma ** np.arange(r.shape[-1] - 1, -1, -1, dtype=np.float64))
+
     def label(self, rewards_1: np.ndarray, rewards_2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Answer a batch of queries.
 
@@ -132,9 +137,7 @@ class SyntheticTeacher:
             else np.ones(len(r1), dtype=bool)
         r1, r2, sum1, sum2 = r1[keep], r2[keep], sum1[keep], sum2[keep]
 
-        horizon = r1.shape[1]
-        weights = self.gamma ** np.arange(horizon - 1, -1, -1, dtype=np.float64)
-        ret1, ret2 = r1 @ weights, r2 @ weights
+        ret1, ret2 = self.returns(r1), self.returns(r2)
         if self.beta > 0:
             p2 = 1.0 / (1.0 + np.exp(-self.beta * (ret2 - ret1)))
             labels = (self.rng.random(len(p2)) < p2).astype(np.float32)
@@ -179,11 +182,6 @@ class SyntheticRatingTeacher(SyntheticTeacher):
         if classes < 2:
             raise ValueError(f"rating_classes={classes} must be at least 2")
         self.classes = int(classes)
-
-    def returns(self, rewards: np.ndarray) -> np.ndarray:
-        """Discounted returns ``(n, H) -> (n,)`` (step t weighted ``gamma^(H-1-t)``)."""
-        r = np.asarray(rewards, dtype=np.float64)
-        return r @ (self.gamma ** np.arange(r.shape[-1] - 1, -1, -1, dtype=np.float64))
 
     def rate(self, rewards: np.ndarray,
              rated: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
