@@ -252,6 +252,7 @@ class TerminalTeacher:
         self.keys: dict[str, str] = KEYS
         self.labels: dict[str, float] = LABELS
         self.help = HELP
+        self.question = "which is better? 1/L left, 2/R right, 0/E equal"
 
     def say(self, text: str, color: str | None = None, end: str = "\n") -> None:
         self.out.write((colored(text, color) if color else text) + end)
@@ -265,9 +266,8 @@ class TerminalTeacher:
     def prompt(self, index: int, total: int, header: str) -> str:
         """Print the prompt line for query ``index`` of ``total`` and read one key."""
         self.say(f"[query {self.query_number} · {index + 1}/{total} this round · {header} · "
-                 f"answered {self.answered}, skipped {self.skipped}] which is better? "
-                 "1/L left, 2/R right, 0/E equal, s skip, r replay, ? help, q stop: ",
-                 "cyan", end="")
+                 f"answered {self.answered}, skipped {self.skipped}] {self.question}, "
+                 "s skip, r replay, ? help, q stop: ", "cyan", end="")
         key = self.reader.read()
         self.say(repr(key) if key in ("\n", "\r") else key)
         return key
@@ -339,12 +339,4 @@ class RatingTerminalTeacher(TerminalTeacher):
         self.labels = {f"class{c}": float(c) for c in range(classes)}
         self.help = (f"1 … {classes} rate the clip (1 worst, {classes} best) · s/Enter can't "
                      "tell (skip) · r replay · ? help · q stop labeling this round")
-
-    def prompt(self, index: int, total: int, header: str) -> str:
-        self.say(f"[query {self.query_number} · {index + 1}/{total} this round · {header} · "
-                 f"answered {self.answered}, skipped {self.skipped}] how good is it? "
-                 f"1 (worst) … {self.classes} (best), s skip, r replay, ? help, q stop: ",
-                 "cyan", end="")
-        key = self.reader.read()
-        self.say(repr(key) if key in ("\n", "\r") else key)
-        return key
+        self.question = f"how good is it? 1 (worst) … {classes} (best)"
