@@ -3,6 +3,7 @@
 #
 #   scripts/mutation.sh                       # every core module in pyproject's [tool.mutmut]
 #   scripts/mutation.sh "themis.teachers*"    # mutants whose names match (mutmut globs)
+#   scripts/mutation.sh --sample 8 [SEED]     # 8 uniformly drawn mutants per module (seeded)
 #
 # mutmut copies the tree to mutants/, runs the fast tests ("not slow") once to learn which tests
 # reach which function, then runs only those tests against each mutant, two at a time. It keeps
@@ -17,5 +18,18 @@ export PATH="$root/.venv/bin:$PATH"  # the launchers inside mutants/ find this P
 if [ -z "${MUJOCO_GL:-}" ]; then
   if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
 fi
-mutmut run --max-children "${THEMIS_MUTATION_JOBS:-2}" "$@" || true  # survivors are not errors
+jobs="${THEMIS_MUTATION_JOBS:-2}"
+if [ "${1:-}" = "--sample" ]; then
+  # A sample estimates each module's kill rate with a 95 % interval (scripts/mutation_report.py).
+  # First bring mutants/ up to date with the tree: a pattern that matches no mutant generates
+  # them (and the test statistics) and then stops, so the names drawn below exist.
+  per_module="${2:?--sample needs a number of mutants per module}"; seed="${3:-0}"
+  mutmut run --max-children "$jobs" "themis.no_such_module_*" >/dev/null 2>&1 || true
+  python scripts/mutation_report.py --pick "$per_module" --seed "$seed" > mutants/sample.txt
+  # shellcheck disable=SC2046  # one argument per mutant name
+  mutmut run --max-children "$jobs" $(cat mutants/sample.txt) || true
+  python scripts/mutation_report.py --only mutants/sample.txt
+  exit 0
+fi
+mutmut run --max-children "$jobs" "$@" || true  # survivors are not errors
 python scripts/mutation_report.py

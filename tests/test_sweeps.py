@@ -152,3 +152,27 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     assert "teacher_eps_mistake=0.3" in overrides and "method=rime" in overrides
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "8 already done, 0 to go" in again.stdout
+
+
+def _mutation_report():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mutation_report",
+                                                  ROOT / "scripts" / "mutation_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mutation_sample_is_seeded_per_module_and_has_a_wilson_interval():
+    report = _mutation_report()
+    names = ([f"themis.a.x_f__mutmut_{i}" for i in range(1, 41)]
+             + [f"themis.b.xǁCǁm__mutmut_{i}" for i in range(1, 4)])
+    sample = report.pick(names, 5, seed=0)
+    assert sample == report.pick(list(reversed(names)), 5, seed=0)  # order of listing is moot
+    assert sample != report.pick(names, 5, seed=1)
+    assert sum(report.module_of(n) == "themis.a" for n in sample) == 5
+    assert [n for n in sample if report.module_of(n) == "themis.b"] == names[40:]  # all 3
+    import collections
+    row = report._row("m", collections.Counter(killed=8, timeout=1, survived=1), ci=True)
+    # 9 of 10 killed: 90 %, 8 by a failing test; Wilson 95 % interval [59.6 %, 98.2 %]
+    assert "| 90.0 % | 80.0 % | 60–98 % |" in row
