@@ -65,11 +65,11 @@ def dawid_skene(answers: Sequence[Answer], gold: dict[int, float] | None = None,
         raise ValueError(f"labels must be 0, 0.5 or 1, got {sorted(bad)}")
     data = pd.DataFrame([(q, w, CLASSES[float(lab)]) for q, w, lab in answers],
                         columns=["task", "worker", "label"])
+    tasks, seen = set(data["task"]), set(data["label"])
+    # crowd-kit needs every class it clamps to appear among the answers
     known = {q: CLASSES[float(lab)] for q, lab in (gold or {}).items()
-             if q in set(data["task"])}
+             if q in tasks and CLASSES[float(lab)] in seen}
     model = DawidSkene(n_iter=n_iter)
-    if known:  # crowd-kit needs every class it clamps to appear among the answers
-        known = {q: lab for q, lab in known.items() if lab in set(data["label"])}
     with warnings.catch_warnings():  # crowd-kit 1.4 on pandas 3: deprecation notices only
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
