@@ -164,10 +164,15 @@ def main(argv: list[str] | None = None) -> int:
           f"oracle teacher, reward_batch = budget / {args.rounds}\n")
     print("| env | queries | method | seeds | IQM [95 % CI] | ratio to SAC |")
     print("|---|---|---|---|---|---|")
+    sac_shown = set()  # SAC needs no budget: its row once per env, its IQM in every ratio
     for (env, budget), group in table[~table["noisy"]].groupby(["env", "budget"], sort=False):
         sac = group[group["method"] == "sac"]["final"].to_numpy()
         ceiling = summarize.iqm_with_ci(sac, args.reps)[0] if len(sac) else np.nan
         for method, runs in group.groupby("method", sort=False):
+            if method == "sac":
+                if env in sac_shown:
+                    continue
+                sac_shown.add(env)
             iqm, lo, hi = summarize.iqm_with_ci(runs["final"].to_numpy(), args.reps)
             ratio = iqm / ceiling if np.isfinite(ceiling) and ceiling > 0 else np.nan
             print(f"| {env} | {'-' if method == 'sac' else budget} | {method} | {len(runs)} | "
