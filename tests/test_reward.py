@@ -90,7 +90,11 @@ def test_reward_model_learns_oracle_preferences_on_halfcheetah():
 
 def test_trainer_early_stops_once_accurate():
     rng = np.random.default_rng(1)
-    obs = rng.normal(size=(64, 2, 5, 2)).astype(np.float32)
+    obs = rng.normal(size=(256, 2, 5, 2)).astype(np.float32)
+    gap = obs[:, 1, :, 0].sum(-1) - obs[:, 0, :, 0].sum(-1)
+    # clear preferences only: with near-ties in the data the tanh-bounded reward reached 0.969
+    # (not > 0.97) in 200 epochs for every torch seed, and the test passed only after others
+    obs = obs[np.abs(gap) > 1.0][:64]
     act = np.zeros((64, 2, 5, 1), dtype=np.float32)
     true = obs[..., 0]  # reward = first observation feature
     labels = (true[:, 1].sum(-1) > true[:, 0].sum(-1)).astype(np.float32)
@@ -100,7 +104,7 @@ def test_trainer_early_stops_once_accurate():
                             batch_size=16, rng=rng)
     stats = trainer.train(data, max_epochs=200)
     assert stats.accuracy > 0.97
-    assert stats.epochs < 200
+    assert stats.epochs < 50  # 4–17 epochs over torch seeds 0–11
 
 
 def test_dataset_rejects_bad_labels_and_overflow(tmp_path):
