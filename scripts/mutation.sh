@@ -24,7 +24,10 @@ if [ "${1:-}" = "--sample" ]; then
   # First bring mutants/ up to date with the tree: a pattern that matches no mutant generates
   # them (and the test statistics) and then stops, so the names drawn below exist.
   per_module="${2:?--sample needs a number of mutants per module}"; seed="${3:-0}"
-  mutmut run --max-children "$jobs" "themis.no_such_module_*" >/dev/null 2>&1 || true
+  echo "mutation.sh: generating mutants and tracing which tests reach which function" \
+       "(over an hour on 2 cores for a fresh mutants/; kept for later runs)"
+  mutmut run --max-children "$jobs" "themis.no_such_module_*" 2>/dev/null || true  # stops at
+  # "nothing matches" (a traceback on stderr) once mutants/ and its statistics are up to date
   python scripts/mutation_report.py --pick "$per_module" --seed "$seed" > mutants/sample.txt
   # shellcheck disable=SC2046  # one argument per mutant name
   mutmut run --max-children "$jobs" $(cat mutants/sample.txt) || true
