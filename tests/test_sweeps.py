@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import importlib.util
 import subprocess
 import sys
 
@@ -155,7 +157,6 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
 
 
 def _mutation_report():
-    import importlib.util
     spec = importlib.util.spec_from_file_location("mutation_report",
                                                   ROOT / "scripts" / "mutation_report.py")
     module = importlib.util.module_from_spec(spec)
@@ -172,7 +173,6 @@ def test_mutation_sample_is_seeded_per_module_and_has_a_wilson_interval():
     assert sample != report.pick(names, 5, seed=1)
     assert sum(report.module_of(n) == "themis.a" for n in sample) == 5
     assert [n for n in sample if report.module_of(n) == "themis.b"] == names[40:]  # all 3
-    import collections
     row = report._row("m", collections.Counter(killed=8, timeout=1, survived=1), ci=True)
     # 9 of 10 killed: 90 %, 8 by a failing test; Wilson 95 % interval [59.6 %, 98.2 %]
     assert "| 90.0 % | 80.0 % | 60–98 % |" in row
