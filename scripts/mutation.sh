@@ -19,6 +19,10 @@ if [ -z "${MUJOCO_GL:-}" ]; then
   if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
 fi
 jobs="${THEMIS_MUTATION_JOBS:-2}"
+# mutmut runs the tests in its own process, then forks one child per mutant: a child that
+# inherits PyTorch's OpenMP thread pool hangs at its first parallel op (a futex, forever).
+# One thread per process means no pool to inherit.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 THEMIS_THREADS=1
 if [ "${1:-}" = "--sample" ]; then
   # A sample estimates each module's kill rate with a 95 % interval (scripts/mutation_report.py).
   # First bring mutants/ up to date with the tree: a pattern that matches no mutant generates
