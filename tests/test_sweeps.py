@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 
@@ -155,6 +157,25 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "8 already done, 0 to go" in again.stdout
 
+
+@pytest.mark.slow
+def test_bench_main_job_times_each_seed_prints_the_target_and_resumes(tmp_path):
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_main_job.py"), "--seeds", "0",
+           "--out", str(tmp_path), "--reps", "100", "--target-return=-1e9", "--",
+           *TINY_PENDULUM]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "THEMIS_THREADS": "1"})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    timing = json.loads((tmp_path / "seed0.json").read_text())
+    assert 0 < timing["wall_s"] < 600 and timing["peak_rss_mb"] > 50  # torch alone is > 50 MB
+    assert "| seed | wall clock | peak RSS | 0.6k | 1.2k | target |" in first.stdout
+    finals = pd.read_csv(tmp_path / "seed0" / "eval.csv")["episode_reward"]
+    row = next(line for line in first.stdout.splitlines() if line.startswith("| 0 |"))
+    assert row.endswith(f"| {finals.iloc[-1]:.0f} | met |")
+    assert "target met on 1 of 1" in first.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "1 seeds, 1 already done" in again.stdout
+    assert row in again.stdout
 
 def _mutation_report():
     spec = importlib.util.spec_from_file_location("mutation_report",
