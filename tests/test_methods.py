@@ -172,6 +172,30 @@ def test_rime_trusts_every_label_first_and_beta_decays_linearly():
     assert betas == pytest.approx([3.0, 2.5, 2.0, 1.5, 1.0, 1.0])
 
 
+@pytest.mark.parametrize("rows", [None, np.array([0, 2, 3])])
+def test_rime_in_the_trainer_judges_the_trained_rows_against_their_own_truth(rows):
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+    from themis.teachers import true_preference
+
+    rng = np.random.default_rng(0)
+    true = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    data = PreferenceDataset(4, 3, 2, 1)
+    data.add(SegmentPairs(rng.standard_normal((4, 2, 3, 2), dtype=np.float32),
+                          np.zeros((4, 2, 3, 1), np.float32), true, np.zeros((4, 2), np.int64)),
+             np.array([1.0, 0.0, 1.0, 0.5], np.float32))
+    rime = RobustLabelFilter(RIMEConfig(enabled=True))
+    seen = []
+    select = rime.select
+    rime.select = lambda model, obs, act, labels, oracle: (
+        seen.append((labels.numpy().copy(), oracle)), select(model, obs, act, labels, oracle))[1]
+    trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=2, hidden_dim=8), 1e-3, 4, rng,
+                            label_filter=rime)
+    trainer.train_epoch(data, rows)
+    picked = np.arange(4) if rows is None else rows
+    labels, oracle = seen[0]
+    np.testing.assert_array_equal(labels, data.labels[picked])  # shape (n,), not (1, n)
+    np.testing.assert_array_equal(oracle, true_preference(true[picked]))
+
 # ------------------------------------------------------------------ runs per method
 @pytest.mark.parametrize("method, columns", [
     ("surf", ["unlabelled", "pseudo_labels", "pseudo_agreement"]),

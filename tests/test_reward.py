@@ -165,3 +165,20 @@ def test_a_round_of_ties_reports_no_accuracy_and_stops():
                             np.random.default_rng(0))
     fit = trainer.train(data, max_epochs=20)
     assert np.isnan(fit.accuracy) and fit.epochs == 1
+
+
+def test_one_preference_is_enough_to_train_and_none_is_an_error():
+    from themis.buffers import SegmentPairs
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    trainer = RewardTrainer(RewardEnsemble(3, 2, ensemble_size=2, hidden_dim=8), 1e-3, 4, rng)
+    data = PreferenceDataset(4, 4, 3, 2)
+    with pytest.raises(ValueError, match="empty preference dataset"):
+        trainer.train(data, max_epochs=3)
+    data.add(SegmentPairs(rng.standard_normal((1, 2, 4, 3), dtype=np.float32),
+                          rng.standard_normal((1, 2, 4, 2), dtype=np.float32),
+                          np.zeros((1, 2, 4), np.float32), np.zeros((1, 2), np.int64)),
+             np.ones(1, np.float32))
+    fit = trainer.train(data, max_epochs=3)  # the first round of a 1-query budget
+    assert 1 <= fit.epochs <= 3 and np.isfinite(fit.loss) and fit.accuracy in (0.0, 1.0)

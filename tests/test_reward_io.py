@@ -253,6 +253,20 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
     np.testing.assert_array_equal(reloaded.labels[:30], second.learner.dataset.labels[:30])
 
 
+def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
+    from themis.train import make_workspace
+
+    first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
+    first.run(until=first.pretrain_end + 1)  # one round: its labels are saved at once
+    saved = tmp_path / "first" / "preferences"
+    second = make_workspace(compose([*TINY_PENDULUM, f"prefs_path={saved}", "max_feedback=0"]),
+                            tmp_path / "second")
+    fits = []
+    train = second.learner.trainer.train
+    second.learner.trainer.train = lambda *a, **kw: (fits.append(len(a[0])), train(*a, **kw))[1]
+    second.run(until=second.pretrain_end + 1)
+    assert second.pretraining_done and fits == [10]  # not once more before the first round
+
 @pytest.mark.parametrize("override,message", [
     ("prefs_path=/nonexistent/prefs", "not a preference dataset"),
     ("segment=10", "set segment=4"),

@@ -108,6 +108,8 @@ def test_kcenter_picks_the_farthest_point_first():
     cand = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [5.0, 0.0]], dtype=np.float32)
     sel = np.array([[0.0, 0.0]], dtype=np.float32)
     assert kcenter_greedy(cand, sel, 2).tolist() == [2, 3]
+    # k = n (feed_type 4/5 with large_batch=2: the top half is reward_batch pairs): all of them
+    assert kcenter_greedy(cand, sel, 4).tolist() == [2, 3, 1, 0]
     with pytest.raises(ValueError, match="cannot pick 5 of 4"):
         kcenter_greedy(cand, sel, 5)
 

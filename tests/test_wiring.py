@@ -291,3 +291,83 @@ def test_teacher_threshold_schedule(compose, tmp_path, schedule, powers):
                                                label(r1, r2))[1]
     ws.run()
     assert seen == powers
+
+
+# ------------------------------------------- found by the sampled mutation run (README)
+def test_before_the_first_label_the_buffer_holds_no_true_reward(compose, tmp_path):
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    ws.run(until=ws.pretrain_end)  # seed steps and pretraining: no label yet
+    n = len(ws.buffer)
+    assert n == ws.pretrain_end and not ws.pretraining_done
+    assert (ws.buffer.true_rewards[:n] != 0).all()  # Pendulum's reward is never exactly 0
+    np.testing.assert_array_equal(ws.buffer.rewards[:n], 0.0)  # not r, not NaN
+    plain = make_workspace(compose([*TINY_PENDULUM, "learn_reward=false"]), tmp_path / "sac")
+    plain.run(until=50)  # SAC on the true reward stores it
+    np.testing.assert_array_equal(plain.buffer.rewards[:50], plain.buffer.true_rewards[:50])
+
+
+def test_reward_csv_rounds_report_held_out_quality_only_after_the_first(compose, tmp_path):
+    import pandas as pd
+
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    said: list[str] = []
+    info = ws.learner.info
+    ws.learner.info = lambda message, *a, **kw: (said.append(message), info(message, *a, **kw))
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert len(rounds) == 3
+    # round 1's model was never trained: its "held-out" accuracy would measure nothing
+    assert rounds["heldout_accuracy"].isna().tolist() == [True, False, False]
+    assert rounds["heldout_accuracy"].iloc[1:].between(0, 1).all()
+    assert (rounds["train_loss"] > 0).all() and np.isfinite(rounds["train_loss"]).all()
+    assert not any("only ties" in m for m in said)  # Pendulum: strict preferences
+
+
+def test_a_round_of_only_ties_says_so(compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=500"]), tmp_path)
+    label = ws.learner.teacher.label
+
+    def ties(r1: np.ndarray, r2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep, labels = label(r1, r2)  # a sparse reward: every segment return equal
+        return keep, np.full_like(labels, 0.5)
+
+    ws.learner.teacher.label = ties
+    said: list[str] = []
+    info = ws.learner.info
+    ws.learner.info = lambda message, *a, **kw: (said.append(message), info(message, *a, **kw))
+    ws.run()
+    assert ws.learner.rounds == 1 and sum("only ties" in m for m in said) == 1
+
+
+def test_ppo_evaluates_logs_and_checkpoints_on_schedule(compose, tmp_path):
+    ws = make_workspace(compose([*PPO_TINY, "num_train_steps=1000", "eval_frequency=256",
+                                 "log_frequency=128"]), tmp_path)
+    evals: list[int] = []
+    logs: list[int] = []
+    forced: list[tuple[int, bool, int]] = []
+    evaluate, log_progress, checkpoint = ws.evaluate, ws.log_progress, ws.maybe_checkpoint
+    ws.evaluate = lambda *a, **kw: (evals.append(ws.step), evaluate(*a, **kw))[1]
+    ws.log_progress = lambda *a, **kw: (logs.append(ws.step), log_progress(*a, **kw))[1]
+    ws.maybe_checkpoint = lambda force=False: (
+        forced.append((ws.step, bool(force), ws.learner.rounds)), checkpoint(force=force))[1]
+    ws.run()
+    # 64 steps per rollout (2 envs × 32): the first rollout past each multiple
+    assert evals == [256, 512, 768, 1024]
+    assert logs == [128, 256, 384, 512, 640, 768, 896, 1024]
+    # a checkpoint right after the end of pretraining and after every feedback round
+    rounds = [r for _, force, r in forced if force]
+    assert rounds == list(range(1, ws.learner.rounds + 1)) and ws.learner.rounds >= 2
+
+
+def test_progress_shows_steps_per_second(compose, tmp_path, monkeypatch):
+    import types
+
+    import themis.loops.pebble as pebble
+
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    monkeypatch.setattr(pebble, "time", types.SimpleNamespace(time=lambda: ws.step / 250))
+    rates: list[float] = []
+    ws.log_progress = lambda rate: rates.append(rate)
+    ws.run(until=800)
+    assert rates == [pytest.approx(250.0)] * 2  # the fake clock: 250 steps a second
