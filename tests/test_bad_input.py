@@ -99,6 +99,7 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["prefs_path=/nonexistent/prefs"], "prefs_path=/nonexistent/prefs"),
     (["method=rune", "ensemble_size=1"], "method=rune adds beta * the ensemble's std"),
     (["method=qpa", "domain=Box2d", "env=LunarLander-v3"], "use it with SAC (Box actions)"),
+    (["reward_batch=lots"], "reward_batch=lots must be a positive integer or auto"),
     (["feed_type=1", "ensemble_size=1"], "needs ensemble_size >= 2 (got 1)"),
     (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 must be in [0.5, 1.0]"),
     (["method=surf", "surf.crop_range=30"], "surf.crop_range=30 must be >= 0 and leave"),

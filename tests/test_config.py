@@ -29,6 +29,17 @@ def test_defaults_compose_and_validate(compose):
     assert cfg.teacher_beta == -1 and cfg.teacher_eps_mistake == 0
 
 
+@pytest.mark.parametrize("overrides,reward_batch", [
+    ([], 100),  # the main job: 1000 queries in 10 rounds
+    (["max_feedback=500"], 50),  # not 5 rounds of 100 (README: Query schedule)
+    (["max_feedback=95"], 10),  # rounded up: the last round asks the remaining 5
+    (["max_feedback=500", "reward_batch=30"], 30),  # B-Pref's key, as given
+])
+def test_reward_batch_auto_spreads_the_budget_over_ten_rounds(compose, overrides, reward_batch):
+    cfg = OmegaConf.to_object(compose(overrides))
+    validate(cfg)
+    assert cfg.reward_batch == reward_batch
+
 def test_clip_frames_are_larger_for_people_than_for_explained_synthetic_runs(compose):
     from themis.config import frame_capacity, frame_size
 
@@ -80,7 +91,6 @@ def test_wrong_type_fails(compose):
     ("teacher_beta=0", "teacher_beta"),
     ("ensemble_size=0", "ensemble_size=0 must be positive"),
     ("num_train_steps=-5", "must be positive"),
-    ("max_feedback=50", "max_feedback=50 is smaller than reward_batch=100"),
     ("human_teacher=true", "stdin is not a TTY"),
     ("xplain_baseline=ones", "xplain_baseline=ones is unknown"),
     ("teacher_ui=slack", "teacher_ui=slack is unknown"),

@@ -19,6 +19,7 @@ from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
 from themis.crowd import check_crowd
 from themis.feedback.rating import check_rating
+from themis.feedback.selector import resolve_reward_batch
 from themis.methods import check_methods
 from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
@@ -74,8 +75,8 @@ class TrainConfig:
     """Environment steps between feedback rounds."""
     max_feedback: int = 1000
     """Total queries the teacher may be asked."""
-    reward_batch: int = 100
-    """Queries per feedback round."""
+    reward_batch: Any = "auto"
+    """Queries per feedback round; ``auto``: ``max_feedback`` / 10 (themis.feedback.selector)."""
     segment: int = 50
     """Steps per segment of a query."""
     large_batch: int = 10
@@ -343,6 +344,10 @@ def validate(cfg: Any) -> None:
     """
     if resume_target(cfg.resume) is None:
         cfg.resume = None
+    try:
+        cfg.reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact",
                 "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",
                 "reward_train_batch", "reward_hidden_dim", "eval_frequency",

@@ -17,6 +17,23 @@ from themis.buffers import SegmentPairs
 from themis.reward import RewardEnsemble
 from themis.sampling import SAMPLERS, needs_large_batch, pair_features, uses_labelled_features
 
+FEEDBACK_ROUNDS = 10
+"""Rounds that ``reward_batch=auto`` spreads ``max_feedback`` over (README: Query schedule)."""
+
+
+def resolve_reward_batch(reward_batch: object, max_feedback: int) -> int:
+    """Queries per feedback round: ``reward_batch`` itself, or for ``"auto"`` ceil(
+    ``max_feedback`` / :data:`FEEDBACK_ROUNDS`), at least 1 — the whole budget in ten rounds,
+    ``num_interact`` steps apart, whatever ``max_feedback`` a user sets.
+
+    Raises:
+        ValueError: ``reward_batch`` is neither ``"auto"`` nor an integer.
+    """
+    if reward_batch == "auto":
+        return max(1, -(-max_feedback // FEEDBACK_ROUNDS))
+    if isinstance(reward_batch, bool) or not isinstance(reward_batch, int):
+        raise ValueError(f"reward_batch={reward_batch} must be a positive integer or auto")
+    return reward_batch
 
 class QuerySelector:
     """Cuts candidates from a store and picks queries with a named sampler.
