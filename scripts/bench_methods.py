@@ -17,7 +17,8 @@ each with cores / jobs PyTorch threads. The query schedule is the same for every
 ``reward_batch`` = budget / ``--rounds`` (10 rounds, ``num_interact`` apart). With ``--noisy
 ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and RIME's runs on
 ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
-after ``--`` go to every run. ``--metric success_rate`` tables Meta-World's success rate (the
+after ``--`` go to every run; ``--table-only`` runs nothing and tables the runs finished so far
+(the seeds column says how many each cell has). ``--metric success_rate`` tables Meta-World's success rate (the
 last evaluation's share of successful episodes) instead of the return.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="episode_reward",
                         choices=["episode_reward", "success_rate"], help="eval.csv column tabled")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = {run_dir(args.out, *cell) for cell in grid}
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to go "
           f"({args.jobs} at a time, {threads} threads each); logs: OUT/.../run.log", flush=True)
+    if args.table_only:
+        todo = []
     failed = []
     with ThreadPoolExecutor(args.jobs) as pool:
         futures = {pool.submit(run_one, run, o, run.with_name(run.name + ".log"), threads): run

@@ -134,6 +134,30 @@ def test_submitit_local_multirun(tmp_path):
     assert row["runs"] == 2 and row["mean"] == pytest.approx(np.mean(finals))
 
 
+def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_path):
+    """A partial grid (a session's worth of a 72-run benchmark) gets its table without runs."""
+    clean = tmp_path / "clean" / "HalfCheetah-v5"
+    for name, final in (("sac/seed0", 4000.0), ("500/pebble/seed0", 3000.0),
+                        ("500/pebble/seed1", 1000.0)):
+        fake_run(clean, name, [], [50_000, 100_000], [0.0, final])
+    fake_run(clean, "500/qpa/seed0", [], [50_000], [2000.0])  # interrupted: not finished
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+                           "--envs", "HalfCheetah-v5", "--methods", "sac", "pebble", "qpa",
+                           "--budgets", "500", "--seeds", "0", "1", "--out", str(tmp_path),
+                           "--reps", "100", "--table-only"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "6 runs, 3 already done, 3 to go" in proc.stdout
+    rows = {line.split(" | ")[2]: line.split(" | ")
+            for line in proc.stdout.splitlines() if line.startswith("| HalfCheetah-v5")}
+    assert set(rows) == {"sac", "pebble"}  # qpa has no finished run
+    assert rows["sac"][3] == "1" and rows["pebble"][3] == "2"
+    assert rows["pebble"][4].startswith("2000 ")  # IQM of two seeds is their mean
+    assert rows["pebble"][5] == "0.50 |"
+    assert not (clean / "sac" / "seed1").exists()  # nothing was started
+    assert not (clean / "500" / "qpa" / "seed0.log").exists()
+
+
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
