@@ -18,8 +18,8 @@ each with cores / jobs PyTorch threads. The query schedule is the same for every
 ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and RIME's runs on
 ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
 after ``--`` go to every run; ``--table-only`` runs nothing and tables the runs finished so far
-(the seeds column says how many each cell has). ``--metric success_rate`` tables Meta-World's success rate (the
-last evaluation's share of successful episodes) instead of the return.
+(the seeds column says how many each cell has). ``--metric success_rate`` tables Meta-World's
+success rate (the last evaluation's share of successful episodes) instead of the return.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
