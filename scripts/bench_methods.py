@@ -42,6 +42,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("sac", "pebble", "surf", "rune", "qpa", "rime")
+"""The grid of issue 18; ``--methods`` also takes ``mrn``."""
 
 
 def load_summarize():
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domain", default="Control")
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS),
+                        choices=(*METHODS, "mrn"))
     parser.add_argument("--budgets", nargs="+", type=int, default=[100, 500])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=100_000)

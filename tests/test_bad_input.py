@@ -27,7 +27,7 @@ from themis.utils import ConfigError
     ("pretrained_snapshot=/nonexistent/snapshot.pt", "does not exist"),
     ("reward_lr=nan", "reward_lr=nan must be a positive number"),
     ("label_port=70000", "label_port=70000 is not a TCP port"),
-    ("method=sruf", "method=sruf is unknown; available: pebble, qpa, rime, rune, surf"),
+    ("method=sruf", "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, surf"),
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
 ])
@@ -105,6 +105,10 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["method=surf", "surf.crop_range=30"], "surf.crop_range=30 must be >= 0 and leave"),
     (["method=qpa", "segment=10"], "segment=10 is too short"),
     (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 must be in [0.0, 1.0]"),
+    (["method=mrn", "domain=Box2d", "env=LunarLander-v3"], "PPO has no Q-function"),
+    (["method=mrn", "mrn.meta_steps=0"], "mrn.meta_steps=0 must be at least 1"),
+    (["method=mrn", "mrn.outer_weight=-1"], "mrn.outer_weight=-1.0 must be in [0.0, inf]"),
+    (["feedback=rating", "method=mrn", "feed_type=0"], "feedback=rating does not take method=mrn"),
 ])
 def test_bad_values_raise_config_errors_before_training(compose, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as info:
@@ -150,13 +154,14 @@ def test_help_describes_every_key():
     out = proc.stdout
     assert "  env = Hopper-v5\n" in out  # the overrides are applied to what is shown
     assert "  num_interact = 5000\n      Environment steps between feedback rounds." in out
+    from themis.methods.mrn import MRNConfig
     from themis.methods.qpa import QPAConfig
     from themis.methods.rime import RIMEConfig
     from themis.methods.rune import RUNEConfig
     from themis.methods.surf import SURFConfig
 
     groups = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig, "rune": RUNEConfig,
-              "qpa": QPAConfig, "rime": RIMEConfig}
+              "qpa": QPAConfig, "rime": RIMEConfig, "mrn": MRNConfig}
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in groups] + \
         [f"{group}.{f.name}" for group, cls in groups.items() for f in dataclasses.fields(cls)]
     lines = out.splitlines()

@@ -276,3 +276,106 @@ def test_reward_side_mechanisms_work_with_ppo(compose, tmp_path):
     assert (rounds["rime_kept"] + rounds["rime_flipped"] + rounds["rime_dropped"]
             == rounds["labeled_feedback"]).all()
     assert np.isfinite(ws.learner.warm.loss)  # warm-started on the rollouts' state entropy
+
+
+# -------------------------------------------------------------------------------- MRN
+class LinearCritic(torch.nn.Module):
+    """Two linear heads Q_h(x) = w_h · x + b_h over x = (s, a), whose one-step update has a
+    closed form."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(2, dim, generator=gen))
+        self.b = torch.nn.Parameter(torch.tensor([0.3, -0.2]))
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self.w @ torch.cat([obs, act], -1).T + self.b[:, None]
+
+
+def test_mrn_outer_loss_and_its_reward_gradient_match_the_hand_computed_bilevel_step():
+    from themis.methods.mrn import meta_outer_loss
+
+    gen = torch.Generator().manual_seed(1)
+    obs, act = torch.randn(4, 2, generator=gen), torch.randn(4, 1, generator=gen)
+    boot = torch.randn(4, generator=gen)
+    pair_obs, pair_act = torch.randn(3, 2, 2, generator=gen), torch.randn(3, 2, 1, generator=gen)
+    labels = torch.tensor([1.0, 0.0, 0.5])
+    rewards = torch.randn(4, generator=gen).requires_grad_(True)
+    critic, lr = LinearCritic(3), 0.1
+    loss = meta_outer_loss(critic, rewards, obs, act, boot, lr, pair_obs, pair_act, labels)
+    (grad,) = torch.autograd.grad(loss, rewards)
+
+    # by hand: Q'_h(x) = Q_h(x) - lr (2/B) Σ_b (Q_h(x_b) - y_b)(x_b · x + 1)
+    x = torch.cat([obs, act], -1).detach()
+    x1, x2 = torch.cat([pair_obs, pair_act], -1).unbind(1)  # first steps of segments 1, 2
+    w, b = critic.w.detach(), critic.b.detach()
+    y = rewards.detach() + boot
+    err = w @ x.T + b[:, None] - y  # (heads, B)
+
+    def q_new(z: torch.Tensor) -> torch.Tensor:
+        return w @ z.T + b[:, None] - lr * 2 / 4 * err @ (x @ z.T + 1)
+
+    logit = q_new(x2) - q_new(x1)  # (heads, pairs)
+    bce = -(labels * torch.nn.functional.logsigmoid(logit)
+            + (1 - labels) * torch.nn.functional.logsigmoid(-logit))
+    assert loss.item() == pytest.approx(bce.mean(1).sum().item(), rel=1e-5)
+    # dL/dr_b = Σ_h Σ_i (σ(z_hi) - y_i) / n · lr (2/B) x_b · (x2_i - x1_i)
+    want = ((torch.sigmoid(logit) - labels) / 3).sum(0) @ (x @ (x2 - x1).T).T * lr * 2 / 4
+    np.testing.assert_allclose(grad.numpy(), want.numpy(), rtol=1e-4, atol=1e-7)
+    assert critic.w.grad is None and critic.b.grad is None  # the critic is only read
+
+
+def test_mrn_update_steps_the_reward_model_not_the_critic_and_lowers_the_outer_loss():
+    from themis.agents import SAC
+    from themis.agents.sac import SACConfig
+    from themis.buffers import ReplayBufferSamples
+    from themis.methods.mrn import MetaRewardUpdate, MRNConfig
+    from themis.reward import PreferenceDataset, RewardEnsemble
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    agent = SAC(3, 1, torch.device("cpu"), SACConfig(hidden_dim=16, critic_lr=1e-2))
+    model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16, hidden_depth=2)
+    data = PreferenceDataset(8, 4, 3, 1)
+    pairs = SegmentPairs(rng.normal(size=(8, 2, 4, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (8, 2, 4, 1)).astype(np.float32),
+                         np.zeros((8, 2, 4), np.float32), np.zeros((8, 2), np.int64))
+    data.add(pairs, rng.integers(0, 2, 8).astype(np.float32))
+    t = torch.as_tensor
+    batch = ReplayBufferSamples(t(rng.normal(size=(16, 3)), dtype=torch.float32),
+                                t(rng.uniform(-1, 1, (16, 1)), dtype=torch.float32),
+                                t(rng.normal(size=(16, 3)), dtype=torch.float32),
+                                torch.zeros(16), torch.ones(16))
+    meta = MetaRewardUpdate(model, torch.optim.Adam(model.parameters(), 1e-3),
+                            MRNConfig(enabled=True, meta_steps=10, outer_weight=0.1))
+    critic = [p.detach().clone() for p in agent.critic.parameters()]
+    reward = [p.detach().clone() for p in model.parameters()]
+    losses = []
+    for _ in range(2):
+        torch.manual_seed(1)  # the same next actions for the soft value both times
+        losses.append(meta(agent, batch, data, pairs=5))
+    assert meta.updates == 2 and losses[1] < losses[0]  # a descent step on the outer loss
+    assert all(torch.equal(a, b) for a, b in zip(critic, agent.critic.parameters(),
+                                                  strict=True))
+    assert all(p.grad is None for p in agent.critic.parameters())
+    assert not any(torch.equal(a, b) for a, b in zip(reward, model.parameters(), strict=True))
+    assert meta.due(20) and not meta.due(25)
+
+
+def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, tmp_path):
+    # pretraining ends at 400; rounds at 400, 700, 1000 (the budget is spent at 1000)
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=mrn", "mrn.meta_steps=100"]),
+                        tmp_path)
+    ws.run(until=505)  # the bilevel update of step 500 changed r̂: the buffer follows it
+    assert ws.learner.meta.updates == 1
+    n = len(ws.buffer) - ws.buffer._pending
+    expected = ws.learner.reward(ws.buffer.obs[:n], ws.buffer.actions[:n])
+    np.testing.assert_allclose(ws.buffer.rewards[:n], expected, rtol=1e-5, atol=1e-6)
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    # steps 500, 600 before round 2; 700 (after the round), 800, 900; none once spent
+    assert rounds["mrn_updates"].tolist() == [0, 2, 5]
+    assert ws.learner.meta.updates == 5 and np.isfinite(rounds["mrn_outer_loss"].iloc[-1])
+    assert pd.read_csv(tmp_path / "eval.csv")["episode_reward"].notna().all()

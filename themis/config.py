@@ -21,6 +21,7 @@ from themis.crowd import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.selector import resolve_reward_batch
 from themis.methods import check_methods
+from themis.methods.mrn import MRNConfig
 from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
 from themis.methods.rune import RUNEConfig
@@ -222,6 +223,8 @@ class TrainConfig:
     """QPA (method=qpa): recent-episode queries and replay, crops (themis/methods/qpa.py)."""
     rime: RIMEConfig = field(default_factory=RIMEConfig)
     """RIME (method=rime): robust label selection, warm start (themis/methods/rime.py)."""
+    mrn: MRNConfig = field(default_factory=MRNConfig)
+    """MRN (method=mrn): bilevel reward update through the critic (themis/methods/mrn.py)."""
     sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -283,14 +286,14 @@ def compose(overrides: list[str] | None = None, name: str = "train_themis",
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
     :class:`TrainConfig`, ``SACConfig`` (``sac.*``), ``PPOConfig`` (``ppo.*``) and the
-    methods' configs (``surf.*``, ``rune.*``, ``qpa.*``, ``rime.*``)."""
+    methods' configs (``surf.*``, ``rune.*``, ``qpa.*``, ``rime.*``, ``mrn.*``)."""
     import ast
     import inspect
 
     out: dict[str, str] = {}
     for prefix, cls in (("", TrainConfig), ("sac.", SACConfig), ("ppo.", PPOConfig),
                         ("surf.", SURFConfig), ("rune.", RUNEConfig), ("qpa.", QPAConfig),
-                        ("rime.", RIMEConfig)):
+                        ("rime.", RIMEConfig), ("mrn.", MRNConfig)):
         body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
         node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
         for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
@@ -308,15 +311,16 @@ def help_text(cfg: DictConfig) -> str:
     described = key_descriptions()
     lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
              "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld, "
-             "teacher=oracle|mistake|noisy|skip|myopic|equal, method=pebble|surf|rune|qpa|rime "
-             "(several: method=[surf,rune]); -m sweeps (Hydra's flags: --hydra-help).", ""]
+             "teacher=oracle|mistake|noisy|skip|myopic|equal, "
+             "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]); "
+             "-m sweeps (Hydra's flags: --hydra-help).", ""]
     flat = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(flat, dict)
 
     def walk(node: dict[Any, Any], prefix: str = "") -> None:
         for key, value in node.items():
-            if isinstance(value, dict) and value and prefix + key in ("sac", "ppo", "surf",
-                                                                       "rune", "qpa", "rime"):
+            if isinstance(value, dict) and value and prefix + key in (
+                    "sac", "ppo", "surf", "rune", "qpa", "rime", "mrn"):
                 walk(value, f"{prefix}{key}.")
                 continue
             name = prefix + key

@@ -18,6 +18,7 @@ from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.selector import QuerySelector
 from themis.label_store import LabelStore
 from themis.methods.crop import TemporalCrop
+from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import RobustLabelFilter, WarmStart
 from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
@@ -133,6 +134,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
         learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step))
     if cfg.rime.enabled and cfg.rime.warm_start_steps:
         learner.warm = WarmStart(model, trainer.optimizer, cfg.rime.warm_start_steps)
+    if cfg.mrn.enabled:
+        learner.meta = MetaRewardUpdate(model, trainer.optimizer, cfg.mrn)
     return learner
 
 

@@ -23,6 +23,7 @@ from scipy import stats as scipy_stats
 from themis.buffers import NoSegmentsError, SegmentPairs
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
+from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import WarmStart
 from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
@@ -99,6 +100,7 @@ class PreferenceLearner:
         self.bonus: UncertaintyBonus | None = None  # RUNE
         self.pseudo: PseudoLabeler | None = None  # SURF (also the trainer's)
         self.warm: WarmStart | None = None  # RIME
+        self.meta: MetaRewardUpdate | None = None  # MRN
         self.gold_dataset: PreferenceDataset | None = None  # gold_path: known answers
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
@@ -136,7 +138,20 @@ class PreferenceLearner:
                        rime_caught=rime.caught, rime_discarded_clean=rime.discarded_clean)
         if self.warm is not None:
             out.update(warm_start_loss=self.warm.loss)
+        if self.meta is not None:
+            out.update(mrn_updates=self.meta.updates, mrn_outer_loss=self.meta.outer_loss)
         return out
+
+    def meta_update(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
+        """MRN: a bilevel update of the reward model through ``agent``'s critic when one is
+        due at ``step`` (every ``mrn.meta_steps`` while feedback is open and labels exist),
+        on the SAC batch ``sample()`` and the last ``reward_batch`` labels. Returns whether
+        the reward model changed (the caller relabels the replay buffer)."""
+        if self.meta is None or not self.meta.due(step) or not self.is_open() \
+                or not len(self.dataset):
+            return False
+        self.meta(agent, sample(), self.dataset, self.reward_batch)
+        return True
 
     # ------------------------------------------------------------------ rounds
     def is_open(self) -> bool:

@@ -7,7 +7,9 @@
 4. every ``num_interact`` steps, while feedback is open: a feedback round of the learner
    (queries, teacher, reward training), then the whole replay buffer is relabelled with r̂;
 5. every step: one SAC update on the (relabelled) replay buffer (QPA: half of each batch
-   from the recent episodes, :class:`themis.methods.qpa.HybridReplay`).
+   from the recent episodes, :class:`themis.methods.qpa.HybridReplay`; MRN: every
+   ``mrn.meta_steps`` first a bilevel step of the reward model through the critic, then a
+   relabel, :class:`themis.methods.mrn.MetaRewardUpdate`).
 
 PEBBLE's successors (:mod:`themis.methods`) act through the learner (rewards, reward training)
 and, for QPA, the batches; RIME's warm start is the learner's ``warm_start`` in pretraining.
@@ -153,6 +155,10 @@ def run(ws: Workspace, until: int) -> None:
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)
                 else:
+                    if ws.learner is not None and ws.step > ws.pretrain_end and \
+                            ws.learner.meta_update(agent, ws.step, lambda: buffer.sample(
+                                cfg.sac.batch_size, ws.rng)):
+                        relabel(ws)  # MRN changed r̂
                     ws.metrics = agent.update(batches.sample(cfg.sac.batch_size, ws.rng),
                                               ws.step)
 

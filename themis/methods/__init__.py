@@ -15,6 +15,9 @@ method        mechanism (module)                         acts in
               :class:`~themis.methods.crop.TemporalCrop`
 ``rime``      :class:`~themis.methods.rime.RobustLabelFilter` reward training: keep / drop / flip
               + :class:`~themis.methods.rime.WarmStart`      each label; pretraining warm start
+``mrn``       :class:`~themis.methods.mrn.MetaRewardUpdate`  the reward model, every
+                                                            ``meta_steps``: a bilevel step
+                                                            through the critic (SAC loop)
 ``pebble``    none (the default)
 ============  =========================================  ======================================
 
@@ -28,7 +31,7 @@ from typing import Any
 
 from themis.utils import ConfigError
 
-METHODS = ("surf", "rune", "qpa", "rime")
+METHODS = ("surf", "rune", "qpa", "rime", "mrn")
 
 
 def active_methods(cfg: Any) -> list[str]:
@@ -50,8 +53,8 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
 
     Raises:
         ConfigError: RUNE with one ensemble member (no std), an uncertainty sampler with one
-            member, QPA with PPO (its hybrid replay mixes SAC batches), or a mechanism's
-            hyperparameter out of range.
+            member, QPA or MRN with PPO (QPA's hybrid replay mixes SAC batches, MRN steps
+            through SAC's critic), or a mechanism's hyperparameter out of range.
     """
     methods = active_methods(cfg)
     uncertainty = str(cfg.feed_type) not in ("0", "uniform")
@@ -64,16 +67,21 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
     if "qpa" in methods and (discrete or cfg.agent == "ppo"):
         raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
                           "trains on fresh rollouts only: use it with SAC (Box actions)")
+    if "mrn" in methods and (discrete or cfg.agent == "ppo"):
+        raise ConfigError("method=mrn trains the reward model through one step of SAC's "
+                          "critic; PPO has no Q-function: use it with SAC (Box actions)")
     checks = [("surf.threshold_u", cfg.surf.threshold_u, 0.5, 1.0),
               ("surf.lambda_u", cfg.surf.lambda_u, 0.0, float("inf")),
               ("qpa.her_ratio", cfg.qpa.her_ratio, 0.0, 1.0),
-              ("rime.flip_tau", cfg.rime.flip_tau, 0.0, 1.0)]
+              ("rime.flip_tau", cfg.rime.flip_tau, 0.0, 1.0),
+              ("mrn.outer_weight", cfg.mrn.outer_weight, 0.0, float("inf"))]
     for key, value, lo, hi in checks:
         if not lo <= value <= hi:
             raise ConfigError(f"{key}={value} must be in [{lo}, {hi}]")
     for key, value in (("surf.inv_label_ratio", cfg.surf.inv_label_ratio),
                        ("surf.mu", cfg.surf.mu), ("qpa.data_aug_ratio", cfg.qpa.data_aug_ratio),
-                       ("rime.beta_decay_epochs", cfg.rime.beta_decay_epochs)):
+                       ("rime.beta_decay_epochs", cfg.rime.beta_decay_epochs),
+                       ("mrn.meta_steps", cfg.mrn.meta_steps)):
         if value < 1:
             raise ConfigError(f"{key}={value} must be at least 1")
     if "surf" in methods and (cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment):
