@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     while pending or running:
         while pending and len(running) < args.jobs:
             method, seed, run, cmd = job = pending.pop(0)
-            run.mkdir(parents=True, exist_ok=True)
             if (run / "checkpoints" / "state.pt").is_file():
                 cmd = [*cmd, "resume=true"]  # an interrupted run continues where it stopped
+            else:  # or starts again when it stopped before its first checkpoint
+                shutil.rmtree(run, ignore_errors=True)
+            run.mkdir(parents=True, exist_ok=True)
             log = open(run / "console.log", "ab")
             proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ), stdout=log,
                                     stderr=subprocess.STDOUT)

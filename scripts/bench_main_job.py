@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ def load_summarize():
 def run_seed(out: Path, seed: int, extra: list[str]) -> dict | None:
     """Run the launcher for one seed: its timing (``wall_s``, ``peak_rss_mb``); None on failure."""
     run = out / f"seed{seed}"
+    shutil.rmtree(run, ignore_errors=True)  # an unfinished run starts again: it is timed
     out.mkdir(parents=True, exist_ok=True)
     with (out / f"seed{seed}.log").open("w") as log:
         start = time.perf_counter()

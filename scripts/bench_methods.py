@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +83,13 @@ def finished(run: Path, steps: int) -> bool:
 
 
 def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
+    """One run; an interrupted one continues from its last checkpoint (or starts again
+    when it stopped before the first)."""
     run.parent.mkdir(parents=True, exist_ok=True)
+    if (run / "checkpoints" / "state.pt").is_file():
+        args = [*args, "resume=true"]
+    else:
+        shutil.rmtree(run, ignore_errors=True)
     with log.open("w") as out:
         return subprocess.call([str(ROOT / "themis_train.sh"), *args, f"hydra.run.dir={run}"],
                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,

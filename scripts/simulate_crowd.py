@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -83,6 +84,7 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
     from themis.label_store import LabelStore
 
     run = out / mode
+    shutil.rmtree(run, ignore_errors=True)  # a simulation starts afresh (the bots' answers)
     store = LabelStore(run / "labels.sqlite", run / "web")
     tokens = store.add_labelers(len(kinds))
     cmd = [str(ROOT / "themis_train.sh"), "human_teacher=true", "teacher_ui=web",

@@ -125,6 +125,20 @@ def test_cuda_without_cuda_is_an_error_and_auto_falls_back(compose, tmp_path):
     assert ws.device.type == "cpu"
 
 
+def test_a_new_run_in_the_run_dir_of_another_is_refused_and_leaves_it_alone(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval.csv").write_text("step,episode_reward\n10000,-120.5\n")
+    proc = launch("themis_train.sh", "domain=Classic", "env=Pendulum-v1",
+                  f"hydra.run.dir={run}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"run dir {run} already holds a run (eval.csv); continue it with resume={run}, "
+        "or give this run another hydra.run.dir")
+    assert (run / "eval.csv").read_text() == "step,episode_reward\n10000,-120.5\n"
+    assert not (run / "train.csv").exists()
+
+
 def test_a_rejected_run_leaves_no_run_dir_behind(tmp_path):
     run = tmp_path / "runs" / "day" / "rejected"
     proc = launch("themis_train.sh", "domain=Classic", "env=Pendulum-v1", "segment=500",

@@ -158,6 +158,24 @@ def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_
     assert not (clean / "500" / "qpa" / "seed0.log").exists()
 
 
+def test_bench_methods_resumes_an_interrupted_run_or_starts_it_again(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "scripts" / "bench_methods.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+    checkpointed, early = tmp_path / "a" / "seed0", tmp_path / "b" / "seed0"
+    (checkpointed / "checkpoints").mkdir(parents=True)
+    (checkpointed / "checkpoints" / "state.pt").write_bytes(b"x")
+    early.mkdir(parents=True)
+    (early / "train.csv").write_text("step\n100\n")  # stopped before its first checkpoint
+    for run in (checkpointed, early):
+        bench.run_one(run, ["seed=0"], tmp_path / "log", threads=1)
+    assert "resume=true" in calls[0] and (checkpointed / "checkpoints" / "state.pt").exists()
+    assert "resume=true" not in calls[1] and not early.exists()  # a fresh start, a clean dir
+
+
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",

@@ -225,11 +225,25 @@ def remove_if_unused(run: Path) -> None:
             run.parent.rmdir()
 
 
+RESULTS = ("train.csv", "eval.csv", "reward.csv", "checkpoints")
+"""What a run writes into its run dir once it has started."""
+
+
+def earlier_run(run: Path) -> str | None:
+    """The first of :data:`RESULTS` already in ``run`` (a run was started there), or None."""
+    return next((name for name in RESULTS if (run / name).exists()), None)
+
+
 def build_workspace(cfg: DictConfig) -> Workspace:
-    """Create the Workspace; a bad config ends the program with one line and exit code 2."""
+    """Create the Workspace; a bad config ends the program with one line and exit code 2,
+    and so does a new run in a run dir where a run was started (its rows would be appended
+    to the other run's CSVs, and its labels are not ours to overwrite)."""
     out = run_dir()
     if resume_target(cfg.resume) is not None:
         out, cfg = resumed_config(cfg, out)
+    elif (found := earlier_run(out)) is not None:
+        fail(f"run dir {out} already holds a run ({found}); continue it with resume={out}, "
+             "or give this run another hydra.run.dir")
     cfg.torch_threads = threads_per_job(cfg)
     try:
         ws = make_workspace(cfg, out)
