@@ -283,54 +283,6 @@ def compose(overrides: list[str] | None = None, name: str = "train_themis",
                              return_hydra_config=return_hydra_config)
 
 
-def key_descriptions() -> dict[str, str]:
-    """Each config key's one-line description, read from the docstrings under the fields of
-    :class:`TrainConfig`, ``SACConfig`` (``sac.*``), ``PPOConfig`` (``ppo.*``) and the
-    methods' configs (``surf.*``, ``rune.*``, ``qpa.*``, ``rime.*``, ``mrn.*``)."""
-    import ast
-    import inspect
-
-    out: dict[str, str] = {}
-    for prefix, cls in (("", TrainConfig), ("sac.", SACConfig), ("ppo.", PPOConfig),
-                        ("surf.", SURFConfig), ("rune.", RUNEConfig), ("qpa.", QPAConfig),
-                        ("rime.", RIMEConfig), ("mrn.", MRNConfig)):
-        body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
-        node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-        for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
-            if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
-                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) \
-                    and isinstance(doc.value.value, str):
-                out[prefix + field_node.target.id] = " ".join(doc.value.value.split())
-    return out
-
-
-def help_text(cfg: DictConfig) -> str:
-    """``--help``: every key with its value in ``cfg`` and its description."""
-    from omegaconf import OmegaConf
-
-    described = key_descriptions()
-    lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
-             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld, "
-             "teacher=oracle|mistake|noisy|skip|myopic|equal, "
-             "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]); "
-             "-m sweeps (Hydra's flags: --hydra-help).", ""]
-    flat = OmegaConf.to_container(cfg, resolve=False)
-    assert isinstance(flat, dict)
-
-    def walk(node: dict[Any, Any], prefix: str = "") -> None:
-        for key, value in node.items():
-            if isinstance(value, dict) and value and prefix + key in (
-                    "sac", "ppo", "surf", "rune", "qpa", "rime", "mrn"):
-                walk(value, f"{prefix}{key}.")
-                continue
-            name = prefix + key
-            text = described.get(name, "")
-            lines.append(f"  {name} = {value}" + (f"\n      {text}" if text else ""))
-
-    walk(flat)
-    return "\n".join(lines)
-
-
 def register_configs() -> None:
     """Register the schema with Hydra's ConfigStore (name ``train_schema``)."""
     cs = ConfigStore.instance()

@@ -92,7 +92,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     are left to Hydra.
     """
     if any(a in ("--help", "-h") for a in argv):  # the keys with their descriptions
-        from themis.config import compose, help_text
+        from themis.config import compose
+        from themis.config_help import help_text
 
         print(help_text(compose([a for a in argv if "=" in a], config_name)))
         sys.exit(0)

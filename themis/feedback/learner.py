@@ -143,12 +143,10 @@ class PreferenceLearner:
         return out
 
     def meta_update(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
-        """MRN: a bilevel update of the reward model through ``agent``'s critic when one is
-        due at ``step`` (every ``mrn.meta_steps`` while feedback is open and labels exist),
-        on the SAC batch ``sample()`` and the last ``reward_batch`` labels. Returns whether
-        the reward model changed (the caller relabels the replay buffer)."""
-        if self.meta is None or not self.meta.due(step) or not self.is_open() \
-                or not len(self.dataset):
+        """MRN, when due (every ``mrn.meta_steps`` while feedback is open, labels exist): a
+        bilevel update through ``agent``'s critic on the batch ``sample()`` and the last
+        ``reward_batch`` labels. Returns whether r̂ changed (the caller relabels)."""
+        if not (self.meta and self.meta.due(step) and self.is_open() and len(self.dataset)):
             return False
         self.meta(agent, sample(), self.dataset, self.reward_batch)
         return True
