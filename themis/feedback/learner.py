@@ -142,10 +142,11 @@ class PreferenceLearner:
             out.update(mrn_updates=self.meta.updates, mrn_outer_loss=self.meta.outer_loss)
         return out
 
-    def meta_update(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
-        """MRN, when due (every ``mrn.meta_steps`` while feedback is open, labels exist): a
-        bilevel update through ``agent``'s critic on the batch ``sample()`` and the last
-        ``reward_batch`` labels. Returns whether r̂ changed (the caller relabels)."""
+    def update_between_rounds(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
+        """A method's update of r̂ between feedback rounds; MRN, when due (every
+        ``mrn.meta_steps`` while feedback is open, labels exist): a bilevel update through
+        ``agent``'s critic on the batch ``sample()`` and the last ``reward_batch`` labels.
+        Returns whether r̂ changed (the caller relabels)."""
         if not (self.meta and self.meta.due(step) and self.is_open() and len(self.dataset)):
             return False
         self.meta(agent, sample(), self.dataset, self.reward_batch)

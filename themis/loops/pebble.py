@@ -156,9 +156,9 @@ def run(ws: Workspace, until: int) -> None:
                     unsupervised_update(ws, agent)
                 else:
                     if ws.learner is not None and ws.step > ws.pretrain_end and \
-                            ws.learner.meta_update(agent, ws.step, lambda: buffer.sample(
+                            ws.learner.update_between_rounds(agent, ws.step, lambda: buffer.sample(
                                 cfg.sac.batch_size, ws.rng)):
-                        relabel(ws)  # MRN changed r̂
+                        relabel(ws)  # r̂ changed between rounds (MRN)
                     ws.metrics = agent.update(batches.sample(cfg.sac.batch_size, ws.rng),
                                               ws.step)
 
