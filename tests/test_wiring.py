@@ -174,8 +174,9 @@ def _assert_same_state(a: Any, b: Any, path: str = "state") -> None:
 
 
 @pytest.mark.parametrize("agent", [["feed_type=3", "teacher=noisy"], PPO_TINY[-4:],
-                                   ["method=[surf,rime]", "teacher=mistake"]],
-                         ids=["sac", "ppo", "surf+rime"])
+                                   ["method=[surf,rime]", "teacher=mistake"],
+                                   ["method=mrn", "mrn.meta_steps=100"]],
+                         ids=["sac", "ppo", "surf+rime", "mrn"])
 def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     cfg = compose([*TINY_PENDULUM, *agent])
     ws = make_workspace(cfg, tmp_path)
@@ -194,6 +195,8 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
         assert len(resumed.learner.pseudo) == len(ws.learner.pseudo) > 0
         epochs = ws.learner.trainer.label_filter.epochs
         assert resumed.learner.trainer.label_filter.epochs == epochs > 0
+    if ws.learner.meta is not None:  # MRN's updates (steps 500, 600, 700)
+        assert resumed.learner.meta.updates == ws.learner.meta.updates == 3
     assert len(resumed.learner.dataset) == len(ws.learner.dataset)
     np.testing.assert_array_equal(resumed.learner.dataset.labels[: len(ws.learner.dataset)],
                                   ws.learner.dataset.labels[: len(ws.learner.dataset)])

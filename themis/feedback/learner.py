@@ -126,21 +126,8 @@ class PreferenceLearner:
 
     def method_stats(self) -> dict[str, float]:
         """The successors' own numbers for ``reward.csv`` (empty for PEBBLE)."""
-        out: dict[str, float] = {}
-        if self.pseudo is not None:
-            out.update(unlabelled=len(self.pseudo), pseudo_labels=self.pseudo.used,
-                       pseudo_agreement=self.pseudo.agreement)
-        if self.bonus is not None:
-            out.update(rune_beta=self.bonus.beta(), rune_std=self.bonus.last_std)
-        rime = self.trainer.label_filter
-        if rime is not None:
-            out.update(rime_kept=rime.kept, rime_flipped=rime.flipped, rime_dropped=rime.dropped,
-                       rime_caught=rime.caught, rime_discarded_clean=rime.discarded_clean)
-        if self.warm is not None:
-            out.update(warm_start_loss=self.warm.loss)
-        if self.meta is not None:
-            out.update(mrn_updates=self.meta.updates, mrn_outer_loss=self.meta.outer_loss)
-        return out
+        pieces = (self.pseudo, self.bonus, self.trainer.label_filter, self.warm, self.meta)
+        return {k: v for piece in pieces if piece is not None for k, v in piece.stats().items()}
 
     def update_between_rounds(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
         """A method's update of r̂ between feedback rounds; MRN, when due (every
@@ -370,10 +357,14 @@ class PreferenceLearner:
             "teacher_rng": self.teacher.rng.bit_generator.state,
             "teacher_margin": self.teacher.margin,
             "dataset_size": len(self.dataset),
-            **({"rime_filter": self.trainer.label_filter.state_dict()}
-               if self.trainer.label_filter is not None else {}),
-            **({"surf_unlabelled": self.pseudo.state_dict()} if self.pseudo is not None else {}),
+            **{key: piece.state_dict() for key, piece in self.method_pieces().items()},
         }
+
+    def method_pieces(self) -> dict[str, Any]:
+        """The successors' pieces with a state of their own, by checkpoint key."""
+        pieces = (("rime_filter", self.trainer.label_filter), ("surf_unlabelled", self.pseudo),
+                  ("mrn", self.meta))
+        return {key: piece for key, piece in pieces if piece is not None}
 
     def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:
         """Continue from :meth:`state_dict`; the labels are read back from ``preferences/``
@@ -395,10 +386,9 @@ class PreferenceLearner:
         self.trainer.rng.bit_generator.state = state["reward_trainer_rng"]
         self.teacher.rng.bit_generator.state = state["teacher_rng"]
         self.teacher.set_margin(state["teacher_margin"])
-        if self.trainer.label_filter is not None and "rime_filter" in state:
-            self.trainer.label_filter.load_state_dict(state["rime_filter"])
-        if self.pseudo is not None and "surf_unlabelled" in state:
-            self.pseudo.load_state_dict(state["surf_unlabelled"])
+        for key, piece in self.method_pieces().items():
+            if key in state:
+                piece.load_state_dict(state[key])
         self.dataset = self.resumed_dataset(int(state["dataset_size"]))
         self.reconcile_web_answers()
 

@@ -141,5 +141,15 @@ class MetaRewardUpdate:
         self.outer_loss = float(loss.detach())
         return self.outer_loss
 
+    def stats(self) -> dict[str, float]:
+        """``reward.csv`` columns: bilevel updates so far, the last one's weighted loss."""
+        return {"mrn_updates": self.updates, "mrn_outer_loss": self.outer_loss}
+
+    def state_dict(self) -> dict[str, float]:
+        return {"updates": self.updates, "outer_loss": self.outer_loss}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.updates, self.outer_loss = int(state["updates"]), float(state["outer_loss"])
+
 
 __all__ = ["MRNConfig", "MetaRewardUpdate", "meta_outer_loss"]

@@ -134,6 +134,13 @@ class RobustLabelFilter:
         index = torch.cat([torch.nonzero(trusted).squeeze(1), torch.nonzero(flipped).squeeze(1)])
         return index, torch.cat([labels[trusted], 1.0 - labels[flipped]])
 
+    def stats(self) -> dict[str, float]:
+        """``reward.csv`` columns: the last epoch's labels kept, flipped, left out, and
+        against the true returns, wrong ones caught and right ones discarded."""
+        return {"rime_kept": self.kept, "rime_flipped": self.flipped,
+                "rime_dropped": self.dropped, "rime_caught": self.caught,
+                "rime_discarded_clean": self.discarded_clean}
+
     def state_dict(self) -> dict[str, float]:
         return {"epochs": self.epochs, "max_ema": self.max_ema, "mean": self.mean,
                 "var": self.var, "count": self.count}
@@ -156,6 +163,10 @@ class WarmStart:
                  steps: int) -> None:
         self.model, self.optimizer, self.steps = model, optimizer, steps
         self.loss = float("nan")
+
+    def stats(self) -> dict[str, float]:
+        """``reward.csv`` column: the last warm-start loss."""
+        return {"warm_start_loss": self.loss}
 
     def __call__(self, obs: torch.Tensor, action: torch.Tensor, intrinsic: torch.Tensor) -> None:
         """Shapes: ``obs (B, *obs_shape)``, ``action (B, a)``, ``intrinsic (B,)`` or ``(B, 1)``."""

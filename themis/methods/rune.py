@@ -51,6 +51,10 @@ class UncertaintyBonus:
         t = self.clock() if step is None else step
         return float(self.cfg.beta_init * (1.0 - self.cfg.beta_decay) ** t)
 
+    def stats(self) -> dict[str, float]:
+        """``reward.csv`` columns: β_t now and the mean ensemble std of the last rewards."""
+        return {"rune_beta": self.beta(), "rune_std": self.last_std}
+
     def __call__(self, member_rewards: np.ndarray) -> np.ndarray:
         """Reward of each row: mean + β_t · std over members; ``(E, n) -> (n,)`` float32."""
         std = member_rewards.std(axis=0)

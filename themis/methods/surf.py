@@ -81,6 +81,12 @@ class PseudoLabeler:
     def __len__(self) -> int:
         return self.size
 
+    def stats(self) -> dict[str, float]:
+        """``reward.csv`` columns: unlabelled pairs kept, pseudo-labels used in the last epoch
+        and their agreement with the true returns."""
+        return {"unlabelled": self.size, "pseudo_labels": self.used,
+                "pseudo_agreement": self.agreement}
+
     def add(self, pairs: SegmentPairs) -> None:
         """Keep unlabelled pairs (a ring: the oldest are overwritten past ``max_unlabelled``)."""
         n, cap = len(pairs), len(self.observations)
