@@ -28,6 +28,7 @@ from themis.methods.rune import RUNEConfig
 from themis.methods.surf import SURFConfig
 from themis.sampling import resolve_feed_type
 from themis.teachers import validate_teacher_params
+from themis.threads import parse_threads
 from themis.utils import ConfigError
 
 AGENTS = ("auto", "sac", "ppo")
@@ -49,8 +50,11 @@ class TrainConfig:
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
-    torch_threads: int = 0
-    """PyTorch intra-op threads; 0 = PyTorch default (in a local -m sweep: cores // n_jobs)."""
+    torch_threads: Any = "auto"
+    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.threads`: one
+    thread for small vector networks, more for CNNs and wide networks, one while other processes
+    use the cores), ``0`` (PyTorch's default: all cores) or a fixed count. In a local ``-m``
+    sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
 
     # --- schedule (environment steps)
     num_train_steps: int = 80_000
@@ -312,8 +316,12 @@ def validate(cfg: Any) -> None:
     for key in positive:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    try:
+        parse_threads(cfg.torch_threads)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
-                "torch_threads", "max_feedback"]:
+                "max_feedback"]:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
     for key, value in (("reward_lr", cfg.reward_lr), ("sac.actor_lr", cfg.sac.actor_lr),

@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
+from themis.threads import parse_threads
 from themis.utils import ConfigError
 from themis.workspace import Workspace
 
@@ -137,19 +138,24 @@ def run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def threads_per_job(cfg: DictConfig) -> int:
-    """PyTorch threads for this job: ``torch_threads``, or a share of the cores in a joblib sweep.
+def threads_per_job(cfg: DictConfig) -> int | str:
+    """``torch_threads`` for this job: as given, or a share of the cores in a joblib sweep.
 
     ``-m`` sweeps run ``hydra.launcher.n_jobs`` jobs side by side on this machine (-1 = one per
-    core, joblib's convention); each job then gets ``cores // n_jobs`` threads (at least 1) so
-    parallel jobs do not oversubscribe the CPU. Single runs and SLURM jobs keep the default.
+    core, joblib's convention); with ``torch_threads`` ``auto`` or ``0`` each job then gets
+    ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe the CPU.
+    Single runs and SLURM jobs keep the key (``auto``: :func:`themis.threads.auto_threads`).
     """
-    if cfg.torch_threads > 0:
-        return int(cfg.torch_threads)
+    try:
+        fixed = parse_threads(cfg.torch_threads)
+    except ValueError as e:
+        fail(str(e))
+    if fixed is not None and fixed > 0:
+        return fixed
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in str(
             hydra_cfg.launcher.get("_target_", "")):
-        return 0
+        return "auto" if fixed is None else fixed
     cores = os.cpu_count() or 1
     n_jobs = int(hydra_cfg.launcher.get("n_jobs", -1))
     n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)

@@ -47,7 +47,8 @@ from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import RewardEnsemble, save_reward_model
-from themis.utils import ConfigError, get_device, set_num_threads, set_seed_everywhere
+from themis.threads import ThreadGovernor, apply_threads, choose_threads
+from themis.utils import ConfigError, get_device, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
 
@@ -86,7 +87,6 @@ class Workspace:
         self.cfg, self.driver = cfg, driver
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        set_num_threads(cfg.torch_threads)
         set_seed_everywhere(cfg.seed)
         self.device = get_device(cfg.device)
         self.rng = np.random.default_rng(cfg.seed)
@@ -115,6 +115,18 @@ class Workspace:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
             else int(np.prod(action_space.shape or ()))
+
+        # --- PyTorch threads (themis/threads.py: the measured rule, 1 while the cores are shared)
+        net = cfg.sac if driver.NAME == "sac" else cfg.ppo
+        batch = cfg.sac.batch_size if driver.NAME == "sac" else \
+            cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
+        try:
+            self.thread_choice = choose_threads(
+                cfg.torch_threads, agent=driver.NAME, obs_kind=self.obs_kind,
+                device=self.device.type, hidden_dim=net.hidden_dim, batch_size=batch)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
 
         # --- agent, store, intrinsic reward
         self.agent = driver.make_agent(self)
@@ -215,7 +227,8 @@ class Workspace:
             reward = f"learned from {teacher_description(cfg)}"
         self.logger.info(
             f"Themis | {self.env_id} | agent {self.driver.NAME} ({self.agent_reason}: "
-            f"{self.env.action_space}){extra} | reward: {reward} | device {self.device} | "
+            f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
+            f"{self.thread_choice.describe()} | "
             f"run dir {self.run_dir}", "cyan")
 
     @property
@@ -437,6 +450,8 @@ class Workspace:
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()
+        if self.thread_governor is not None:
+            self.thread_governor.stop()
         for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
             env.close()
         eval_csv = self.run_dir / "eval.csv"

@@ -132,7 +132,10 @@ def run(ws: Workspace, until: int) -> None:
     last_log_time, last_log_step = time.time(), ws.step
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
+    governor = ws.thread_governor
     while ws.step < until:
+        if governor is not None:  # one thread while other processes use the cores
+            governor.poll()
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:
             action = env.action_space.sample()

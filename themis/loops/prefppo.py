@@ -183,9 +183,12 @@ def run(ws: Workspace, until: int) -> None:
     dones = np.zeros((horizon, n_envs), dtype=np.float32)
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
     last_log_time, last_log_step = time.time(), ws.step
+    governor = ws.thread_governor
     while ws.step < until:
         # ------------------------------------------------------------ collect a rollout
         bootstrap[:] = 0.0
+        if governor is not None:  # one thread while other processes use the cores
+            governor.poll()
         for t in range(horizon):
             with eval_mode(agent.net):
                 act, logp, val = agent.step(obs)
