@@ -9,11 +9,11 @@ Each row ``K:THREADS[:POLICY]`` starts ``K`` runs of the workload at once, each 
 process with ``torch_threads=THREADS`` (``0``: PyTorch's default, all cores, what runs had
 before; ``auto``: Themis's default, :mod:`themis.threads`) and the OpenMP wait policy
 ``POLICY``: ``default`` (libgomp's, unset; what Themis runs with), ``active``, ``passive``
-(``OMP_WAIT_POLICY``) or ``spin=N`` (``GOMP_SPINCOUNT``). Every run steps for ``--seconds`` seconds after its workspace is
-built (the main job's first seconds: random seed steps, state-entropy pretraining, the first
-feedback round) and reports its steps/s. Rows run one after the other. The table, last, gives
-each run's steps/s, their sum, and the sum relative to one ``torch_threads=1`` run alone (the
-first row's reference, measured too).
+(``OMP_WAIT_POLICY``) or ``spin=N`` (``GOMP_SPINCOUNT``). Every run steps for ``--seconds``
+seconds after its workspace is built (the main job's first seconds: random seed steps,
+state-entropy pretraining, the first feedback round) and reports its steps/s. Rows run one
+after the other. The table, last, gives each run's steps/s, their sum, and the sum relative to
+one ``torch_threads=1`` run alone (the first row's reference, measured too).
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: lis
     from themis.config import compose
     from themis.train import make_workspace
 
-    overrides = [*WORKLOADS[workload], *extra, f"torch_threads={threads}", "eval_frequency=1000000000",
-                 "log_frequency=1000000000", "checkpoint_frequency=1000000000", "seed=0"]
+    overrides = [*WORKLOADS[workload], *extra, f"torch_threads={threads}",
+                 "eval_frequency=1000000000", "log_frequency=1000000000",
+                 "checkpoint_frequency=1000000000", "seed=0"]
     ws = make_workspace(compose(overrides), Path(run_dir))
-    ws.logger.stream = open(os.devnull, "w")  # noqa: SIM115 (lives as long as the process)
+    ws.logger.stream = open(os.devnull, "w")  # lives as long as the process
     # PPO's loop evaluates and checkpoints at the end of each run(until=...) call; not measured
     ws.evaluate = lambda: 0.0  # type: ignore[method-assign]
     ws.save_checkpoints = lambda: None  # type: ignore[method-assign]
@@ -75,7 +76,8 @@ def run_row(workload: str, k: int, threads: str, policy: str, seconds: float,
         env["OMP_WAIT_POLICY"] = policy.upper()
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--worker", workload, threads, str(seconds),
-         str(tmp / f"{k}_{threads}_{policy}_{i}"), *extra], env=env, stdout=subprocess.PIPE, text=True)
+         str(tmp / f"{k}_{threads}_{policy}_{i}"), *extra],
+        env=env, stdout=subprocess.PIPE, text=True)
         for i in range(k)]
     out = []
     for p in procs:
@@ -101,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(parts) not in (2, 3) or not parts[0].isdigit() or int(parts[0]) < 1 or (
                 len(parts) == 3 and parts[2] not in ("active", "passive", "default")
                 and not (parts[2].startswith("spin=") and parts[2][5:].isdigit())):
-            print(f"bench_contention: error: bad row {spec!r} (K:THREADS[:default|active|passive|spin=N])",
-                  file=sys.stderr)
+            print(f"bench_contention: error: bad row {spec!r} "
+                  "(K:THREADS[:default|active|passive|spin=N])", file=sys.stderr)
             return 2
         rows.append((int(parts[0]), parts[1], parts[2] if len(parts) == 3 else "default"))
     results = []
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{r['steps_per_s']:.0f}" for r in rates), flush=True)
     reference = next((sum(r["steps_per_s"] for r in rates) for k, t, p, rates in results
                       if k == 1 and t == "1"), None)
-    print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's first {args.seconds:.0f} s, "
+    print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's first "
+          f"{args.seconds:.0f} s, "
           f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
           f"{time.strftime('%Y-%m-%d')}\n")
     print("| runs at once | torch_threads | OpenMP wait | threads at start | thread switches | "
