@@ -26,6 +26,7 @@ from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
 from themis.methods.rune import RUNEConfig
 from themis.methods.surf import SURFConfig
+from themis.precision import PRECISIONS
 from themis.sampling import resolve_feed_type
 from themis.teachers import validate_teacher_params
 from themis.threads import parse_threads
@@ -50,6 +51,10 @@ class TrainConfig:
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
+    precision: str = "fp32"
+    """Matrix products of SAC's update and the reward model: ``fp32``, ``bf16`` (bfloat16
+    autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
+    :mod:`themis.precision`."""
     torch_threads: Any = "auto"
     """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.threads`: one
     thread for small vector networks, more for CNNs and wide networks, one while other processes
@@ -320,6 +325,8 @@ def validate(cfg: Any) -> None:
         parse_threads(cfg.torch_threads)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
     for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
                 "max_feedback"]:
         if getattr(cfg, key) < 0:

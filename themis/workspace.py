@@ -46,6 +46,7 @@ from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, plot_learning_curve
+from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.utils import ConfigError, get_device, set_seed_everywhere
@@ -127,6 +128,7 @@ class Workspace:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
+        self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
         # --- agent, store, intrinsic reward
         self.agent = driver.make_agent(self)
@@ -228,7 +230,8 @@ class Workspace:
         self.logger.info(
             f"Themis | {self.env_id} | agent {self.driver.NAME} ({self.agent_reason}: "
             f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
-            f"{self.thread_choice.describe()} | "
+            f"{self.thread_choice.describe()}"
+            f"{', bf16 matmuls' if self.precision is not None else ''} | "
             f"run dir {self.run_dir}", "cyan")
 
     @property

@@ -10,18 +10,30 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+
+class FullPrecisionLinear(nn.Linear):
+    """``nn.Linear`` that computes in float32 also inside ``torch.autocast`` (output layers:
+    Q values, rewards and policy means keep float32's precision; :mod:`themis.precision`).
+    Outside autocast it is ``nn.Linear``, bit for bit."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.float(), self.weight, self.bias)
 
 
 def mlp(input_dim: int, hidden_dim: int, output_dim: int, hidden_depth: int,
         activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """A multilayer perceptron ``input_dim -> hidden_dim x hidden_depth -> output_dim``."""
+    """A multilayer perceptron ``input_dim -> hidden_dim x hidden_depth -> output_dim``; its
+    output layer is a :class:`FullPrecisionLinear`."""
     if hidden_depth == 0:
-        return nn.Sequential(nn.Linear(input_dim, output_dim))
+        return nn.Sequential(FullPrecisionLinear(input_dim, output_dim))
     layers: list[nn.Module] = [nn.Linear(input_dim, hidden_dim), activation()]
     for _ in range(hidden_depth - 1):
         layers += [nn.Linear(hidden_dim, hidden_dim), activation()]
-    layers.append(nn.Linear(hidden_dim, output_dim))
+    layers.append(FullPrecisionLinear(hidden_dim, output_dim))
     return nn.Sequential(*layers)
 
 
@@ -32,14 +44,17 @@ class EnsembleLinear(nn.Module):
         ensemble_size: number of members ``E``.
         in_features: input width.
         out_features: output width.
+        full_precision: compute in float32 also inside ``torch.autocast`` (output layers).
 
     Shapes:
         input ``(E, B, in_features)`` or ``(B, in_features)`` (shared by all members);
         output ``(E, B, out_features)``.
     """
 
-    def __init__(self, ensemble_size: int, in_features: int, out_features: int) -> None:
+    def __init__(self, ensemble_size: int, in_features: int, out_features: int,
+                 full_precision: bool = False) -> None:
         super().__init__()
+        self.full_precision = full_precision
         self.ensemble_size = ensemble_size
         self.in_features = in_features
         self.out_features = out_features
@@ -54,6 +69,12 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.full_precision:
+            with torch.autocast(x.device.type, enabled=False):
+                return self._forward(x.float())
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:
             return torch.matmul(x, self.weight) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
@@ -73,6 +94,8 @@ class EnsembleMLP(nn.Module):
 
     Shapes:
         input ``(E, B, input_dim)`` or ``(B, input_dim)``; output ``(E, B, output_dim)``.
+
+    The output layer computes in float32 also inside ``torch.autocast`` (:mod:`themis.precision`).
     """
 
     def __init__(self, ensemble_size: int, input_dim: int, hidden_dim: int, output_dim: int,
@@ -83,7 +106,8 @@ class EnsembleMLP(nn.Module):
         dims = [input_dim] + [hidden_dim] * hidden_depth + [output_dim]
         layers: list[nn.Module] = []
         for i in range(len(dims) - 1):
-            layers.append(EnsembleLinear(ensemble_size, dims[i], dims[i + 1]))
+            layers.append(EnsembleLinear(ensemble_size, dims[i], dims[i + 1],
+                                         full_precision=i == len(dims) - 2))
             if i < len(dims) - 2:
                 layers.append(activation())
         if output_activation is not None:

@@ -20,6 +20,7 @@ from torch import nn
 
 from themis.agents.networks import EnsembleMLP, mlp
 from themis.buffers import ReplayBufferSamples
+from themis.precision import autocast
 from themis.utils import make_adam, polyak_update
 
 _LOG2 = math.log(2.0)
@@ -120,6 +121,8 @@ class SAC:
         action_dim: size of the action vector.
         device: where networks live.
         cfg: hyper-parameters.
+        precision: ``torch.bfloat16`` runs :meth:`update`'s matrix products in bfloat16
+            (:mod:`themis.precision`); ``None`` (default): float32 throughout.
 
     Interface (shared with every Themis agent): :meth:`act`, :meth:`update`,
     :meth:`reset_critic`, :meth:`state_dict`, :meth:`load_state_dict`.
@@ -129,8 +132,9 @@ class SAC:
     """Names of the metrics :meth:`update` can return."""
 
     def __init__(self, obs_dim: int, action_dim: int, device: torch.device,
-                 cfg: SACConfig | None = None) -> None:
+                 cfg: SACConfig | None = None, precision: torch.dtype | None = None) -> None:
         self.cfg = cfg = cfg or SACConfig()
+        self.precision = precision
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.device = device
@@ -224,9 +228,10 @@ class SAC:
     def update(self, batch: ReplayBufferSamples, step: int,
                update_actor: bool = True) -> dict[str, torch.Tensor]:
         """One SAC gradient step on ``batch``; returns metrics as detached scalar tensors."""
-        metrics = self.update_critic(batch)
-        if update_actor and step % self.cfg.actor_update_frequency == 0:
-            metrics.update(self.update_actor_and_alpha(batch.observations))
+        with autocast(self.precision, self.device):
+            metrics = self.update_critic(batch)
+            if update_actor and step % self.cfg.actor_update_frequency == 0:
+                metrics.update(self.update_actor_and_alpha(batch.observations))
         if step % self.cfg.critic_target_update_frequency == 0:
             polyak_update(self.critic.parameters(), self.critic_target.parameters(),
                           self.cfg.critic_tau)

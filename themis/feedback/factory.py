@@ -95,6 +95,7 @@ def make_learner(ws: Any) -> PreferenceLearner:
     cfg = ws.cfg
     model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
                            cfg.reward_hidden_depth, obs_shape=ws.obs_shape).to(ws.device)
+    model.precision = ws.precision
     pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
         if cfg.surf.enabled else None
     rating = cfg.feedback == "rating"

@@ -47,7 +47,7 @@ def make_agent(ws: Workspace) -> SAC:
         raise ConfigError(f"{ws.env_id}: SAC on {ws.obs_kind} observations is not supported "
                           "yet; use a discrete-action variant with agent=ppo "
                           "(CarRacing-v3: +env_kwargs.continuous=false)")
-    return SAC(ws.obs_dim, ws.action_dim, ws.device, ws.cfg.sac)
+    return SAC(ws.obs_dim, ws.action_dim, ws.device, ws.cfg.sac, precision=ws.precision)
 
 
 def store(ws: Workspace) -> ReplayBuffer:

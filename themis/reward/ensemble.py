@@ -18,6 +18,7 @@ from torch import nn
 
 from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
+from themis.precision import autocast
 from themis.utils import replace_durably
 
 
@@ -57,6 +58,9 @@ class RewardEnsemble(nn.Module):
         self.hidden_depth = hidden_depth
         self.env_id: str | None = None
         """The env the model was trained on (set by :func:`load_reward_model`), if known."""
+        self.precision: torch.dtype | None = None
+        """``torch.bfloat16``: matrix products in bfloat16 (:mod:`themis.precision`); ``None``:
+        float32. A runtime setting, not saved with the model."""
         self.encoders: nn.ModuleList | None = None
         feature_dim = obs_dim
         if observation_kind(self.obs_shape) != "vector":
@@ -71,6 +75,10 @@ class RewardEnsemble(nn.Module):
         return next(self.parameters()).device
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        with autocast(self.precision, obs.device):
+            return self._forward(obs, action)
+
+    def _forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         action = action.float()
         if self.encoders is None:
             return self.net(torch.cat([obs.float(), action], dim=-1)).squeeze(-1)

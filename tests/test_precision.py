@@ -1,0 +1,85 @@
+"""precision=fp32|bf16|auto: bfloat16 matrix products with float32 output layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import TINY_PENDULUM, launch
+from themis.agents.networks import EnsembleMLP, FullPrecisionLinear, mlp
+from themis.agents.sac import SAC, SACConfig
+from themis.buffers import ReplayBufferSamples
+from themis.precision import autocast, cpu_has_bf16, resolve_precision
+from themis.reward.ensemble import RewardEnsemble
+from themis.train import make_workspace
+
+CPU = torch.device("cpu")
+
+
+def test_full_precision_linear_is_nn_linear_bit_for_bit_outside_autocast():
+    torch.manual_seed(0)
+    plain, full = nn.Linear(7, 5), FullPrecisionLinear(7, 5)
+    full.load_state_dict(plain.state_dict())
+    x = torch.randn(11, 7)
+    assert torch.equal(plain(x), full(x))
+
+
+def test_output_layers_stay_float32_inside_bf16_autocast():
+    torch.manual_seed(0)
+    actor, ensemble = mlp(4, 32, 2, 2), EnsembleMLP(3, 4, 32, 1, 2)
+    x = torch.randn(8, 4)
+    with autocast(torch.bfloat16, CPU):
+        hidden = actor[0](x)
+        out, ens = actor(x), ensemble(x)
+    assert hidden.dtype == torch.bfloat16  # the hidden matmuls run in bfloat16
+    assert out.dtype == torch.float32 and ens.dtype == torch.float32
+    # close to float32, not equal: bfloat16 rounds the hidden products
+    assert torch.allclose(out, actor(x), atol=0.05) and not torch.equal(out, actor(x))
+
+
+def test_a_bf16_sac_update_keeps_float32_parameters_and_learns():
+    torch.manual_seed(0)
+    agent = SAC(5, 2, CPU, SACConfig(hidden_dim=64, batch_size=32), precision=torch.bfloat16)
+    batch = ReplayBufferSamples(torch.randn(32, 5), torch.rand(32, 2) * 2 - 1,
+                                torch.randn(32, 5), torch.full((32,), 3.0), torch.ones(32))
+    first = float(agent.update(batch, 1)["critic_loss"])
+    for step in range(2, 200):
+        metrics = agent.update(batch, step)
+    assert all(p.dtype == torch.float32 for p in agent.critic.parameters())
+    assert float(metrics["critic_loss"]) < 0.1 * first  # regression onto the constant target
+
+
+def test_reward_model_in_bf16_predicts_float32_close_to_fp32():
+    torch.manual_seed(0)
+    model = RewardEnsemble(6, 2, ensemble_size=3, hidden_dim=64)
+    obs, act = torch.randn(100, 6), torch.rand(100, 2)
+    exact = model(obs, act)
+    model.precision = torch.bfloat16
+    approx = model(obs, act)
+    assert approx.dtype == torch.float32 and torch.allclose(approx, exact, atol=0.03)
+
+
+def test_resolve_precision():
+    assert resolve_precision("fp32", CPU) is None
+    assert resolve_precision("bf16", CPU) is torch.bfloat16
+    assert resolve_precision("auto", CPU) is (torch.bfloat16 if cpu_has_bf16() else None)
+    assert resolve_precision("auto", torch.device("cuda")) is None
+    with pytest.raises(ValueError, match="precision=fp16 is not one of auto, fp32, bf16"):
+        resolve_precision("fp16", CPU)
+
+
+def test_a_bf16_run_says_so_in_the_banner_and_trains(compose, tmp_path, capsys):
+    ws = make_workspace(compose([*TINY_PENDULUM, "precision=bf16", "num_train_steps=700"]),
+                        tmp_path)
+    assert ws.agent.precision is torch.bfloat16 and ws.reward_model.precision is torch.bfloat16
+    ws.run()
+    out = capsys.readouterr()
+    assert ", bf16 matmuls |" in out.out + out.err
+    assert ws.learner.total_feedback > 0
+
+
+def test_a_bad_precision_is_one_line_and_exit_2(tmp_path):
+    proc = launch("themis_train.sh", "precision=fp16", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "precision=fp16 is not one of auto, fp32, bf16" in proc.stderr
