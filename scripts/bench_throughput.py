@@ -1,121 +1,164 @@
 #!/usr/bin/env python
 """Environment steps per second: Stable-Baselines3 SAC vs Themis SAC vs the full PEBBLE loop.
 
-    python scripts/bench_throughput.py                    # 20000 measured steps each
-    python scripts/bench_throughput.py --steps 5000 --chunk 1000 --device cuda
+    python scripts/bench_throughput.py                        # every variant, 10000 steps each
+    python scripts/bench_throughput.py --variants sb3:1,sac:auto:bf16 --steps 2000
+    python scripts/bench_throughput.py --device cuda --variants sb3:1,sac:1:fp32,pebble:1:fp32
 
-One process, HalfCheetah-v5, equal networks (2×256), batch 256, one gradient update per step:
+HalfCheetah-v5, equal networks (2×256), batch 256, one gradient update per step. A variant
+``KIND:THREADS[:PRECISION]`` runs in its own process, one after the other (run this on an
+otherwise idle machine):
 
-(a) Stable-Baselines3 SAC on the true reward (a dev dependency),
-(b) Themis SAC on the true reward (``learn_reward=false``),
-(c) the full Themis PEBBLE loop at the default feedback schedule (unsupervised pretraining,
-    queries, reward-model training and relabelling included).
+(a) ``sb3``: Stable-Baselines3 SAC on the true reward (a dev dependency), with
+    ``torch.set_num_threads(THREADS)``;
+(b) ``sac``: Themis SAC on the true reward (``learn_reward=false``, no pretraining, no reset),
+    with ``torch_threads=THREADS`` (``auto``: Themis's default) and ``precision=PRECISION``;
+(c) ``pebble``: the full Themis PEBBLE loop at the default feedback schedule (unsupervised
+    pretraining, queries, reward-model training and relabelling included).
 
-After ``--warmup`` steps each (random actions, excluded), the three run alternately in chunks of
-``--chunk`` steps until each has done ``--steps`` measured steps, so that a change in machine load
-hits all three alike. Prints steps/s and the ratios b/a and c/a as a Markdown table, last.
+Each process takes ``--warmup`` random-action steps (not measured), then ``--steps`` measured
+ones. The table gives every variant's steps/s; the comparison, last, takes each kind at its best
+setting: b/a (target 2.0) and c/a (target 1.5).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-import torch
+DEFAULT_VARIANTS = ("sb3:1,sb3:2,sac:1:fp32,sac:auto:fp32,sac:1:bf16,sac:auto:bf16,"
+                    "pebble:auto:fp32,pebble:auto:bf16")
+NEVER = 10**9
 
-from themis.config import TrainConfig, compose
-from themis.utils import set_num_threads
 
+def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, device: str,
+            run_dir: str) -> dict[str, float]:
+    """Steps/s of one variant in this process (``warmup`` steps first, not measured)."""
+    import torch
 
-class SB3Runner:
-    """(a): SB3 SAC, learning in chunks (``reset_num_timesteps=False``)."""
-
-    def __init__(self, warmup: int, total: int, device: str) -> None:
+    total = warmup + steps
+    if kind == "sb3":
         import gymnasium as gym
         from stable_baselines3 import SAC
 
-        self.model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), learning_starts=warmup,
-                         batch_size=256, buffer_size=total, train_freq=1, gradient_steps=1,
-                         policy_kwargs={"net_arch": [256, 256]}, device=device, seed=0,
-                         verbose=0)
+        torch.set_num_threads(int(threads))
+        model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), learning_starts=warmup,
+                    batch_size=256, buffer_size=total, train_freq=1, gradient_steps=1,
+                    policy_kwargs={"net_arch": [256, 256]}, device=device, seed=0, verbose=0)
+        model.learn(warmup)
+        start = time.perf_counter()
+        model.learn(steps, reset_num_timesteps=False)
+        return {"steps_per_s": steps / (time.perf_counter() - start),
+                "threads": torch.get_num_threads()}
+    from themis.config import compose
+    from themis.train import make_workspace
 
-    def advance(self, steps: int) -> None:
-        self.model.learn(steps, reset_num_timesteps=False)
+    common = ["env=HalfCheetah-v5", f"device={device}", f"num_train_steps={total + 1}",
+              "sac.hidden_dim=256", "sac.batch_size=256", f"eval_frequency={NEVER}",
+              f"log_frequency={NEVER}", f"checkpoint_frequency={NEVER}",
+              f"torch_threads={threads}", f"precision={precision}", f"num_seed_steps={warmup}"]
+    if kind == "sac":
+        common += ["learn_reward=false", "num_unsup_steps=0", "reset_update=0"]
+    ws = make_workspace(compose(common), Path(run_dir))
+    ws.logger.stream = open(os.devnull, "w")  # lives as long as the process
+    ws.run(until=warmup)
+    start = time.perf_counter()
+    ws.run(until=total)
+    return {"steps_per_s": steps / (time.perf_counter() - start),
+            "threads": ws.thread_choice.threads or torch.get_num_threads()}
 
 
-class ThemisRunner:
-    """(b) and (c): a Themis workspace run ``steps`` further each call."""
-
-    def __init__(self, overrides: list[str], run_dir: Path) -> None:
-        from themis.train import make_workspace
-
-        self.ws = make_workspace(compose(overrides), run_dir)
-        self.ws.logger.stream = open(os.devnull, "w")
-
-    def advance(self, steps: int) -> None:
-        self.ws.run(until=self.ws.step + steps)
+def parse_variant(spec: str) -> tuple[str, str, str]:
+    """``KIND:THREADS[:PRECISION]`` -> its parts; ``ValueError`` on anything else."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in ("sb3", "sac", "pebble") or not (
+            parts[1] == "auto" or parts[1].isdigit()) or (
+            len(parts) == 3 and parts[2] not in ("fp32", "bf16", "auto")) or (
+            parts[0] == "sb3" and (parts[1] == "auto" or len(parts) == 3)):
+        raise ValueError(f"bad variant {spec!r}: use sb3:N, sac:THREADS[:fp32|bf16|auto] or "
+                         "pebble:THREADS[:fp32|bf16|auto] (THREADS a number or auto)")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "fp32"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="measured steps per method")
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS)
+    parser.add_argument("--steps", type=int, default=10_000,
+                        help="measured steps per variant (PEBBLE: pretraining and two rounds)")
     parser.add_argument("--warmup", type=int, default=1000)
-    parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    set_num_threads(0)
-    total = args.warmup + args.steps
-    defaults = TrainConfig()
-    pretraining = defaults.num_seed_steps + defaults.num_unsup_steps
-    if total + 1 <= pretraining:
-        print(f"bench_throughput: error: --warmup + --steps ({total}) must exceed PEBBLE's "
-              f"pretraining ({pretraining} steps): raise --steps", file=sys.stderr)
+    try:
+        variants = [parse_variant(v) for v in args.variants.split(",")]
+    except ValueError as e:
+        print(f"bench_throughput: error: {e}", file=sys.stderr)
         return 2
-    # num_train_steps one past the end and huge frequencies: no evaluation or checkpoint runs
-    # inside the measured steps (SB3 does neither)
-    never = 10**9
-    common = ["env=HalfCheetah-v5", f"device={args.device}", f"num_train_steps={total + 1}",
-              "sac.hidden_dim=256", "sac.batch_size=256", f"eval_frequency={never}",
-              f"log_frequency={never}", f"checkpoint_frequency={never}"]
+    if args.steps < 1 or args.warmup < 1:
+        print("bench_throughput: error: --steps and --warmup must be positive", file=sys.stderr)
+        return 2
+    from themis.config import TrainConfig
+
+    pretraining = TrainConfig().num_unsup_steps
+    if any(k == "pebble" for k, _, _ in variants) and args.steps <= pretraining:
+        print(f"bench_throughput: error: --steps ({args.steps}) must exceed PEBBLE's "
+              f"pretraining ({pretraining} steps) so that feedback rounds are measured",
+              file=sys.stderr)
+        return 2
+    rows = []
     with TemporaryDirectory() as tmp:
-        runners = {
-            "(a) SB3 SAC, true reward": SB3Runner(args.warmup, total, args.device),
-            "(b) Themis SAC, true reward": ThemisRunner(
-                [*common, "learn_reward=false", f"num_seed_steps={args.warmup}",
-                 "num_unsup_steps=0", "reset_update=0"], Path(tmp) / "b"),
-            "(c) Themis PEBBLE, oracle": ThemisRunner(
-                [*common, f"num_seed_steps={args.warmup}"], Path(tmp) / "c"),
-        }
-        seconds = dict.fromkeys(runners, 0.0)
-        for runner in runners.values():  # warm-up: random actions, not measured
-            runner.advance(args.warmup)
-        done = 0
-        while done < args.steps:
-            chunk = min(args.chunk, args.steps - done)
-            for name, runner in runners.items():
-                start = time.perf_counter()
-                runner.advance(chunk)
-                seconds[name] += time.perf_counter() - start
-            done += chunk
-            print(f"{done}/{args.steps} steps: " + ", ".join(
-                f"{name[:3]} {done / seconds[name]:.0f}/s" for name in runners), flush=True)
-    rate = {name: args.steps / s for name, s in seconds.items()}
-    a, b, c = rate.values()
-    print(f"\nHalfCheetah-v5, {args.steps} steps after {args.warmup} warm-up, 2×256 networks, "
-          f"batch 256, device {args.device}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()})\n")
-    print("| method | steps/s | ratio to (a) |")
-    print("|---|---|---|")
-    for name, r in rate.items():
-        print(f"| {name} | {r:.1f} | {r / a:.2f} |")
-    print(f"\nb/a = {b / a:.2f} (target 2.0), c/a = {c / a:.2f} (target 1.5)")
+        for i, (kind, threads, precision) in enumerate(variants):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--worker", kind, threads, precision,
+                 str(args.warmup), str(args.steps), args.device, str(Path(tmp) / str(i))],
+                capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            if proc.returncode != 0:
+                print(proc.stderr[-2000:], file=sys.stderr)
+                print(f"bench_throughput: error: variant {kind}:{threads}:{precision} failed",
+                      file=sys.stderr)
+                return 1
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append((kind, threads, precision, result))
+            print(f"{kind}:{threads}:{precision}: {result['steps_per_s']:.1f} steps/s "
+                  f"({int(result['threads'])} threads)", flush=True)
+    import torch
+
+    print(f"\nHalfCheetah-v5, {args.steps} measured steps after {args.warmup} warm-up, 2×256 "
+          f"networks, batch 256, device {args.device}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
+          f"{time.strftime('%Y-%m-%d')}; each variant in its own process, one after the other\n")
+    names = {"sb3": "(a) SB3 SAC, true reward", "sac": "(b) Themis SAC, true reward",
+             "pebble": "(c) Themis PEBBLE, oracle"}
+    best = {}
+    for kind, threads, precision, result in rows:
+        if result["steps_per_s"] > best.get(kind, (0.0, ""))[0]:
+            best[kind] = (result["steps_per_s"], f"{threads} threads, {precision}"
+                          if kind != "sb3" else f"{threads} threads")
+    a = best.get("sb3", (float("nan"), ""))[0]
+    print("| method | torch threads | precision | threads used | steps/s | "
+          "ratio to (a) at its best |")
+    print("|---|---|---|---|---|---|")
+    for kind, threads, precision, result in rows:
+        r = result["steps_per_s"]
+        print(f"| {names[kind]} | {threads} | {precision if kind != 'sb3' else 'fp32'} | "
+              f"{int(result['threads'])} | {r:.1f} | {r / a:.2f} |")
+    for kind, target in (("sac", 2.0), ("pebble", 1.5)):
+        if kind in best and "sb3" in best:
+            print(f"\n{names[kind]} at its best ({best[kind][1]}) / {names['sb3']} at its best "
+                  f"({best['sb3'][1]}) = {best[kind][0] / a:.2f} (target {target})")
     return 0
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 9 and sys.argv[1] == "--worker":
+        result = measure(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]),
+                         int(sys.argv[6]), sys.argv[7], sys.argv[8])
+        print(json.dumps(result), flush=True)
+        sys.exit(0)
     sys.exit(main())
