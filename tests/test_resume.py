@@ -142,3 +142,31 @@ def test_resume_with_the_original_command_line_and_a_longer_budget(tmp_path):
     assert cfg.teacher_eps_mistake == 0.2 and cfg.teacher_beta == -1
     assert cfg.env == "Pendulum-v1" and cfg.num_train_steps == 1800
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]
+
+
+def test_a_checkpoint_is_read_onto_the_cpu_whatever_the_run_device(compose, tmp_path):
+    """A run on CUDA read its checkpoint onto the GPU, and torch refused the CPU generator's
+    state from there ("RNG state must be a torch.ByteTensor"): resume=... device=cuda failed.
+    The meta device stands in for the GPU here; modules and optimisers copy to their device."""
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "checkpoint_frequency=100000"]), tmp_path)
+    ws.run(until=300)
+    ws.maybe_checkpoint(force=True)
+    ws.logger.close()
+    ws.device = torch.device("meta")  # as if the run were on another device than the CPU
+    state = ws.read_checkpoint()
+    devices = {t.device.type for t in _tensors(state)}
+    assert devices == {"cpu"}, devices
+    ws.load_state_dict(state)  # restores the global generators from the CPU tensors
+    assert ws.step == state["step"] == 300
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []

@@ -351,13 +351,14 @@ class Workspace:
         return state
 
     def read_checkpoint(self) -> dict[str, Any]:
-        """The run's last intact checkpoint.
+        """The run's last intact checkpoint, its tensors on the CPU: the generators' states
+        must be CPU tensors, and modules and optimisers copy theirs to their own device.
 
         Raises:
             ConfigError: none intact, or one of another env.
         """
         try:
-            state, path = load_checkpoint(self.run_dir / "checkpoints", self.device)
+            state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")
         except CheckpointError as e:
             prefs = self.run_dir / "preferences"
             hint = (f"; the labels given so far are in {prefs}: start a new run with "
