@@ -142,3 +142,34 @@ def test_resume_with_the_original_command_line_and_a_longer_budget(tmp_path):
     assert cfg.teacher_eps_mistake == 0.2 and cfg.teacher_beta == -1
     assert cfg.env == "Pendulum-v1" and cfg.num_train_steps == 1800
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]
+
+
+def test_resume_from_a_checkpoint_with_no_label_keeps_the_labels_given_after_it(compose,
+                                                                                 tmp_path):
+    """A checkpoint written before the first round counts 0 pairs; a person's terminal labels
+    saved after it are kept and counted on resume, and stay on disk at the next save."""
+    from themis.buffers import SegmentPairs
+    from themis.train import make_workspace
+
+    overrides = [*TINY_PENDULUM, "checkpoint_frequency=300"]
+    ws = make_workspace(compose(overrides), tmp_path)
+    ws.run(until=350)  # a checkpoint at step 300, before the first round (step 400)
+    ws.logger.close()
+    state, _ = load_checkpoint(tmp_path / "checkpoints")
+    assert state["dataset_size"] == 0
+    rng = np.random.default_rng(0)
+    given = PreferenceDataset(2, 20, 3, 1)  # two answers of a person, saved as given
+    given.add(SegmentPairs(rng.normal(size=(2, 2, 20, 3)).astype(np.float32),
+                           rng.uniform(-1, 1, (2, 2, 20, 1)).astype(np.float32),
+                           np.zeros((2, 2, 20), np.float32), np.zeros((2, 2), np.int64)),
+              np.array([0.0, 1.0]), labeler="human:alice")
+    given.save(tmp_path / "preferences")
+
+    resumed = make_workspace(compose([*overrides, "resume=true"]), tmp_path)
+    data = resumed.learner.dataset
+    assert len(data) == 2 and list(data.labelers[:2]) == ["human:alice"] * 2
+    np.testing.assert_array_equal(data.observations[:2], given.observations[:2])
+    assert resumed.total_feedback == resumed.labeled_feedback == 2
+    resumed.learner.dataset.save(tmp_path / "preferences")  # the next save keeps them
+    assert len(PreferenceDataset.load(tmp_path / "preferences")) == 2
+    resumed.logger.close()

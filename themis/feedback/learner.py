@@ -411,18 +411,24 @@ class PreferenceLearner:
         person labelled (a labeler that is not ``synthetic(...)``), which is kept and counted —
         a synthetic teacher's later labels are dropped, it asks those queries again.
 
+        A checkpoint that counted no pair (written before the first round) still keeps the
+        people's labels given after it: they are read back, not overwritten by the next save.
+
         Raises:
-            ConfigError: fewer pairs on disk than the checkpoint counted.
+            ConfigError: fewer pairs on disk than the checkpoint counted, or an unreadable
+                ``preferences/`` folder.
         """
         d = self.dataset
         data = PreferenceDataset(d.capacity, d.segment, d.obs_dim, d.action_dim,
                                  metadata=d.metadata, obs_dtype=d.observations.dtype,
                                  frame_stack=d.frame_stack, rating_classes=d.rating_classes)
-        if size == 0:
-            return data
         try:
             saved = PreferenceDataset.load(self.folder)
-        except (FileNotFoundError, ValueError) as e:
+        except FileNotFoundError as e:
+            if size == 0:  # nothing labelled yet, nothing saved
+                return data
+            raise ConfigError(f"resume: {e}") from None
+        except ValueError as e:
             raise ConfigError(f"resume: {e}") from None
         if len(saved) < size:
             raise ConfigError(f"resume: {self.folder} holds {len(saved)} labelled pairs, the "
