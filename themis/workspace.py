@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
@@ -47,7 +46,13 @@ from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import RewardEnsemble, save_reward_model
-from themis.utils import ConfigError, get_device, set_num_threads, set_seed_everywhere
+from themis.utils import (
+    ConfigError,
+    get_device,
+    save_durably,
+    set_num_threads,
+    set_seed_everywhere,
+)
 
 SNAPSHOT_VERSION = 1
 
@@ -297,11 +302,12 @@ class Workspace:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoints(self) -> None:
-        """Write agent and reward-model checkpoints and the preference dataset."""
+        """Write agent and reward-model checkpoints and the preference dataset (each file
+        atomically: a crash leaves the old one or the new one)."""
         ckpt = self.run_dir / "checkpoints"
         ckpt.mkdir(exist_ok=True)
-        torch.save({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
-                   ckpt / "agent.pt")
+        save_durably({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
+                     ckpt / "agent.pt")
         if self.learner is not None:
             save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.step,
                               env=self.env_id)
@@ -377,7 +383,7 @@ class Workspace:
         """Snapshot after pretraining: agent, store, counters, entropy statistics and the
         recent returns (the teacher's first margin)."""
         path = path or self.run_dir / "snapshot.pt"
-        torch.save({
+        save_durably({
             "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
             "step": self.step, "episode": self.episode,
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
