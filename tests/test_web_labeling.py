@@ -654,3 +654,42 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[4]) >= 0.85 and int(cells[3]) > 0
+
+
+def _pairs(n: int, seed: int = 0, horizon: int = 20) -> SegmentPairs:
+    rng = np.random.default_rng(seed)
+    return SegmentPairs(rng.normal(size=(n, 2, horizon, 3)).astype(np.float32),
+                        rng.uniform(-1, 1, (n, 2, horizon, 1)).astype(np.float32),
+                        rng.normal(size=(n, 2, horizon)).astype(np.float32),
+                        np.zeros((n, 2), np.int64))
+
+
+@pytest.mark.parametrize("aggregate", ["each", "majority"])
+def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path, aggregate):
+    """labels_per_query=3, the run ends with queries answered by 1 or 2 people: their answers
+    reach preferences/ (each a label, or their majority), and the queries are closed."""
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "labelers=3", "labels_per_query=3",
+                                 f"label_aggregate={aggregate}"]), tmp_path)
+    store = ws.label_store
+    ids = store.post(1, _pairs(4), [tmp_path / f"c{i}.mp4" for i in range(4)], 3)
+    store.answer(ids[0], "labeler1", 0.0)
+    store.answer(ids[0], "labeler2", 0.0)
+    store.answer(ids[1], "labeler3", 1.0)
+    store.answer(ids[2], "labeler1", None)  # a skip: no label, nothing to keep
+    ws.finish()
+    labels = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str},
+                         keep_default_na=False)
+    answers = dict(store.db.execute("SELECT id, label FROM answers"))
+    if aggregate == "each":
+        assert labels["label"].tolist() == [0.0, 0.0, 1.0]
+        assert sorted(int(a) for a in labels["answers"]) == sorted(
+            a for a, lab in answers.items() if lab is not None)
+    else:
+        assert labels["label"].tolist() == [0.0, 1.0]
+        assert [len(a.split(";")) for a in labels["answers"]] == [2, 1]
+    assert store.ungathered_count(partial=True) == 0
+    with pytest.raises(QueryFull):  # closed: a late answer is refused, not lost
+        store.answer(ids[0], "labeler3", 1.0)
+    assert store.next_query("labeler2") == ids[3]  # a query nobody answered is still served

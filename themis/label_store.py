@@ -77,6 +77,12 @@ CREATE TABLE IF NOT EXISTS labelers (
 """
 
 
+_GATHERABLE = ("q.consumed=0 AND ((SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= "
+               "q.labels_needed OR (? AND q.gold IS NULL AND EXISTS (SELECT 1 FROM answers a "
+               "WHERE a.query_id=q.id)))")
+"""Queries a round takes (SQL, one parameter: 1 to take the partly answered ones too)."""
+
+
 class DuplicateAnswer(Exception):
     """The labeler has already answered this query."""
 
@@ -271,12 +277,12 @@ class LabelStore:
             "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) < q.labels_needed"
         ).fetchone()[0])
 
-    def ungathered_count(self) -> int:
-        """Queries with all their answers in that no round has used yet."""
+    def ungathered_count(self, partial: bool = False) -> int:
+        """Queries with all their answers in that no round has used yet (``partial``: also
+        the queries that are not gold with some of their answers, see :meth:`gather`)."""
         return int(self.db.execute(
-            "SELECT COUNT(*) FROM queries q WHERE q.consumed=0 AND "
-            "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed"
-        ).fetchone()[0])
+            f"SELECT COUNT(*) FROM queries q WHERE {_GATHERABLE}",
+            (int(partial),)).fetchone()[0])
 
     # ------------------------------------------------------------------ answers
     def answer(self, query_id: int, labeler: str, label: float | None) -> int:
@@ -320,7 +326,7 @@ class LabelStore:
                                    (labeler,)).fetchone()[0])
 
     def gather(self, aggregate: str = "each", exclude: frozenset[str] | set[str] = frozenset(),
-               ) -> Answers:
+               partial: bool = False) -> Answers:
         """Every query with all its answers in and not yet used, as labels; marks nothing
         (:meth:`mark_used` once the labels are saved).
 
@@ -329,6 +335,11 @@ class LabelStore:
                 per query: the most common non-skip answer; ties between left and right give
                 0.5) or ``model`` (Dawid–Skene over every answer in the store, gold clamped;
                 :mod:`themis.crowd`).
+            exclude: labelers whose answers give no training label.
+            partial: also take the queries (not gold) that have fewer answers than they asked
+                for, but at least one: their answers as they are, aggregated over what came
+                (the run ends and its last answers go to ``preferences/``). :meth:`mark_used`
+                closes them: no later answer is accepted.
 
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
@@ -338,9 +349,8 @@ class LabelStore:
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
-                "SELECT q.id, q.segments, q.gold FROM queries q WHERE q.consumed=0 AND "
-                "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed "
-                "ORDER BY q.id").fetchall()
+                f"SELECT q.id, q.segments, q.gold FROM queries q WHERE {_GATHERABLE} "
+                "ORDER BY q.id", (int(partial),)).fetchall()
             ids = [int(r[0]) for r in rows]
             rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "

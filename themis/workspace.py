@@ -233,15 +233,17 @@ class Workspace:
         return self.learner is not None and self.interact_count >= self.cfg.num_interact \
             and self.learner.is_open()
 
-    def feedback_round(self, first: bool = False, ask: bool = True) -> RoundReport | None:
+    def feedback_round(self, first: bool = False, ask: bool = True,
+                       final: bool = False) -> RoundReport | None:
         """One round of the learner (queries from the recent episodes; ``ask=False``: only
-        gather the answers that exist), logged."""
+        gather the answers that exist; ``final``: the run ends, see
+        :meth:`PreferenceLearner.round`), logged."""
         assert self.learner is not None
         pool = max(0, self.episodes_started - self.cfg.query_pool_episodes)
         report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
                                     self.recent_lengths,
                                     self.frames.has if self.frames is not None else None,
-                                    ask=ask)
+                                    ask=ask, final=final)
         if report is not None:
             row = report._asdict()
             row.update(row.pop("method_stats"))
@@ -429,17 +431,17 @@ class Workspace:
         num_train_steps), learning-curve PNG, closing of the logs.
 
         Web: the labeling server stops first, then the answers that arrived since the last
-        round are gathered, saved and trained on, so every answer the server accepted is in
-        ``preferences/``. (Answers given later to ``scripts/label_server.py`` wait in the store
-        for ``resume=``.)"""
+        round are gathered, saved and trained on — also those of queries answered by fewer
+        people than ``labels_per_query`` (as they are; those queries are closed) — so every
+        answer the server accepted is in ``preferences/``. (Answers given later to
+        ``scripts/label_server.py`` wait in the store for ``resume=``.)"""
         if self.label_server is not None:
             self.label_server.stop()
             self.label_server = None
             self.logger.info("labeling server stopped; keep labeling this run with "
                              f"scripts/label_server.py {self.run_dir}", "cyan")
-        if self.learner is not None and self.label_store is not None \
-                and self.label_store.ungathered_count():
-            self.feedback_round(ask=False)
+        if self.learner is not None and self.learner.unsaved_answers():
+            self.feedback_round(ask=False, final=True)
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()

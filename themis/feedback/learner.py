@@ -148,6 +148,12 @@ class PreferenceLearner:
         """Web: posted queries still waiting for answers (0 for other channels)."""
         return self.channel.pending() if isinstance(self.channel, WebChannel) else 0
 
+    def unsaved_answers(self) -> bool:
+        """Web: some answer in the store is not in the dataset yet (a query complete and not
+        gathered, or one with part of its answers); ``False`` for other channels."""
+        return isinstance(self.channel, WebChannel) and \
+            self.channel.store.ungathered_count(partial=True) > 0
+
     def fit_saved_labels(self, source: str) -> None:
         """Train on the labels loaded from ``prefs_path`` before any query is asked."""
         if len(self.dataset):
@@ -159,7 +165,7 @@ class PreferenceLearner:
     def round(self, store: Any, step: int, first: bool, min_episode: int,
               recent_returns: Sequence[float], recent_lengths: Sequence[int],
               usable: Callable[[np.ndarray], np.ndarray] | None = None,
-              ask: bool = True) -> RoundReport | None:
+              ask: bool = True, final: bool = False) -> RoundReport | None:
         """One feedback round; ``None`` when there was nothing to ask or gather.
 
         Args:
@@ -170,6 +176,8 @@ class PreferenceLearner:
             recent_returns, recent_lengths: the last training episodes (teacher margin).
             usable: mask of store slots whose frames are kept (when a person watches).
             ask: post new queries (``False``: only gather, e.g. when the run ends).
+            final: the run ends (web): no waiting, and the answers of queries with fewer
+                answers than ``labels_per_query`` are taken as they are.
         """
         assert self.channel is not None
         n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback) if ask else 0
@@ -201,9 +209,11 @@ class PreferenceLearner:
                     store, max(1, round(self.channel.gold_fraction * n_queries)), min_episode,
                     usable)
             self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
-        wait_for = max(0, self.min_labels - len(self.dataset)) \
-            if isinstance(self.channel, WebChannel) else 0
-        got = self.channel.gather(self.empty_pairs(), at_least=wait_for)
+        if isinstance(self.channel, WebChannel):
+            wait_for = 0 if final else max(0, self.min_labels - len(self.dataset))
+            got = self.channel.gather(self.empty_pairs(), at_least=wait_for, partial=final)
+        else:
+            got = self.channel.gather(self.empty_pairs())
         answered, labels = got.pairs.take(got.keep), got.labels
         self.labeled_feedback += int(got.keep.sum())
         oracle_labels = self.oracle_labels(got.pairs.true_rewards[got.keep])
