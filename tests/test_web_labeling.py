@@ -563,9 +563,9 @@ def test_gold_queries_score_labelers_and_give_no_training_label(tmp_path):
     assert crowd.flagged(store, 2, 0.7) == {"bob"}
     got = store.gather()  # gold queries are taken (marked used later) but give no label
     assert got.query_ids == ids and len(got.labels) == 2 * 3
-    filtered = store.gather(exclude={"bob"})
-    assert filtered.labels.tolist() == [1.0, 1.0, 1.0]
-    assert set(filtered.labelers) == {"human:ann"}
+    filtered = store.gather("majority", exclude={"bob"})  # bob's answers: never aggregated,
+    assert filtered.labels.tolist() == [1.0, 0.0] * 3  # each a label of its own (kept on disk)
+    assert filtered.labelers == ["human:majority:ann", "human:bob"] * 3
 
 
 def test_web_channel_mixes_gold_queries_in_and_counts_only_the_others(tmp_path):
@@ -693,3 +693,31 @@ def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path,
     with pytest.raises(QueryFull):  # closed: a late answer is refused, not lost
         store.answer(ids[0], "labeler3", 1.0)
     assert store.next_query("labeler2") == ids[3]  # a query nobody answered is still served
+
+
+def test_a_flagged_labelers_later_answers_stay_in_preferences_out_of_training(compose, tmp_path):
+    """label_quality=filter: answers given after a labeler was flagged are saved (and their
+    queries used) but not trained on."""
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "labelers=2", "gold_fraction=0.5",
+                                 "label_quality=filter", "min_gold_answers=1"]), tmp_path)
+    store = ws.label_store
+    true = np.zeros((1, 2, 20), np.float32)
+    true[:, 1] = 1.0
+    one = _pairs(1)
+    gold = SegmentPairs(one.observations, one.actions, true, one.starts)
+    (gid,) = store.post(1, gold, [tmp_path / "g.mp4"], 2, gold=np.array([1.0]))
+    store.answer(gid, "labeler1", 1.0)
+    store.answer(gid, "labeler2", 0.0)  # wrong on gold: flagged
+    ids = store.post(1, _pairs(3, seed=1), [tmp_path / f"c{i}.mp4" for i in range(3)], 1)
+    store.answer(ids[0], "labeler2", 0.0)
+    store.answer(ids[1], "labeler1", 1.0)
+    store.answer(ids[2], "labeler2", 1.0)
+    report = ws.feedback_round(ask=False)
+    assert report.new_labels == 3
+    labels = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str})
+    assert labels["labeler"].tolist() == ["human:labeler2", "human:labeler1", "human:labeler2"]
+    assert ws.learner.training_rows().tolist() == [1]  # only labeler1's label is trained on
+    assert store.ungathered_count(partial=True) == 0
+    ws.logger.close()

@@ -335,7 +335,9 @@ class LabelStore:
                 per query: the most common non-skip answer; ties between left and right give
                 0.5) or ``model`` (Dawid–Skene over every answer in the store, gold clamped;
                 :mod:`themis.crowd`).
-            exclude: labelers whose answers give no training label.
+            exclude: flagged labelers (``label_quality=filter``): their answers are never
+                aggregated with the others' but each given as a label of its own, to keep in
+                ``preferences/`` (the learner leaves them out of training).
             partial: also take the queries (not gold) that have fewer answers than they asked
                 for, but at least one: their answers as they are, aggregated over what came
                 (the run ends and its last answers go to ``preferences/``). :meth:`mark_used`
@@ -344,8 +346,7 @@ class LabelStore:
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
             skips dropped; ``query_ids`` lists every query taken, skipped ones included. Gold
-            queries give no training label (they score the labelers), nor do the answers of
-            the labelers in ``exclude`` (``label_quality=filter``).
+            queries give no training label (they score the labelers).
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
@@ -364,11 +365,14 @@ class LabelStore:
         for (qid, segments) in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
                      if lab is not None and who not in exclude]
+            alone = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+                     if lab is not None and who in exclude]
             if aggregate in ("majority", "model") and given:
                 label = model[int(qid)] if aggregate == "model" else \
                     crowd.majority([lab for _, _, lab in given])
                 given = [(";".join(a for a, _, _ in given),
                           f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
+            given += alone
             if not given:
                 continue
             with np.load(segments, allow_pickle=False) as data:

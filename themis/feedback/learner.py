@@ -36,6 +36,15 @@ ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared w
 Info = Callable[[str, str], None]
 
 
+def flagged_rows(labelers: Sequence[str] | np.ndarray, flagged: set[str]) -> np.ndarray:
+    """``(n,)`` bool: whether each label (``human:NAME``, ``human:majority:A,B``) comes from a
+    flagged labeler, alone or among those aggregated."""
+    if not flagged:
+        return np.zeros(len(labelers), bool)
+    names = [set(str(w).removeprefix("human:").split(":")[-1].split(",")) for w in labelers]
+    return np.array([bool(n & flagged) for n in names], bool)
+
+
 class RoundReport(NamedTuple):
     """One feedback round: the ``reward.csv`` row."""
 
@@ -227,8 +236,10 @@ class PreferenceLearner:
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
         quality = (float("nan"),) * 4
-        if self.rounds > 0 and len(answered):
-            quality = self.quality(answered, labels)
+        trusted = np.flatnonzero(~flagged_rows(got.labelers, self.flagged())) \
+            if got.labelers else np.arange(len(labels))  # label_quality=filter: not flagged
+        if self.rounds > 0 and len(trusted):
+            quality = self.quality(answered.take(trusted), labels[trusted])
         if len(answered) and not got.saved:  # a person's terminal answers are saved as given
             runs = np.flatnonzero(np.r_[True, np.array(got.labelers[1:]) !=
                                         np.array(got.labelers[:-1])])
@@ -294,12 +305,15 @@ class PreferenceLearner:
     def training_rows(self) -> np.ndarray | None:
         """Dataset rows to train on: all (``None``), or without the labels of flagged labelers
         (``label_quality=filter``: their earlier answers too; the labels stay on disk)."""
-        flagged = self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
+        flagged = self.flagged()
         if not flagged:
             return None
-        who = self.dataset.labelers[: len(self.dataset)].astype(str)
-        names = [set(w.removeprefix("human:").split(":")[-1].split(",")) for w in who]
-        return np.array([i for i, n in enumerate(names) if not n & flagged], dtype=np.int64)
+        return np.flatnonzero(~flagged_rows(self.dataset.labelers[: len(self.dataset)],
+                                            flagged))
+
+    def flagged(self) -> set[str]:
+        """Web, ``label_quality=filter``: the flagged labelers (empty otherwise)."""
+        return self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
                save: bool = True, answers: list[str] | None = None) -> None:
