@@ -77,10 +77,11 @@ CREATE TABLE IF NOT EXISTS labelers (
 """
 
 
-_GATHERABLE = ("q.consumed=0 AND ((SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= "
-               "q.labels_needed OR (? AND q.gold IS NULL AND EXISTS (SELECT 1 FROM answers a "
-               "WHERE a.query_id=q.id)))")
-"""Queries a round takes (SQL, one parameter: 1 to take the partly answered ones too)."""
+_GATHERABLE = ("(q.consumed=0 OR :used) AND ((SELECT COUNT(*) FROM answers a WHERE "
+               "a.query_id=q.id) >= q.labels_needed OR (:partial AND q.gold IS NULL AND EXISTS "
+               "(SELECT 1 FROM answers a WHERE a.query_id=q.id)))")
+"""Queries a round takes (SQL; ``:partial`` 1: the partly answered ones too, ``:used`` 1: the
+used ones too)."""
 
 
 class DuplicateAnswer(Exception):
@@ -282,7 +283,12 @@ class LabelStore:
         the queries that are not gold with some of their answers, see :meth:`gather`)."""
         return int(self.db.execute(
             f"SELECT COUNT(*) FROM queries q WHERE {_GATHERABLE}",
-            (int(partial),)).fetchone()[0])
+            {"partial": int(partial), "used": 0}).fetchone()[0])
+
+    def asked_in_round(self, round_: int) -> int:
+        """Queries (not gold) posted by feedback round ``round_`` (0: none posted yet)."""
+        return int(self.db.execute("SELECT COUNT(*) FROM queries WHERE round=? AND gold IS NULL",
+                                   (round_,)).fetchone()[0])
 
     # ------------------------------------------------------------------ answers
     def answer(self, query_id: int, labeler: str, label: float | None) -> int:
@@ -326,7 +332,7 @@ class LabelStore:
                                    (labeler,)).fetchone()[0])
 
     def gather(self, aggregate: str = "each", exclude: frozenset[str] | set[str] = frozenset(),
-               partial: bool = False) -> Answers:
+               partial: bool = False, used: bool = False) -> Answers:
         """Every query with all its answers in and not yet used, as labels; marks nothing
         (:meth:`mark_used` once the labels are saved).
 
@@ -342,6 +348,8 @@ class LabelStore:
                 for, but at least one: their answers as they are, aggregated over what came
                 (the run ends and its last answers go to ``preferences/``). :meth:`mark_used`
                 closes them: no later answer is accepted.
+            used: also the queries used already (with ``partial``: every answer in the store,
+                for ``scripts/store_to_prefs.py``).
 
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
@@ -351,7 +359,7 @@ class LabelStore:
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
                 f"SELECT q.id, q.segments, q.gold FROM queries q WHERE {_GATHERABLE} "
-                "ORDER BY q.id", (int(partial),)).fetchall()
+                "ORDER BY q.id", {"partial": int(partial), "used": int(used)}).fetchall()
             ids = [int(r[0]) for r in rows]
             rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "

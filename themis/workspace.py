@@ -151,6 +151,7 @@ class Workspace:
         self.last_episode_reward = float("nan")
         self.interact_count = 0
         self.last_checkpoint_step = 0
+        self.checkpointed_before_people = False  # see checkpoint_before_people
         self.metrics: dict[str, Any] = {}
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
         self.start_time = time.time()
@@ -321,6 +322,19 @@ class Workspace:
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
 
+    def checkpoint_before_people(self, round_at: int) -> None:
+        """A full checkpoint before the first feedback round that asks people (a person in the
+        terminal or on the web), when the next one comes at step ``round_at``: a crash while
+        they answer (``min_labels_before_training`` waits for them) then resumes from it with
+        every answer given, and the resumed round does not post its queries again. Called by
+        the drivers at the top of each iteration; writes once."""
+        if self.learner is None or not self.cfg.human_teacher or self.pretraining_done \
+                or round_at < max(self.cfg.num_seed_steps, self.pretrain_end) \
+                or self.checkpointed_before_people:
+            return
+        self.maybe_checkpoint(force=True)
+        self.checkpointed_before_people = True
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the run: counters and the components' state dicts
         (see :mod:`themis.checkpoint`)."""
@@ -355,6 +369,10 @@ class Workspace:
             hint = (f"; the labels given so far are in {prefs}: start a new run with "
                     f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() \
                 else ""
+            if self.label_store is not None and self.label_store.status()["answers"]:
+                hint = ("; the answers people gave are in labels.sqlite: python "
+                        f"scripts/store_to_prefs.py {self.run_dir} DIR writes them as a "
+                        "preference dataset, and a new run with prefs_path=DIR keeps them")
             raise ConfigError(f"resume: {e}{hint}") from None
         if state.get("env") != self.env_id:
             raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, "

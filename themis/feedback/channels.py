@@ -195,6 +195,11 @@ class WebChannel:
         """Posted queries still waiting for answers, or answered and not gathered yet."""
         return int(self.store.pending_count()) + int(self.store.ungathered_count())
 
+    def posted(self) -> int:
+        """The queries (not gold) the coming round posted already: a run that crashed after
+        posting them and before its next checkpoint (0: none; the round posts its own)."""
+        return int(self.store.asked_in_round(self.round_number()))
+
     def reconcile(self, saved_answers: set[int]) -> int:
         """After a resume: mark used exactly the queries whose answers the dataset holds."""
         return int(self.store.reconcile(saved_answers))

@@ -190,7 +190,13 @@ class PreferenceLearner:
         """
         assert self.channel is not None
         n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback) if ask else 0
-        if n_queries <= 0 and self.pending() == 0:
+        posted = self.channel.posted() if isinstance(self.channel, WebChannel) else 0
+        if posted:  # a resumed run: this round's queries were posted before the crash
+            self.total_feedback += posted
+            n_queries = 0
+            self.info(f"step {step}: round {self.rounds + 1} posted its {posted} queries before "
+                      "the run stopped: they are not posted again", "cyan")
+        if n_queries <= 0 and not posted and self.pending() == 0:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
                 offline = self.trainer.train(self.dataset, self.reward_update)
                 self.reward_accuracy = offline.accuracy
@@ -433,7 +439,9 @@ class PreferenceLearner:
     def resumed_dataset(self, size: int) -> PreferenceDataset:
         """The labels on disk: the ``size`` pairs the checkpoint counted, plus any later pair a
         person labelled (a labeler that is not ``synthetic(...)``), which is kept and counted —
-        a synthetic teacher's later labels are dropped, it asks those queries again.
+        a synthetic teacher's later labels are dropped, it asks those queries again. (A web
+        label's query counts as asked already: when it was posted before the checkpoint, or
+        when the resumed round finds it posted, :meth:`round`.)
 
         A checkpoint that counted no pair (written before the first round) still keeps the
         people's labels given after it: they are read back, not overwritten by the next save.
@@ -459,14 +467,15 @@ class PreferenceLearner:
                               f"checkpoint counted {size}")
         later = [i for i in range(size, len(saved))
                  if not str(saved.labelers[i]).startswith("synthetic")]
+        asked = [not saved.answers[i] for i in later]  # web answers' queries: counted already
         saved.size = size
         data.extend(saved)
-        for i in later:
+        for i, counted in zip(later, asked, strict=True):
             pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
                                 saved.true_rewards[i:i + 1], np.zeros((1, saved.width), np.int64))
             data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]),
                      answers=[str(saved.answers[i])])
             data.timestamps[len(data) - 1] = saved.timestamps[i]
-            self.total_feedback += 1
+            self.total_feedback += int(counted)
             self.labeled_feedback += 1
         return data

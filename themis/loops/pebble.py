@@ -133,6 +133,7 @@ def run(ws: Workspace, until: int) -> None:
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     while ws.step < until:
+        ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:
             action = env.action_space.sample()

@@ -184,6 +184,7 @@ def run(ws: Workspace, until: int) -> None:
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
     last_log_time, last_log_step = time.time(), ws.step
     while ws.step < until:
+        ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
         # ------------------------------------------------------------ collect a rollout
         bootstrap[:] = 0.0
         for t in range(horizon):
