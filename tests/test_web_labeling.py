@@ -953,3 +953,13 @@ def test_random_sigkills_during_a_web_run_with_bot_labelers_lose_and_duplicate_n
     rounds = store.db.execute("SELECT round, COUNT(*) FROM queries GROUP BY round").fetchall()
     assert rounds == [(1, 4), (2, 4), (3, 4)], (kills, rounds)  # each round posted once
     assert pd.read_csv(run / "reward.csv")["total_feedback"].iloc[-1] == 12
+
+
+def test_resume_without_a_checkpoint_names_the_tool_that_keeps_the_answers(compose, tmp_path):
+    from themis.train import make_workspace
+    from themis.utils import ConfigError
+
+    store, ids = posted_store(tmp_path)  # a store of an earlier version's run, no checkpoint
+    store.answer(ids[0], "local", 1.0)
+    with pytest.raises(ConfigError, match=r"scripts/store_to_prefs\.py"):
+        make_workspace(compose([*WEB_RUN, "resume=true"]), tmp_path)
