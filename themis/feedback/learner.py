@@ -242,8 +242,9 @@ class PreferenceLearner:
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
         quality = (float("nan"),) * 4
-        trusted = np.flatnonzero(~flagged_rows(got.labelers, self.flagged())) \
-            if got.labelers else np.arange(len(labels))  # label_quality=filter: not flagged
+        flagged = self.flagged()  # label_quality=filter: flagged labelers' labels left out
+        trusted = np.flatnonzero(~flagged_rows(got.labelers, flagged)) if flagged \
+            else np.arange(len(labels))
         if self.rounds > 0 and len(trusted):
             quality = self.quality(answered.take(trusted), labels[trusted])
         if len(answered) and not got.saved:  # a person's terminal answers are saved as given
