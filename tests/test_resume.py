@@ -170,3 +170,133 @@ def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+def test_resume_from_a_checkpoint_with_no_label_keeps_the_labels_given_after_it(compose,
+                                                                                 tmp_path):
+    """A checkpoint written before the first round counts 0 pairs; a person's terminal labels
+    saved after it are kept and counted on resume, and stay on disk at the next save."""
+    from themis.buffers import SegmentPairs
+    from themis.train import make_workspace
+
+    overrides = [*TINY_PENDULUM, "checkpoint_frequency=300"]
+    ws = make_workspace(compose(overrides), tmp_path)
+    ws.run(until=350)  # a checkpoint at step 300, before the first round (step 400)
+    ws.logger.close()
+    state, _ = load_checkpoint(tmp_path / "checkpoints")
+    assert state["dataset_size"] == 0
+    rng = np.random.default_rng(0)
+    given = PreferenceDataset(2, 20, 3, 1)  # two answers of a person, saved as given
+    given.add(SegmentPairs(rng.normal(size=(2, 2, 20, 3)).astype(np.float32),
+                           rng.uniform(-1, 1, (2, 2, 20, 1)).astype(np.float32),
+                           np.zeros((2, 2, 20), np.float32), np.zeros((2, 2), np.int64)),
+              np.array([0.0, 1.0]), labeler="human:alice")
+    given.save(tmp_path / "preferences")
+
+    resumed = make_workspace(compose([*overrides, "resume=true"]), tmp_path)
+    data = resumed.learner.dataset
+    assert len(data) == 2 and list(data.labelers[:2]) == ["human:alice"] * 2
+    np.testing.assert_array_equal(data.observations[:2], given.observations[:2])
+    assert resumed.total_feedback == resumed.labeled_feedback == 2
+    resumed.learner.dataset.save(tmp_path / "preferences")  # the next save keeps them
+    assert len(PreferenceDataset.load(tmp_path / "preferences")) == 2
+    resumed.logger.close()
+
+
+def _crash_at(monkeypatch, k: int) -> list[int]:
+    """Make the ``k``-th ``os.replace`` from now on raise (a crash before that rename)."""
+    real, calls = os.replace, [0]
+
+    def replace(src, dst, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == k + 1:
+            raise OSError("simulated crash")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return calls
+
+
+def test_a_crash_at_any_step_of_save_checkpoint_leaves_an_intact_checkpoint(tmp_path,
+                                                                             monkeypatch):
+    """Every rename of a checkpoint save fails in turn: resume then finds the new checkpoint or
+    the one before it, and the next save leaves two intact ones again."""
+    import shutil
+
+    from themis.checkpoint import _verify
+
+    base = tmp_path / "base"
+    for step in (1, 2):
+        save_checkpoint({"step": step, "w": torch.full((3,), float(step))}, base)
+    shutil.copytree(base, tmp_path / "count")
+    calls = _crash_at(monkeypatch, 10 ** 6)  # count the renames of one save
+    save_checkpoint({"step": 3}, tmp_path / "count")
+    renames = calls[0]
+    monkeypatch.undo()
+    assert renames >= 3
+    for k in range(renames + 1):
+        ckpt = tmp_path / f"crash{k}"
+        shutil.copytree(base, ckpt)
+        _crash_at(monkeypatch, k)
+        if k < renames:
+            with pytest.raises(OSError, match="simulated crash"):
+                save_checkpoint({"step": 3}, ckpt)
+        else:
+            save_checkpoint({"step": 3}, ckpt)
+        monkeypatch.undo()
+        state, _ = load_checkpoint(ckpt)
+        assert state["step"] in (2, 3), k
+        if k == renames:
+            assert state["step"] == 3
+        save_checkpoint({"step": 4}, ckpt)  # the run goes on after its resume
+        assert load_checkpoint(ckpt)[0]["step"] == 4
+        assert _verify(ckpt / "state.pt") and _verify(ckpt / "state.prev.pt"), k
+
+
+def test_a_checkpoint_renamed_without_its_checksum_by_an_earlier_version_still_loads(tmp_path):
+    """Earlier versions renamed ``state.pt`` to ``state.prev.pt`` and then its ``.sha256``: a
+    crash between the two left an intact file beside the other one's checksum."""
+    save_checkpoint({"step": 1}, tmp_path)
+    save_checkpoint({"step": 2}, tmp_path)
+    os.replace(tmp_path / "state.pt", tmp_path / "state.prev.pt")  # the first rename only
+    state, path = load_checkpoint(tmp_path)
+    assert state["step"] == 2 and path.name == "state.prev.pt"
+    save_checkpoint({"step": 3}, tmp_path)  # the next save repairs the checksums
+    os.remove(tmp_path / "state.pt")
+    assert load_checkpoint(tmp_path)[0]["step"] == 2
+
+
+def test_agent_and_reward_model_files_survive_a_crash_while_they_are_written(compose, tmp_path,
+                                                                             monkeypatch):
+    import io
+
+    from themis.checkpoint import safe_load
+    from themis.reward import load_reward_model
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    ws.save_checkpoints()
+    ws.step = 123
+    real = torch.save
+
+    def torn(obj, f, *args, **kwargs):  # half the bytes reach the file, then the crash
+        buffer = io.BytesIO()
+        real(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+        if hasattr(f, "write"):
+            f.write(data)
+        else:
+            with open(f, "wb") as out:
+                out.write(data)
+        raise OSError("simulated crash")
+
+    monkeypatch.setattr(torch, "save", torn)
+    with pytest.raises(OSError, match="simulated crash"):
+        ws.save_checkpoints()
+    with pytest.raises(OSError, match="simulated crash"):
+        from themis.reward import save_reward_model
+        save_reward_model(ws.learner.model, tmp_path / "checkpoints" / "reward_model.pt")
+    monkeypatch.undo()
+    assert safe_load(tmp_path / "checkpoints" / "agent.pt")["step"] == 0
+    load_reward_model(tmp_path)  # the previous one, whole
+    ws.logger.close()

@@ -23,6 +23,7 @@ from tests.conftest import ROOT, TINY_PENDULUM
 from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.reward import PreferenceDataset
 
 
 def server_url(run: Path, proc: subprocess.Popen | None = None, timeout: float = 300,
@@ -95,6 +96,76 @@ def test_reconcile_repairs_a_crash_between_saving_labels_and_marking_them_used(t
     # the other way round (marked, then the labels were lost): gathered again
     store.db.execute("UPDATE queries SET consumed=1")
     assert store.reconcile({1}) == 1 and store.gather().query_ids == [ids[1]]
+
+
+def store_to_prefs(*args: str) -> subprocess.CompletedProcess:
+    """``scripts/store_to_prefs.py args`` run in this process: exit code and stderr."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("store_to_prefs",
+                                                  ROOT / "scripts" / "store_to_prefs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = script.main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_store_to_prefs_turns_every_answer_in_a_store_into_a_dataset_that_trains(compose,
+                                                                                  tmp_path):
+    """Used and unused queries, complete and partly answered ones: every labelled answer
+    becomes a label (or one per query, majority); skips and gold give none; a run loads it."""
+    from themis.train import make_workspace
+
+    run = tmp_path / "run"
+    store, ids = posted_store(run, n=4, labels_needed=2)
+    (gold,) = store.post(2, SegmentPairs(*(a[:1] for a in _pairs(1, horizon=5))),
+                         [run / "g.mp4"], 2, gold=np.array([1.0]))
+    store.answer(ids[0], "ann", 1.0)
+    store.answer(ids[0], "bob", 1.0)
+    store.mark_used([ids[0]])  # a round used it
+    store.answer(ids[1], "ann", 0.0)  # partly answered, never gathered
+    store.answer(ids[2], "bob", None)  # a skip: no label
+    store.answer(gold, "ann", 1.0)  # gold: scores ann, no label
+    (run / "config.yaml").write_text("env: Pendulum-v1\ndomain: Classic\n")
+    pending = store.pending_count()
+    each = store_to_prefs(str(run), str(tmp_path / "each"))
+    assert each.returncode == 0, each.stderr
+    data = PreferenceDataset.load(tmp_path / "each")
+    assert data.labels[:3].tolist() == [1.0, 1.0, 0.0]
+    assert data.labelers[:3].tolist() == ["human:ann", "human:bob", "human:ann"]
+    answers = {who: aid for aid, who in store.db.execute("SELECT id, labeler || query_id "
+                                                          "FROM answers")}
+    assert data.answers[:3].tolist() == [str(answers[f"ann{ids[0]}"]),
+                                         str(answers[f"bob{ids[0]}"]),
+                                         str(answers[f"ann{ids[1]}"])]
+    assert data.metadata["env"] == "Pendulum-v1"
+    majority = store_to_prefs(str(run / "labels.sqlite"), str(tmp_path / "maj"),
+                              "--aggregate", "majority")
+    assert majority.returncode == 0, majority.stderr
+    assert PreferenceDataset.load(tmp_path / "maj").labels.tolist() == [1.0, 0.0]
+    assert store.pending_count() == pending == 4  # the store is left as it was
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "segment=5", f"prefs_path={tmp_path / 'each'}"]),
+                        tmp_path / "new")
+    assert len(ws.learner.dataset) == 3
+    ws.logger.close()
+    for args, message in (((str(tmp_path / "nothing"), str(tmp_path / "o")), "not found"),
+                          ((str(run), str(tmp_path / "each")), "holds a dataset already"),
+                          ((str(run), str(run / "config.yaml")), "is a file")):
+        bad = store_to_prefs(*args)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "empty"
+    posted_store(empty)
+    bad = store_to_prefs(str(empty), str(tmp_path / "o"))
+    assert bad.returncode == 2 and "no labelled answer" in bad.stderr
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database" * 100)
+    bad = store_to_prefs(str(tmp_path / "junk.sqlite"), str(tmp_path / "o"))
+    assert bad.returncode == 2 and "not a readable label store" in bad.stderr, bad.stderr
 
 
 def test_majority_aggregation_and_agreement(tmp_path):
@@ -461,8 +532,9 @@ class Bots:
     """Labelers answering through the HTTP API, each in its own thread, whichever server
     (killed and restarted) is up; records every answer that got HTTP 201."""
 
-    def __init__(self, run: Path, tokens: list[str]) -> None:
+    def __init__(self, run: Path, tokens: list[str], pause: float = 0.0) -> None:
         self.run, self.accepted, self.codes = run, [], []
+        self.pause, self.given = pause, []  # given: (query, bot, label) of each 201
         self.lock, self.stop = threading.Lock(), threading.Event()
         self.threads = [threading.Thread(target=self.answer, args=(t, i), daemon=True)
                         for i, t in enumerate(tokens)]
@@ -486,6 +558,8 @@ class Bots:
                     self.codes.append(r.status_code)
                     if r.status_code == 201:
                         self.accepted.append((qid, label))
+                        self.given.append((qid, seed, label))
+                time.sleep(self.pause)
             except (OSError, httpx.HTTPError, ValueError, KeyError):
                 time.sleep(0.05)  # no server right now (killed, restarting)
 
@@ -563,9 +637,9 @@ def test_gold_queries_score_labelers_and_give_no_training_label(tmp_path):
     assert crowd.flagged(store, 2, 0.7) == {"bob"}
     got = store.gather()  # gold queries are taken (marked used later) but give no label
     assert got.query_ids == ids and len(got.labels) == 2 * 3
-    filtered = store.gather(exclude={"bob"})
-    assert filtered.labels.tolist() == [1.0, 1.0, 1.0]
-    assert set(filtered.labelers) == {"human:ann"}
+    filtered = store.gather("majority", exclude={"bob"})  # bob's answers: never aggregated,
+    assert filtered.labels.tolist() == [1.0, 0.0] * 3  # each a label of its own (kept on disk)
+    assert filtered.labelers == ["human:majority:ann", "human:bob"] * 3
 
 
 def test_web_channel_mixes_gold_queries_in_and_counts_only_the_others(tmp_path):
@@ -654,3 +728,238 @@ def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| model"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[4]) >= 0.85 and int(cells[3]) > 0
+
+
+def _pairs(n: int, seed: int = 0, horizon: int = 20) -> SegmentPairs:
+    rng = np.random.default_rng(seed)
+    return SegmentPairs(rng.normal(size=(n, 2, horizon, 3)).astype(np.float32),
+                        rng.uniform(-1, 1, (n, 2, horizon, 1)).astype(np.float32),
+                        rng.normal(size=(n, 2, horizon)).astype(np.float32),
+                        np.zeros((n, 2), np.int64))
+
+
+@pytest.mark.parametrize("aggregate", ["each", "majority"])
+def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path, aggregate):
+    """labels_per_query=3, the run ends with queries answered by 1 or 2 people: their answers
+    reach preferences/ (each a label, or their majority), and the queries are closed."""
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "labelers=3", "labels_per_query=3",
+                                 f"label_aggregate={aggregate}"]), tmp_path)
+    store = ws.label_store
+    ids = store.post(1, _pairs(4), [tmp_path / f"c{i}.mp4" for i in range(4)], 3)
+    store.answer(ids[0], "labeler1", 0.0)
+    store.answer(ids[0], "labeler2", 0.0)
+    store.answer(ids[1], "labeler3", 1.0)
+    store.answer(ids[2], "labeler1", None)  # a skip: no label, nothing to keep
+    ws.finish()
+    labels = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str},
+                         keep_default_na=False)
+    answers = dict(store.db.execute("SELECT id, label FROM answers"))
+    if aggregate == "each":
+        assert labels["label"].tolist() == [0.0, 0.0, 1.0]
+        assert sorted(int(a) for a in labels["answers"]) == sorted(
+            a for a, lab in answers.items() if lab is not None)
+    else:
+        assert labels["label"].tolist() == [0.0, 1.0]
+        assert [len(a.split(";")) for a in labels["answers"]] == [2, 1]
+    assert store.ungathered_count(partial=True) == 0
+    with pytest.raises(QueryFull):  # closed: a late answer is refused, not lost
+        store.answer(ids[0], "labeler3", 1.0)
+    assert store.next_query("labeler2") == ids[3]  # a query nobody answered is still served
+
+
+def test_a_flagged_labelers_later_answers_stay_in_preferences_out_of_training(compose, tmp_path):
+    """label_quality=filter: answers given after a labeler was flagged are saved (and their
+    queries used) but not trained on."""
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "labelers=2", "gold_fraction=0.5",
+                                 "label_quality=filter", "min_gold_answers=1"]), tmp_path)
+    store = ws.label_store
+    true = np.zeros((1, 2, 20), np.float32)
+    true[:, 1] = 1.0
+    one = _pairs(1)
+    gold = SegmentPairs(one.observations, one.actions, true, one.starts)
+    (gid,) = store.post(1, gold, [tmp_path / "g.mp4"], 2, gold=np.array([1.0]))
+    store.answer(gid, "labeler1", 1.0)
+    store.answer(gid, "labeler2", 0.0)  # wrong on gold: flagged
+    ids = store.post(1, _pairs(3, seed=1), [tmp_path / f"c{i}.mp4" for i in range(3)], 1)
+    store.answer(ids[0], "labeler2", 0.0)
+    store.answer(ids[1], "labeler1", 1.0)
+    store.answer(ids[2], "labeler2", 1.0)
+    report = ws.feedback_round(ask=False)
+    assert report.new_labels == 3
+    labels = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str})
+    assert labels["labeler"].tolist() == ["human:labeler2", "human:labeler1", "human:labeler2"]
+    assert ws.learner.training_rows().tolist() == [1]  # only labeler1's label is trained on
+    assert store.ungathered_count(partial=True) == 0
+    ws.logger.close()
+
+
+# ------------------------------------------------------------------ a crash in the first round
+def test_a_crash_while_people_answer_the_first_round_resumes_with_every_answer(compose,
+                                                                               tmp_path):
+    """People's first round is preceded by a checkpoint: a crash after its queries were posted
+    resumes from it, the resumed round posts nothing again and gathers every answer."""
+    from themis.checkpoint import load_checkpoint
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "label_port=0"]), tmp_path)
+    ws.run(until=401)  # pretraining to step 400, then the first round posts 4 queries
+    ws.label_server.stop()
+    ws.logger.close()
+    store = ws.label_store
+    ids = [r[0] for r in store.db.execute("SELECT id FROM queries ORDER BY id")]
+    assert len(ids) == 4
+    # the crash: the run died after posting, before the checkpoint that follows the round
+    (tmp_path / "checkpoints" / "state.pt").unlink()
+    state, _ = load_checkpoint(tmp_path / "checkpoints")
+    assert state["step"] == 400 and state["feedback_rounds"] == 0 and state["dataset_size"] == 0
+    first = store.answer(ids[0], "local", 1.0)
+    second = store.answer(ids[2], "local", 0.0)
+
+    resumed = make_workspace(compose([*WEB_RUN, "label_port=0", "resume=true",
+                                      "min_labels_before_training=2"]), tmp_path)
+    resumed.run(until=402)
+    resumed.label_server.stop()
+    assert store.db.execute("SELECT COUNT(*) FROM queries").fetchone()[0] == 4  # not again
+    assert resumed.total_feedback == 4 and resumed.learner.rounds == 1
+    data = resumed.learner.dataset
+    assert len(data) == 2 and sorted(data.answer_ids()) == [first, second]
+    saved = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str})
+    assert sorted(saved["answers"].astype(int)) == [first, second]
+    resumed.logger.close()
+
+
+def _every_answer_once_in_preferences(run: Path, store: LabelStore, bots: Bots) -> None:
+    """Every answer that got HTTP 201 is in the store, every labelled answer in the store is in
+    ``preferences/`` exactly once, with its label."""
+    stored = store.db.execute("SELECT id, query_id, labeler, label FROM answers").fetchall()
+    given = {(q, f"labeler{bot + 1}", lab) for q, bot, lab in bots.given}
+    value = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
+    assert {(q, who, value[lab]) for q, who, lab in given} <= \
+        {(q, who, lab) for _, q, who, lab in stored}  # nothing accepted was lost
+    labels = pd.read_csv(run / "preferences" / "labels.csv", dtype={"answers": str},
+                         keep_default_na=False)
+    in_dataset = [int(a) for joined in labels["answers"] for a in joined.split(";")]
+    assert sorted(in_dataset) == sorted(a for a, _, _, lab in stored if lab is not None)
+    by_id = {a: lab for a, _, _, lab in stored}
+    assert [by_id[int(a)] for a in labels["answers"]] == labels["label"].tolist()
+
+
+@pytest.mark.slow
+def test_a_sigkill_while_the_first_round_waits_for_people_loses_no_answer(tmp_path):
+    """min_labels_before_training=3: the first round waits for people; two answers are in and
+    the run is killed before it could checkpoint after the round. Resume keeps both, posts
+    the round's queries only once, and the run ends with every answer in preferences/."""
+    run = tmp_path / "run"
+    proc = start_run(run, "max_feedback=8", "min_labels_before_training=3",
+                     "num_train_steps=800")
+    url = server_url(run, proc)
+    for label in ("left", "right"):
+        qid = wait_for_query(url)
+        assert httpx.post(url + "api/answers", json={"query_id": qid, "label": label},
+                          timeout=10).status_code == 201
+    time.sleep(1.0)  # still waiting for a third label
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not (run / "reward.csv").exists()  # killed inside the first round
+    (run / "web" / "server.json").unlink()
+
+    resumed = subprocess.Popen([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "THEMIS_THREADS": "1"})
+    url = server_url(run, resumed)
+    qid = wait_for_query(url)
+    httpx.post(url + "api/answers", json={"query_id": qid, "label": "equal"}, timeout=10)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "posted its 4 queries before the run stopped" in out
+    store = LabelStore(run / "labels.sqlite")
+    assert store.db.execute("SELECT COUNT(*) FROM queries WHERE round=1").fetchone()[0] == 4
+    labels = pd.read_csv(run / "preferences" / "labels.csv")
+    assert labels["label"].tolist()[:3] == [0.0, 1.0, 0.5]
+    assert pd.read_csv(run / "reward.csv")["total_feedback"].tolist() == [4, 8]
+
+
+@pytest.mark.slow
+def test_random_sigkills_during_a_web_run_with_bot_labelers_lose_and_duplicate_nothing(
+        tmp_path):
+    """Property: three bot labelers answer over HTTP (two answers asked per query, the first
+    round waits for six labels) while the run is killed with SIGKILL at random points and
+    resumed, three times: a random moment after the server is up, or a random moment after
+    a random number of accepted answers (the first kill while the first round waits). At the
+    end every accepted answer is in preferences/ exactly once, and each round's queries were
+    posted once."""
+    import random
+
+    rng = random.Random(int(os.environ.get("THEMIS_KILL_SEED", "33")))  # other kill points
+    run = tmp_path / "run"
+    store = LabelStore(run / "labels.sqlite", run / "web")
+    tokens = [t for _, t in store.add_labelers(3)]
+    first = [*WEB_RUN, "labelers=3", "labels_per_query=2", "min_labels_before_training=6",
+             "label_port=0", "max_feedback=12", "num_train_steps=1300", f"hydra.run.dir={run}"]
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    bots = Bots(run, tokens, pause=0.5)
+    args, kills, answers = first, [], 0
+    for k in range(3):
+        started = time.time()
+        proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *args], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda p=proc, o=out: o.append(p.stdout.read()),
+                                  daemon=True)
+        reader.start()
+        if k > 0 and rng.random() < 0.5:  # a random moment after the server is up
+            server_url(run, proc, after=started - 1)
+            later = rng.uniform(0, 6)
+            point = f"{later:.1f} s after the server was up"
+        else:  # a random moment after a random number of answers
+            answers = rng.randint(1, 5) if k == 0 else rng.randint(answers + 1, answers + 8)
+            deadline = time.time() + 180
+            while proc.poll() is None and len(bots.given) < answers and time.time() < deadline:
+                time.sleep(0.02)
+            later = rng.uniform(0, 1.5)
+            point = f"{later:.1f} s after {answers} answers"
+        time.sleep(later)
+        if proc.poll() is not None:
+            reader.join(timeout=30)
+            break  # it finished before this kill point
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills.append(f"{point} (given {len(bots.given)})")
+        (run / "web" / "server.json").unlink(missing_ok=True)
+        ckpt = run / "checkpoints"
+        if (ckpt / "state.pt.sha256").exists() or (ckpt / "state.prev.pt.sha256").exists():
+            args = [f"resume={run}"]
+        else:  # killed before the first checkpoint: then nobody could have answered yet
+            assert store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0, kills
+            for path in run.iterdir():
+                if not path.name.startswith("labels.sqlite"):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            args = first
+    else:
+        proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *args], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = [proc.communicate(timeout=400)[0]]
+    proc.wait(timeout=400)
+    bots.join()
+    assert proc.returncode == 0, (kills, out[-1][-3000:] if out else "")
+    assert len(kills) >= 2, kills  # the kill points fell inside the runs
+    _every_answer_once_in_preferences(run, store, bots)
+    assert store.ungathered_count(partial=True) == 0  # the run's end took partial queries too
+    rounds = store.db.execute("SELECT round, COUNT(*) FROM queries GROUP BY round").fetchall()
+    assert rounds == [(1, 4), (2, 4), (3, 4)], (kills, rounds)  # each round posted once
+    assert pd.read_csv(run / "reward.csv")["total_feedback"].iloc[-1] == 12
+
+
+def test_resume_without_a_checkpoint_names_the_tool_that_keeps_the_answers(compose, tmp_path):
+    from themis.train import make_workspace
+    from themis.utils import ConfigError
+
+    store, ids = posted_store(tmp_path)  # a store of an earlier version's run, no checkpoint
+    store.answer(ids[0], "local", 1.0)
+    with pytest.raises(ConfigError, match=r"scripts/store_to_prefs\.py"):
+        make_workspace(compose([*WEB_RUN, "resume=true"]), tmp_path)

@@ -4,8 +4,9 @@ A checkpoint (``checkpoints/state.pt``) holds everything a run needs to go on: a
 optimisers, reward ensemble and its optimiser, replay buffer (or PPO's episode store), counters,
 teacher statistics, running statistics and every random generator. It is written atomically
 (temporary file, fsync, rename) together with a SHA-256 checksum file; the previous checkpoint is
-kept as ``state.prev.pt``. :func:`load_checkpoint` verifies the checksum and falls back to the
-previous checkpoint when the newest one is corrupt or truncated.
+kept as ``state.prev.pt`` (each rename is one step, ordered so that a crash anywhere leaves an
+intact checkpoint: :func:`save_checkpoint`). :func:`load_checkpoint` verifies the checksum and
+falls back to the previous checkpoint when the newest one is corrupt or truncated.
 
 The preference labels are not in the checkpoint: they live in the run's ``preferences/`` folder,
 which is saved the moment labels arrive (see :mod:`themis.reward.dataset`).
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from themis.utils import replace_durably
+from themis.utils import replace_durably, save_durably
 
 log = logging.getLogger(__name__)
 
@@ -99,22 +100,31 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
     """Write ``state`` as ``ckpt_dir/state.pt`` (+ ``.sha256``), keeping the previous one.
 
+    Every step is a single rename (of a file written and fsynced under a temporary name), in
+    an order that leaves an intact checkpoint with its own checksum at every instant: the
+    checksum of the current checkpoint is copied to ``state.prev.pt.sha256`` before the
+    checkpoint is renamed to ``state.prev.pt``, and the new checksum is in place before the
+    new file is renamed to ``state.pt``. A crash at any point resumes from the new checkpoint
+    or from the one before it.
+
     Returns:
         the checkpoint path.
     """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    current = ckpt_dir / STATE_FILE
+    current, previous = ckpt_dir / STATE_FILE, ckpt_dir / PREVIOUS_FILE
     tmp = current.with_name(current.name + ".tmp")
-    with tmp.open("wb") as f:  # streamed to disk: no second in-memory copy of the buffer
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    save_durably(state, tmp)  # the old checkpoints are untouched until the new one is on disk
     digest = _sha256(tmp)
-    if current.exists() and _verify(current):
-        os.replace(current, ckpt_dir / PREVIOUS_FILE)
-        os.replace(_sum_file(current), _sum_file(ckpt_dir / PREVIOUS_FILE))
-    replace_durably(tmp, current)
+    kept = _intact_digest(current, ckpt_dir)
+    if kept is not None:  # the current checkpoint becomes the previous one, sum first
+        _write_atomic(_sum_file(previous), f"{kept}  {PREVIOUS_FILE}\n".encode())
+        replace_durably(current, previous)
+    else:  # the previous one stays: its checksum beside it (an earlier crash may have left
+        older = _intact_digest(previous, ckpt_dir)  # it with state.pt's, rewritten next)
+        if older is not None and _recorded(_sum_file(previous)) != older:
+            _write_atomic(_sum_file(previous), f"{older}  {PREVIOUS_FILE}\n".encode())
     _write_atomic(_sum_file(current), f"{digest}  {STATE_FILE}\n".encode())
+    replace_durably(tmp, current)
     return current
 
 
@@ -130,13 +140,34 @@ def _sum_file(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+def _recorded(path: Path) -> str | None:
+    """The digest in a ``.sha256`` file (``None``: missing or empty)."""
+    try:
+        text = path.read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text[0] if text else None
+
+
+def _intact_digest(path: Path, ckpt_dir: Path) -> str | None:
+    """The SHA-256 of ``path`` when it is an intact checkpoint, else ``None``.
+
+    Intact: its digest is the one recorded beside it, or the one beside the other checkpoint
+    (earlier Themis versions renamed a checkpoint and its checksum in two steps; a crash
+    between them left an intact file with the other one's checksum)."""
+    if not path.is_file():
+        return None
+    recorded = {_recorded(_sum_file(ckpt_dir / name)) for name in (STATE_FILE, PREVIOUS_FILE)}
+    recorded.discard(None)
+    if not recorded:
+        return None
+    digest = _sha256(path)
+    return digest if digest in recorded else None
+
+
 def _verify(path: Path) -> bool:
-    """Whether ``path`` exists and matches its recorded SHA-256."""
-    sums = _sum_file(path)
-    if not path.is_file() or not sums.is_file():
-        return False
-    text = sums.read_text().split()
-    return bool(text) and _sha256(path) == text[0]
+    """Whether ``path`` exists and matches a recorded SHA-256 (see :func:`_intact_digest`)."""
+    return _intact_digest(path, path.parent) is not None
 
 
 def load_checkpoint(ckpt_dir: Path, map_location: Any = "cpu") -> tuple[dict[str, Any], Path]:

@@ -77,6 +77,13 @@ CREATE TABLE IF NOT EXISTS labelers (
 """
 
 
+_GATHERABLE = ("(q.consumed=0 OR :used) AND ((SELECT COUNT(*) FROM answers a WHERE "
+               "a.query_id=q.id) >= q.labels_needed OR (:partial AND q.gold IS NULL AND EXISTS "
+               "(SELECT 1 FROM answers a WHERE a.query_id=q.id)))")
+"""Queries a round takes (SQL; ``:partial`` 1: the partly answered ones too, ``:used`` 1: the
+used ones too)."""
+
+
 class DuplicateAnswer(Exception):
     """The labeler has already answered this query."""
 
@@ -271,12 +278,17 @@ class LabelStore:
             "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) < q.labels_needed"
         ).fetchone()[0])
 
-    def ungathered_count(self) -> int:
-        """Queries with all their answers in that no round has used yet."""
+    def ungathered_count(self, partial: bool = False) -> int:
+        """Queries with all their answers in that no round has used yet (``partial``: also
+        the queries that are not gold with some of their answers, see :meth:`gather`)."""
         return int(self.db.execute(
-            "SELECT COUNT(*) FROM queries q WHERE q.consumed=0 AND "
-            "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed"
-        ).fetchone()[0])
+            f"SELECT COUNT(*) FROM queries q WHERE {_GATHERABLE}",
+            {"partial": int(partial), "used": 0}).fetchone()[0])
+
+    def asked_in_round(self, round_: int) -> int:
+        """Queries (not gold) posted by feedback round ``round_`` (0: none posted yet)."""
+        return int(self.db.execute("SELECT COUNT(*) FROM queries WHERE round=? AND gold IS NULL",
+                                   (round_,)).fetchone()[0])
 
     # ------------------------------------------------------------------ answers
     def answer(self, query_id: int, labeler: str, label: float | None) -> int:
@@ -320,7 +332,7 @@ class LabelStore:
                                    (labeler,)).fetchone()[0])
 
     def gather(self, aggregate: str = "each", exclude: frozenset[str] | set[str] = frozenset(),
-               ) -> Answers:
+               partial: bool = False, used: bool = False) -> Answers:
         """Every query with all its answers in and not yet used, as labels; marks nothing
         (:meth:`mark_used` once the labels are saved).
 
@@ -329,18 +341,25 @@ class LabelStore:
                 per query: the most common non-skip answer; ties between left and right give
                 0.5) or ``model`` (Dawid–Skene over every answer in the store, gold clamped;
                 :mod:`themis.crowd`).
+            exclude: flagged labelers (``label_quality=filter``): their answers are never
+                aggregated with the others' but each given as a label of its own, to keep in
+                ``preferences/`` (the learner leaves them out of training).
+            partial: also take the queries (not gold) that have fewer answers than they asked
+                for, but at least one: their answers as they are, aggregated over what came
+                (the run ends and its last answers go to ``preferences/``). :meth:`mark_used`
+                closes them: no later answer is accepted.
+            used: also the queries used already (with ``partial``: every answer in the store,
+                for ``scripts/store_to_prefs.py``).
 
         Returns:
             one pair per label (a query answered by 3 people gives 3 pairs under ``each``),
             skips dropped; ``query_ids`` lists every query taken, skipped ones included. Gold
-            queries give no training label (they score the labelers), nor do the answers of
-            the labelers in ``exclude`` (``label_quality=filter``).
+            queries give no training label (they score the labelers).
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
-                "SELECT q.id, q.segments, q.gold FROM queries q WHERE q.consumed=0 AND "
-                "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed "
-                "ORDER BY q.id").fetchall()
+                f"SELECT q.id, q.segments, q.gold FROM queries q WHERE {_GATHERABLE} "
+                "ORDER BY q.id", {"partial": int(partial), "used": int(used)}).fetchall()
             ids = [int(r[0]) for r in rows]
             rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
@@ -354,11 +373,14 @@ class LabelStore:
         for (qid, segments) in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
                      if lab is not None and who not in exclude]
+            alone = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+                     if lab is not None and who in exclude]
             if aggregate in ("majority", "model") and given:
                 label = model[int(qid)] if aggregate == "model" else \
                     crowd.majority([lab for _, _, lab in given])
                 given = [(";".join(a for a, _, _ in given),
                           f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
+            given += alone
             if not given:
                 continue
             with np.load(segments, allow_pickle=False) as data:

@@ -117,3 +117,15 @@ def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -
     """``os.replace(tmp, path)`` and sync ``path``'s directory, so the rename is on disk."""
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def save_durably(obj: object, path: str | os.PathLike[str]) -> None:
+    """``torch.save(obj, path)`` crash-safe: into ``path.tmp``, fsynced, then renamed over
+    ``path`` (:func:`replace_durably`). A crash leaves the old file or the new one, never a
+    torn one."""
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as f:  # streamed to disk: no second in-memory copy
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    replace_durably(tmp, path)

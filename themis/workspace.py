@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
@@ -49,7 +48,7 @@ from themis.logger import Logger, plot_learning_curve
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
-from themis.utils import ConfigError, get_device, set_seed_everywhere
+from themis.utils import ConfigError, get_device, save_durably, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
 
@@ -160,6 +159,7 @@ class Workspace:
         self.last_episode_reward = float("nan")
         self.interact_count = 0
         self.last_checkpoint_step = 0
+        self.checkpointed_before_people = False  # see checkpoint_before_people
         self.metrics: dict[str, Any] = {}
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
         self.start_time = time.time()
@@ -244,15 +244,17 @@ class Workspace:
         return self.learner is not None and self.interact_count >= self.cfg.num_interact \
             and self.learner.is_open()
 
-    def feedback_round(self, first: bool = False, ask: bool = True) -> RoundReport | None:
+    def feedback_round(self, first: bool = False, ask: bool = True,
+                       final: bool = False) -> RoundReport | None:
         """One round of the learner (queries from the recent episodes; ``ask=False``: only
-        gather the answers that exist), logged."""
+        gather the answers that exist; ``final``: the run ends, see
+        :meth:`PreferenceLearner.round`), logged."""
         assert self.learner is not None
         pool = max(0, self.episodes_started - self.cfg.query_pool_episodes)
         report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
                                     self.recent_lengths,
                                     self.frames.has if self.frames is not None else None,
-                                    ask=ask)
+                                    ask=ask, final=final)
         if report is not None:
             row = report._asdict()
             row.update(row.pop("method_stats"))
@@ -313,11 +315,12 @@ class Workspace:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoints(self) -> None:
-        """Write agent and reward-model checkpoints and the preference dataset."""
+        """Write agent and reward-model checkpoints and the preference dataset (each file
+        atomically: a crash leaves the old one or the new one)."""
         ckpt = self.run_dir / "checkpoints"
         ckpt.mkdir(exist_ok=True)
-        torch.save({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
-                   ckpt / "agent.pt")
+        save_durably({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
+                     ckpt / "agent.pt")
         if self.learner is not None:
             save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.step,
                               env=self.env_id)
@@ -328,6 +331,19 @@ class Workspace:
         if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency:
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
+
+    def checkpoint_before_people(self, round_at: int) -> None:
+        """A full checkpoint before the first feedback round that asks people (a person in the
+        terminal or on the web), when the next one comes at step ``round_at``: a crash while
+        they answer (``min_labels_before_training`` waits for them) then resumes from it with
+        every answer given, and the resumed round does not post its queries again. Called by
+        the drivers at the top of each iteration; writes once."""
+        if self.learner is None or not self.cfg.human_teacher or self.pretraining_done \
+                or round_at < max(self.cfg.num_seed_steps, self.pretrain_end) \
+                or self.checkpointed_before_people:
+            return
+        self.maybe_checkpoint(force=True)
+        self.checkpointed_before_people = True
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the run: counters and the components' state dicts
@@ -364,6 +380,10 @@ class Workspace:
             hint = (f"; the labels given so far are in {prefs}: start a new run with "
                     f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() \
                 else ""
+            if self.label_store is not None and self.label_store.status()["answers"]:
+                hint = ("; the answers people gave are in labels.sqlite: python "
+                        f"scripts/store_to_prefs.py {self.run_dir} DIR writes them as a "
+                        "preference dataset, and a new run with prefs_path=DIR keeps them")
             raise ConfigError(f"resume: {e}{hint}") from None
         if state.get("env") != self.env_id:
             raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, "
@@ -394,7 +414,7 @@ class Workspace:
         """Snapshot after pretraining: agent, store, counters, entropy statistics and the
         recent returns (the teacher's first margin)."""
         path = path or self.run_dir / "snapshot.pt"
-        torch.save({
+        save_durably({
             "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
             "step": self.step, "episode": self.episode,
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
@@ -440,17 +460,17 @@ class Workspace:
         num_train_steps), learning-curve PNG, closing of the logs.
 
         Web: the labeling server stops first, then the answers that arrived since the last
-        round are gathered, saved and trained on, so every answer the server accepted is in
-        ``preferences/``. (Answers given later to ``scripts/label_server.py`` wait in the store
-        for ``resume=``.)"""
+        round are gathered, saved and trained on — also those of queries answered by fewer
+        people than ``labels_per_query`` (as they are; those queries are closed) — so every
+        answer the server accepted is in ``preferences/``. (Answers given later to
+        ``scripts/label_server.py`` wait in the store for ``resume=``.)"""
         if self.label_server is not None:
             self.label_server.stop()
             self.label_server = None
             self.logger.info("labeling server stopped; keep labeling this run with "
                              f"scripts/label_server.py {self.run_dir}", "cyan")
-        if self.learner is not None and self.label_store is not None \
-                and self.label_store.ungathered_count():
-            self.feedback_round(ask=False)
+        if self.learner is not None and self.learner.unsaved_answers():
+            self.feedback_round(ask=False, final=True)
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()

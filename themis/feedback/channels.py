@@ -195,17 +195,25 @@ class WebChannel:
         """Posted queries still waiting for answers, or answered and not gathered yet."""
         return int(self.store.pending_count()) + int(self.store.ungathered_count())
 
+    def posted(self) -> int:
+        """The queries (not gold) the coming round posted already: a run that crashed after
+        posting them and before its next checkpoint (0: none; the round posts its own)."""
+        return int(self.store.asked_in_round(self.round_number()))
+
     def reconcile(self, saved_answers: set[int]) -> int:
         """After a resume: mark used exactly the queries whose answers the dataset holds."""
         return int(self.store.reconcile(saved_answers))
 
-    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
-        """Every complete query's answers not used yet. The store marks them used only when
-        :attr:`Gathered.commit` is called, after the labels are saved: a crash in between
-        loses nothing (the store is reconciled with the dataset on resume)."""
+    def gather(self, template: SegmentPairs, at_least: int = 0,
+               partial: bool = False) -> Gathered:
+        """Every complete query's answers not used yet (``partial``: also those of queries
+        with fewer answers than ``labels_per_query``, at the end of a run). The store marks
+        them used only when :attr:`Gathered.commit` is called, after the labels are saved: a
+        crash in between loses nothing (the store is reconciled with the dataset on
+        resume)."""
         last_note, flagged = 0.0, self.flagged()  # scored once per round, not per poll
         while True:
-            got = self.store.gather(self.aggregate, exclude=flagged)
+            got = self.store.gather(self.aggregate, exclude=flagged, partial=partial)
             if len(got.labels) >= at_least or self.store.pending_count() == 0:
                 break
             if time.time() - last_note > 30:  # min_labels_before_training: wait for people

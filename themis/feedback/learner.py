@@ -36,6 +36,15 @@ ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared w
 Info = Callable[[str, str], None]
 
 
+def flagged_rows(labelers: Sequence[str] | np.ndarray, flagged: set[str]) -> np.ndarray:
+    """``(n,)`` bool: whether each label (``human:NAME``, ``human:majority:A,B``) comes from a
+    flagged labeler, alone or among those aggregated."""
+    if not flagged:
+        return np.zeros(len(labelers), bool)
+    names = [set(str(w).removeprefix("human:").split(":")[-1].split(",")) for w in labelers]
+    return np.array([bool(n & flagged) for n in names], bool)
+
+
 class RoundReport(NamedTuple):
     """One feedback round: the ``reward.csv`` row."""
 
@@ -148,6 +157,12 @@ class PreferenceLearner:
         """Web: posted queries still waiting for answers (0 for other channels)."""
         return self.channel.pending() if isinstance(self.channel, WebChannel) else 0
 
+    def unsaved_answers(self) -> bool:
+        """Web: some answer in the store is not in the dataset yet (a query complete and not
+        gathered, or one with part of its answers); ``False`` for other channels."""
+        return isinstance(self.channel, WebChannel) and \
+            self.channel.store.ungathered_count(partial=True) > 0
+
     def fit_saved_labels(self, source: str) -> None:
         """Train on the labels loaded from ``prefs_path`` before any query is asked."""
         if len(self.dataset):
@@ -159,7 +174,7 @@ class PreferenceLearner:
     def round(self, store: Any, step: int, first: bool, min_episode: int,
               recent_returns: Sequence[float], recent_lengths: Sequence[int],
               usable: Callable[[np.ndarray], np.ndarray] | None = None,
-              ask: bool = True) -> RoundReport | None:
+              ask: bool = True, final: bool = False) -> RoundReport | None:
         """One feedback round; ``None`` when there was nothing to ask or gather.
 
         Args:
@@ -170,10 +185,18 @@ class PreferenceLearner:
             recent_returns, recent_lengths: the last training episodes (teacher margin).
             usable: mask of store slots whose frames are kept (when a person watches).
             ask: post new queries (``False``: only gather, e.g. when the run ends).
+            final: the run ends (web): no waiting, and the answers of queries with fewer
+                answers than ``labels_per_query`` are taken as they are.
         """
         assert self.channel is not None
         n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback) if ask else 0
-        if n_queries <= 0 and self.pending() == 0:
+        posted = self.channel.posted() if isinstance(self.channel, WebChannel) else 0
+        if posted:  # a resumed run: this round's queries were posted before the crash
+            self.total_feedback += posted
+            n_queries = 0
+            self.info(f"step {step}: round {self.rounds + 1} posted its {posted} queries before "
+                      "the run stopped: they are not posted again", "cyan")
+        if n_queries <= 0 and not posted and self.pending() == 0:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
                 offline = self.trainer.train(self.dataset, self.reward_update)
                 self.reward_accuracy = offline.accuracy
@@ -201,9 +224,11 @@ class PreferenceLearner:
                     store, max(1, round(self.channel.gold_fraction * n_queries)), min_episode,
                     usable)
             self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
-        wait_for = max(0, self.min_labels - len(self.dataset)) \
-            if isinstance(self.channel, WebChannel) else 0
-        got = self.channel.gather(self.empty_pairs(), at_least=wait_for)
+        if isinstance(self.channel, WebChannel):
+            wait_for = 0 if final else max(0, self.min_labels - len(self.dataset))
+            got = self.channel.gather(self.empty_pairs(), at_least=wait_for, partial=final)
+        else:
+            got = self.channel.gather(self.empty_pairs())
         answered, labels = got.pairs.take(got.keep), got.labels
         self.labeled_feedback += int(got.keep.sum())
         oracle_labels = self.oracle_labels(got.pairs.true_rewards[got.keep])
@@ -217,8 +242,11 @@ class PreferenceLearner:
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
         quality = (float("nan"),) * 4
-        if self.rounds > 0 and len(answered):
-            quality = self.quality(answered, labels)
+        flagged = self.flagged()  # label_quality=filter: flagged labelers' labels left out
+        trusted = np.flatnonzero(~flagged_rows(got.labelers, flagged)) if flagged \
+            else np.arange(len(labels))
+        if self.rounds > 0 and len(trusted):
+            quality = self.quality(answered.take(trusted), labels[trusted])
         if len(answered) and not got.saved:  # a person's terminal answers are saved as given
             runs = np.flatnonzero(np.r_[True, np.array(got.labelers[1:]) !=
                                         np.array(got.labelers[:-1])])
@@ -284,12 +312,15 @@ class PreferenceLearner:
     def training_rows(self) -> np.ndarray | None:
         """Dataset rows to train on: all (``None``), or without the labels of flagged labelers
         (``label_quality=filter``: their earlier answers too; the labels stay on disk)."""
-        flagged = self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
+        flagged = self.flagged()
         if not flagged:
             return None
-        who = self.dataset.labelers[: len(self.dataset)].astype(str)
-        names = [set(w.removeprefix("human:").split(":")[-1].split(",")) for w in who]
-        return np.array([i for i, n in enumerate(names) if not n & flagged], dtype=np.int64)
+        return np.flatnonzero(~flagged_rows(self.dataset.labelers[: len(self.dataset)],
+                                            flagged))
+
+    def flagged(self) -> set[str]:
+        """Web, ``label_quality=filter``: the flagged labelers (empty otherwise)."""
+        return self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
                save: bool = True, answers: list[str] | None = None) -> None:
@@ -409,34 +440,43 @@ class PreferenceLearner:
     def resumed_dataset(self, size: int) -> PreferenceDataset:
         """The labels on disk: the ``size`` pairs the checkpoint counted, plus any later pair a
         person labelled (a labeler that is not ``synthetic(...)``), which is kept and counted —
-        a synthetic teacher's later labels are dropped, it asks those queries again.
+        a synthetic teacher's later labels are dropped, it asks those queries again. (A web
+        label's query counts as asked already: when it was posted before the checkpoint, or
+        when the resumed round finds it posted, :meth:`round`.)
+
+        A checkpoint that counted no pair (written before the first round) still keeps the
+        people's labels given after it: they are read back, not overwritten by the next save.
 
         Raises:
-            ConfigError: fewer pairs on disk than the checkpoint counted.
+            ConfigError: fewer pairs on disk than the checkpoint counted, or an unreadable
+                ``preferences/`` folder.
         """
         d = self.dataset
         data = PreferenceDataset(d.capacity, d.segment, d.obs_dim, d.action_dim,
                                  metadata=d.metadata, obs_dtype=d.observations.dtype,
                                  frame_stack=d.frame_stack, rating_classes=d.rating_classes)
-        if size == 0:
-            return data
         try:
             saved = PreferenceDataset.load(self.folder)
-        except (FileNotFoundError, ValueError) as e:
+        except FileNotFoundError as e:
+            if size == 0:  # nothing labelled yet, nothing saved
+                return data
+            raise ConfigError(f"resume: {e}") from None
+        except ValueError as e:
             raise ConfigError(f"resume: {e}") from None
         if len(saved) < size:
             raise ConfigError(f"resume: {self.folder} holds {len(saved)} labelled pairs, the "
                               f"checkpoint counted {size}")
         later = [i for i in range(size, len(saved))
                  if not str(saved.labelers[i]).startswith("synthetic")]
+        asked = [not saved.answers[i] for i in later]  # web answers' queries: counted already
         saved.size = size
         data.extend(saved)
-        for i in later:
+        for i, counted in zip(later, asked, strict=True):
             pair = SegmentPairs(saved.observations[i:i + 1], saved.actions[i:i + 1],
                                 saved.true_rewards[i:i + 1], np.zeros((1, saved.width), np.int64))
             data.add(pair, saved.labels[i:i + 1], labeler=str(saved.labelers[i]),
                      answers=[str(saved.answers[i])])
             data.timestamps[len(data) - 1] = saved.timestamps[i]
-            self.total_feedback += 1
+            self.total_feedback += int(counted)
             self.labeled_feedback += 1
         return data

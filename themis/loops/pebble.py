@@ -136,6 +136,7 @@ def run(ws: Workspace, until: int) -> None:
     while ws.step < until:
         if governor is not None:  # one thread while other processes use the cores
             governor.poll()
+        ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:
             action = env.action_space.sample()

@@ -185,6 +185,7 @@ def run(ws: Workspace, until: int) -> None:
     last_log_time, last_log_step = time.time(), ws.step
     governor = ws.thread_governor
     while ws.step < until:
+        ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
         # ------------------------------------------------------------ collect a rollout
         bootstrap[:] = 0.0
         if governor is not None:  # one thread while other processes use the cores

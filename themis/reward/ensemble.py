@@ -8,7 +8,6 @@ observations each member first encodes the observation with its own CNN
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from torch import nn
 from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
 from themis.precision import autocast
-from themis.utils import replace_durably
+from themis.utils import save_durably
 
 
 class RewardEnsemble(nn.Module):
@@ -168,13 +167,8 @@ def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> 
     rebuild it anywhere; ``extra`` (env id, step, ...) is stored beside it. Written atomically.
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    with tmp.open("wb") as f:
-        torch.save({"model": state, "config": model.config(), **extra}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    replace_durably(tmp, path)
+    save_durably({"model": state, "config": model.config(), **extra}, path)
     return path
 
 
