@@ -30,6 +30,9 @@ from themis.utils import ConfigError
     ("method=sruf", "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, surf"),
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
+    ("seed=-1", "seed=-1 is outside [0, 2147483647]"),
+    ("xplain_action=true xplain_action_dim=99", "xplain_action_dim=99 is not an action "
+                                                "dimension of HalfCheetah-v5"),
 ])
 def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
     proc = launch("themis_train.sh", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}")
@@ -88,7 +91,7 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["human_teacher=true", "teacher_ui=web", "label_quality=vote"],
      "label_quality=vote is unknown; use none, filter or model"),
     (["feedback=ratings"], "feedback=ratings is unknown; use pairwise or rating"),
-    (["feedback=rating", "rating_classes=1"], "rating_classes=1 must be 2 … 9"),
+    (["feedback=rating", "rating_classes=1"], "rating_classes=1 is outside [2, 9]"),
     (["feedback=rating", "method=surf"], "feedback=rating does not take method=surf"),
     (["feedback=rating", "feed_type=1"], "feedback=rating does not take feed_type=1"),
     (["feedback=rating", "teacher=equal"], "does not take teacher_eps_equal=0.1"),
@@ -101,19 +104,47 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["method=qpa", "domain=Box2d", "env=LunarLander-v3"], "use it with SAC (Box actions)"),
     (["reward_batch=lots"], "reward_batch=lots must be a positive integer or auto"),
     (["feed_type=1", "ensemble_size=1"], "needs ensemble_size >= 2 (got 1)"),
-    (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 must be in [0.5, 1.0]"),
+    (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 is outside [0.5, 1]"),
     (["method=surf", "surf.crop_range=30"], "surf.crop_range=30 must be >= 0 and leave"),
     (["method=qpa", "segment=10"], "segment=10 is too short"),
-    (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 must be in [0.0, 1.0]"),
+    (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 is outside [0, 1]"),
     (["method=mrn", "domain=Box2d", "env=LunarLander-v3"], "PPO has no Q-function"),
-    (["method=mrn", "mrn.meta_steps=0"], "mrn.meta_steps=0 must be at least 1"),
-    (["method=mrn", "mrn.outer_weight=-1"], "mrn.outer_weight=-1.0 must be in [0.0, inf]"),
+    (["method=mrn", "mrn.meta_steps=0"], "mrn.meta_steps=0 must be positive"),
+    (["method=mrn", "mrn.outer_weight=-1"], "mrn.outer_weight=-1.0 must be a number >= 0"),
     (["feedback=rating", "method=mrn", "feed_type=0"], "feedback=rating does not take method=mrn"),
 ])
 def test_bad_values_raise_config_errors_before_training(compose, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as info:
         make_workspace(compose(overrides), tmp_path)
     assert message in str(info.value)
+    assert not (tmp_path / "train.csv").exists()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["seed=-1"], "seed=-1 is outside [0, 2147483647]"),
+    (["seed=99999999999999999999"], "seed=99999999999999999999 is outside [0, 2147483647]"),
+    (["sac.actor_update_frequency=0"], "sac.actor_update_frequency=0 must be positive"),
+    (["sac.critic_target_update_frequency=0"],
+     "sac.critic_target_update_frequency=0 must be positive"),
+    (["sac.init_temperature=-1"], "sac.init_temperature=-1.0 must be a positive number"),
+    (["xplain_state=true", "human_frame_size=100000"], "human_frame_size=100000 is outside "
+                                                        "[16, 4096]"),
+    (["replay_buffer_capacity=1000000000000"], "replay_buffer_capacity=1000000000000: a "
+                                               "ReplayBuffer of 1000000000000 steps needs"),
+    (["num_train_steps=1000000000000", "replay_buffer_capacity=0"],
+     "num_train_steps=1000000000000: a ReplayBuffer"),
+    (["xplain_state=true", "human_frame_capacity=100000000"], "human_frame_size=128: a ring of "
+                                                                "100000000 clip frames needs"),
+    (["xplain_action=true", "xplain_action_dim=99"],
+     "xplain_action_dim=99 is not an action dimension of HalfCheetah-v5 (0 … 5, or -1"),
+])
+def test_values_that_crashed_a_started_run_are_refused_before_training(compose, tmp_path,
+                                                                       overrides, message):
+    """Issue 33 item 11: each of these ended in a traceback (ValueError, ZeroDivisionError,
+    MemoryError, IndexError at the first clip) once training had begun."""
+    with pytest.raises(ConfigError) as info:
+        make_workspace(compose(overrides), tmp_path)
+    assert message in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "train.csv").exists()
 
 
@@ -187,6 +218,15 @@ def test_help_describes_every_key():
 @pytest.mark.parametrize("script,args,message", [
     ("label_server.py", ["RUN", "--port", "70000"], "--port 70000 is not a TCP port"),
     ("bench_throughput.py", ["--steps", "4000"], "must exceed PEBBLE's pretraining"),
+    ("inspect_reward.py", ["RUN", "--episodes", "-1"],
+     "inspect_reward: error: argument --episodes: -1 must be >= 1"),
+    ("inspect_reward.py", ["RUN", "--max-steps", "0"],
+     "inspect_reward: error: argument --max-steps: 0 must be >= 1"),
+    ("explain.py", ["RUN", "--clips", "-5"], "explain: error: argument --clips: -5 must be >= 1"),
+    ("merge_prefs.py", ["FILE", "RUN"], "merge_prefs: error: FILE is a file; the merged "
+                                        "dataset is a folder"),
+    ("train_with_reward.py", ["RUN", "--device", "tpu"],
+     "train_with_reward: error: --device: device='tpu' is not one of auto, cpu, cuda"),
 ])
 def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, message):
     import subprocess
@@ -194,9 +234,12 @@ def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, mess
 
     from tests.conftest import ROOT
 
-    argv = [str(tmp_path) if a == "RUN" else a for a in args]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    argv = [str(tmp_path) if a == "RUN" else str(a_file) if a == "FILE" else a for a in args]
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *argv],
                           capture_output=True, text=True, timeout=120)
+    message = message.replace("FILE", str(a_file))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 

@@ -47,7 +47,13 @@ from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, plot_learning_curve
 from themis.reward import RewardEnsemble, save_reward_model
-from themis.utils import ConfigError, get_device, set_num_threads, set_seed_everywhere
+from themis.utils import (
+    ConfigError,
+    check_memory,
+    get_device,
+    set_num_threads,
+    set_seed_everywhere,
+)
 
 SNAPSHOT_VERSION = 1
 
@@ -115,10 +121,19 @@ class Workspace:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
             else int(np.prod(action_space.shape or ()))
+        if cfg.xplain_action and not self.discrete \
+                and not -1 <= cfg.xplain_action_dim < self.action_dim:
+            raise ConfigError(f"xplain_action_dim={cfg.xplain_action_dim} is not an action "
+                              f"dimension of {self.env_id} (0 … {self.action_dim - 1}, or -1 "
+                              "for the norm of the action)")
 
         # --- agent, store, intrinsic reward
         self.agent = driver.make_agent(self)
-        self.buffer = driver.store(self)
+        try:  # a store too big for this machine ends the run here, not hours later
+            self.buffer = driver.store(self)
+        except MemoryError as e:
+            key = "replay_buffer_capacity" if cfg.replay_buffer_capacity else "num_train_steps"
+            raise ConfigError(f"{key}={getattr(cfg, key)}: {e}; lower {key}") from None
         # state entropy of pixels and grids: k-NN in a fixed random encoder's features (RE3)
         self.feature_encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
@@ -126,6 +141,13 @@ class Workspace:
                                                 encoder=self.feature_encoder)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
+        if self.needs_frames:  # square frames, at the least
+            try:
+                check_memory(f"a ring of {frame_capacity(cfg)} clip frames",
+                             frame_capacity(cfg) * frame_size(cfg) ** 2 * 3)
+            except MemoryError as e:
+                raise ConfigError(f"human_frame_size={frame_size(cfg)}: {e}; lower "
+                                  "human_frame_size or human_frame_capacity") from None
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
                                  frame_size(cfg)) if self.needs_frames else None
         web = make_label_store(self)
