@@ -285,8 +285,8 @@ class PreferenceDataset:
 
         Raises:
             FileNotFoundError: ``path`` holds no ``meta.json``.
-            ValueError: not a Themis preference dataset, a newer format version, or files that
-                disagree with ``meta.json``.
+            ValueError: not a Themis preference dataset, a newer format version, files that
+                disagree with ``meta.json``, or segments with NaN or infinite values.
         """
         path = Path(path)
         meta_file = path / "meta.json"
@@ -345,6 +345,11 @@ class PreferenceDataset:
                 raise ValueError(f"{path}: {field} in the segment shards have shape "
                                  f"{array.shape[1:]}, but meta.json says segment={segment}, "
                                  f"obs_dim={obs_dim}, action_dim={action_dim}")
+        for field, array in (("observations", obs), ("actions", act), ("true_rewards", true)):
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                row = int(np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))[0])
+                raise ValueError(f"{path}: {field} of pair {row} hold NaN or infinite values; "
+                                 "a reward model cannot learn from them")
         labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str, "answers": str},
                              keep_default_na=False).iloc[:n]
         if len(obs) < n or len(labels) < n:
