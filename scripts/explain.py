@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from themis.checkpoint import UnsafeFileError
 from themis.feedback.factory import make_clips
 from themis.inspection import load_run
-from themis.utils import ConfigError, ScriptParser, int_at_least
+from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         ws = load_run(run, run / "explanations", **overrides)
-    except (FileNotFoundError, ConfigError, UnsafeFileError) as e:
+    except (FileNotFoundError, ValueError) as e:  # ConfigError, UnsafeFileError too
         print(f"explain: error: {e}", file=sys.stderr)
         return 2
     cfg = ws.cfg

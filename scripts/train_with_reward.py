@@ -89,11 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_with_reward: error: {config_file} not found (is {args.run_dir} a Themis "
               "run dir?)", file=sys.stderr)
         return 2
-    cfg = yaml.safe_load(config_file.read_text())
     try:
-        reward_model = load_reward_model(args.run_dir, device=device)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"train_with_reward: error: {e}", file=sys.stderr)
+        cfg = yaml.safe_load(config_file.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        print(f"train_with_reward: error: {config_file} is not YAML ({str(e).splitlines()[0]})",
+              file=sys.stderr)
+        return 2
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), str) for k in ("domain", "env")):
+        print(f"train_with_reward: error: {config_file} is not a Themis run config (no domain "
+              "and env in it)", file=sys.stderr)
         return 2
 
     def make(wrapped: bool) -> gym.Env:
@@ -101,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         return LearnedRewardWrapper(env, reward_model, normalize=args.normalize) if wrapped \
             else env
 
+    try:
+        reward_model = load_reward_model(args.run_dir, device=device)
+        make(wrapped=True).close()  # the model fits the env
+    except (FileNotFoundError, ValueError) as e:  # ConfigError (unknown env) too
+        print(f"train_with_reward: error: {e}", file=sys.stderr)
+        return 2
     eval_env = make(wrapped=False)
     rows = []
     space = eval_env.action_space

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -320,3 +322,98 @@ def test_every_numeric_key_has_its_range_in_the_one_table():
         from themis.config import validate
 
         validate(compose(name=name))
+
+
+@pytest.fixture(scope="module")
+def received_run(tmp_path_factory):
+    """A run folder as a finished run leaves it (config.yaml, checkpoints/agent.pt,
+    reward_model.pt, state.pt), made without training."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import TINY_PENDULUM
+    from themis.config import compose
+
+    run = tmp_path_factory.mktemp("received") / "run"
+    cfg = compose(TINY_PENDULUM)
+    ws = make_workspace(cfg, run)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    ws.save_checkpoints()
+    ws.maybe_checkpoint(force=True)
+    ws.logger.close()
+    return run
+
+
+def _craft(run, file: str, how: str) -> None:
+    """Replace ``run/checkpoints/<file>`` with a truncated or crafted one (plain data: every
+    crafted file here loads with weights_only=True)."""
+    from themis.checkpoint import save_checkpoint
+    from themis.reward.ensemble import RewardEnsemble
+
+    path = run / "checkpoints" / file
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[:300])
+    elif how == "list":
+        torch.save([1, 2, 3], path)
+    elif how == "huge-config":  # would allocate 3 x 10^12 floats if built as it says
+        torch.save({"model": {}, "config": {"obs_dim": 3, "action_dim": 1,
+                                            "hidden_dim": 10**6}}, path)
+    elif how == "unknown-argument":
+        ckpt = torch.load(path, weights_only=True)
+        torch.save({**ckpt, "config": {**ckpt["config"], "dropout": 0.5}}, path)
+    elif how == "other-weights":
+        ckpt = torch.load(path, weights_only=True)
+        other = RewardEnsemble(3, 1, 3, hidden_dim=16, hidden_depth=3)
+        torch.save({**ckpt, "model": other.state_dict()}, path)
+    elif how == "empty-agent":
+        torch.save({"agent": {"actor": 1}}, path)
+    elif how == "not-a-state":  # checksummed: it passes the integrity check
+        save_checkpoint({"step": 5, "env": "Pendulum-v1"}, path.parent)
+    elif how == "state-list":
+        save_checkpoint([1, 2, 3], path.parent)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entry,file,how,message", [
+    ("load_reward_model", "reward_model.pt", "truncated", "is not a readable PyTorch file"),
+    ("load_reward_model", "reward_model.pt", "list", "is not a Themis reward-model checkpoint"),
+    ("load_reward_model", "reward_model.pt", "huge-config", "its weights do not fit its config"),
+    ("load_reward_model", "reward_model.pt", "unknown-argument", "unexpected keyword argument"),
+    ("load_reward_model", "reward_model.pt", "other-weights", "its weights do not fit"),
+    ("inspect_reward.py", "reward_model.pt", "truncated", "is not a readable PyTorch file"),
+    ("inspect_reward.py", "agent.pt", "empty-agent", "agent.pt is not the agent of this run"),
+    ("explain.py", "reward_model.pt", "huge-config", "its weights do not fit its config"),
+    ("train_with_reward.py", "reward_model.pt", "other-weights", "its weights do not fit"),
+    ("resume", "state.pt", "not-a-state", "does not fit this run: 'episode' is missing"),
+    ("resume", "state.pt", "state-list", "is not a Themis checkpoint"),
+])
+def test_crafted_or_truncated_files_of_a_received_run_end_with_one_line(
+        compose, received_run, tmp_path, entry, file, how, message):
+    """Issue 33 item 13: these were tracebacks (load_reward_model bypassed safe_load)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, TINY_PENDULUM
+
+    run = tmp_path / "run"
+    shutil.copytree(received_run, run)
+    _craft(run, file, how)
+    if entry == "load_reward_model":
+        from themis.reward import load_reward_model
+
+        with pytest.raises(ValueError) as info:
+            load_reward_model(run)
+        text = str(info.value)
+    elif entry == "resume":
+        with pytest.raises(ConfigError) as info:
+            make_workspace(compose([*TINY_PENDULUM, "resume=true"]), run)
+        text = str(info.value)
+    else:
+        short = {"inspect_reward.py": ["--episodes", "1"], "explain.py": ["--steps", "100"],
+                 "train_with_reward.py": ["--steps", "1"]}[entry]
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / entry), str(run), *short],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env={**os.environ, "THEMIS_THREADS": "1"})
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        text = proc.stderr.strip()
+        assert text.startswith(f"{entry.removesuffix('.py')}: error: "), text
+    assert message in text and "\n" not in text, text

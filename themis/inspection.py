@@ -263,8 +263,10 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
         themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
+        ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
+            truncated or replaced file).
     """
-    from themis.checkpoint import safe_load
+    from themis.checkpoint import MALFORMED, describe, safe_load
     from themis.config import TrainConfig
     from themis.reward import load_reward_model
     from themis.train import make_workspace
@@ -282,7 +284,11 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         setattr(cfg, key, value)
     ws = make_workspace(cfg, Path(out_dir) if out_dir else run / "inspection")
     state = safe_load(ckpt / "agent.pt", ws.device)
-    ws.agent.load_state_dict(state["agent"])
+    try:
+        ws.agent.load_state_dict(state["agent"])
+    except MALFORMED as e:
+        raise ValueError(f"{ckpt / 'agent.pt'} is not the agent of this run ({describe(e)})"
+                         ) from None
     if (ckpt / "reward_model.pt").is_file():
         ws.reward_model = load_reward_model(ckpt / "reward_model.pt", ws.device)
     return ws

@@ -23,8 +23,10 @@ from themis.agents import Agent
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
+    MALFORMED,
     CheckpointError,
     UnsafeFileError,
+    describe,
     load_checkpoint,
     rng_states,
     safe_load,
@@ -172,6 +174,7 @@ class Workspace:
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
         self.start_time = time.time()
 
+        self.checkpoint_path: Path | None = None  # the checkpoint resumed from
         resume_state = self.read_checkpoint() if cfg.resume else None
         if resume_state is not None:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
@@ -182,9 +185,10 @@ class Workspace:
         if resume_state is not None:
             try:
                 self.load_state_dict(resume_state)
-            except ValueError as e:  # e.g. a checkpoint of other observation/action shapes
+            except MALFORMED as e:  # other observation/action shapes, a crafted state.pt
                 self.logger.close()
-                raise ConfigError(f"resume: the checkpoint does not fit this run: {e}") from None
+                raise ConfigError(f"resume: the checkpoint {self.checkpoint_path} does not fit "
+                                  f"this run: {describe(e)}") from None
             self.logger.info(f"resumed from {self.run_dir / 'checkpoints'} at step {self.step} "
                              f"({self.total_feedback} queries asked)", "cyan")
         elif cfg.pretrained_snapshot:
@@ -370,9 +374,13 @@ class Workspace:
                     f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() \
                 else ""
             raise ConfigError(f"resume: {e}{hint}") from None
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ConfigError(f"resume: {path} is not a Themis checkpoint (no step counter in "
+                              "it); was it replaced?")
         if state.get("env") != self.env_id:
             raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, "
                               f"not {self.env_id}")
+        self.checkpoint_path = path
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -428,16 +436,16 @@ class Workspace:
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")
-        try:
+        try:  # other shapes, or a crafted file that is plain data but not a snapshot
             self.agent.load_state_dict(snap["agent"])
             self.buffer.load_state_dict(snap["buffer"])
-        except ValueError as e:
-            raise ConfigError(f"pretrained_snapshot={path}: {e}") from None
-        self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
-        self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
-        self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
-        self.step = int(snap["step"])
-        self.episode = int(snap["episode"]) + 1
+            self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+            self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
+            self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
+            self.step = int(snap["step"])
+            self.episode = int(snap["episode"]) + 1
+        except MALFORMED as e:
+            raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
 
     def finish(self) -> None:
