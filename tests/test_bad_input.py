@@ -417,3 +417,34 @@ def test_crafted_or_truncated_files_of_a_received_run_end_with_one_line(
         text = proc.stderr.strip()
         assert text.startswith(f"{entry.removesuffix('.py')}: error: "), text
     assert message in text and "\n" not in text, text
+
+
+@pytest.mark.parametrize("entry", ["resume", "inspect_reward.py"])
+def test_a_received_config_that_reads_the_environment_is_refused(received_run, tmp_path,
+                                                                 monkeypatch, entry):
+    """Issue 33 item 14: ${oc.env:SECRET} in a received config.yaml was resolved on resume and
+    the secret written into the run's config.yaml."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(received_run, run)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("human_labeler: ''",
+                                                 "human_labeler: ${oc.env:THEMIS_TEST_SECRET}"))
+    assert "oc.env" in config.read_text()
+    monkeypatch.setenv("THEMIS_TEST_SECRET", "hunter2")
+    if entry == "resume":
+        proc = launch("themis_train.sh", f"resume={run}")
+    else:
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / entry), str(run)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = proc.stderr.strip()
+    assert "\n" not in line and "human_labeler='${oc.env:THEMIS_TEST_SECRET}' calls the " \
+        "resolver oc.env" in line, line
+    assert "hunter2" not in config.read_text() + proc.stdout + proc.stderr
+    assert "hunter2" not in "".join(p.read_text(errors="replace") for p in run.rglob("*.yaml"))

@@ -401,6 +401,103 @@ def resume_target(value: object) -> str | None:
     return "here" if text.lower() in ("true", "1", "yes") else text
 
 
+# ---------------------------------------------------------------- configs from elsewhere
+def resolver_calls(text: str) -> list[str]:
+    """Names of the OmegaConf resolvers a string calls when resolved (``${oc.env:HOME}`` →
+    ``["oc.env"]``; plain references such as ``${segment}`` and escaped ``\\${...}`` call
+    none).
+
+    Raises:
+        ValueError: the string is no valid OmegaConf value (a broken interpolation).
+    """
+    if "${" not in text:
+        return []
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    try:
+        tree = parse(text, parser_rule="configValue", lexer_mode="DEFAULT_MODE")
+    except GrammarParseError as e:
+        raise ValueError(str(e).splitlines()[0]) from None
+    names, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
+            names.append(node.resolverName().getText())
+        todo += getattr(node, "children", None) or []
+    return names
+
+
+def check_no_resolvers(cfg: Any, where: str | Path) -> None:
+    """Refuse a received config (a run's ``config.yaml`` from someone else) whose values call
+    resolvers: ``${oc.env:SECRET}``, or any resolver registered in this process, could read
+    this machine's environment or files into the run (and its saved config). Configs Themis
+    writes hold resolved values only.
+
+    Args:
+        cfg: the config as loaded, unresolved (``OmegaConf.load``).
+        where: the file, for the message.
+
+    Raises:
+        ConfigError: the first value that calls a resolver, or is a broken interpolation.
+    """
+    from omegaconf import OmegaConf
+
+    def visit(node: Any, key: str) -> None:
+        if isinstance(node, dict | list):
+            for k, value in node.items() if isinstance(node, dict) else enumerate(node):
+                visit(value, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, str):
+            try:
+                calls = resolver_calls(node)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {key}={node!r} is a broken interpolation ({e})"
+                                  ) from None
+            if calls:
+                raise ConfigError(f"{where}: {key}={node!r} calls the resolver {calls[0]}; a "
+                                  "received config may hold values only (it could read this "
+                                  "machine's environment or files): write the value itself")
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {getattr(e, 'full_key', '') or 'a value'} is a broken "
+                          f"interpolation ({str(e).splitlines()[0]})") from None
+    visit(plain, "")
+
+
+def load_received_config(path: str | Path) -> DictConfig:
+    """A run's ``config.yaml`` as the schema reads it, refusing what a crafted file could do:
+    resolver calls (:func:`check_no_resolvers`), no YAML mapping, keys or types the schema does
+    not know.
+
+    Raises:
+        ConfigError: one line naming the file and the problem.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        raw = OmegaConf.load(path)
+    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{path} is not a readable YAML config ({first})") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
+    check_no_resolvers(raw, path)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or "a value"
+        raise ConfigError(f"{path}: {key}: {str(e).splitlines()[0]}") from None
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
 def compose(overrides: list[str] | None = None, name: str = "train_themis",
             return_hydra_config: bool = False) -> DictConfig:
     """Compose ``config/<name>.yaml`` with command-line style ``overrides``, as the launchers

@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 
 from themis.audit_report import labels_section
@@ -267,7 +266,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
             truncated or replaced file).
     """
     from themis.checkpoint import MALFORMED, describe, safe_load
-    from themis.config import TrainConfig
+    from themis.config import load_received_config
     from themis.reward import load_reward_model
     from themis.train import make_workspace
 
@@ -276,8 +275,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     for needed in (run / "config.yaml", ckpt / "agent.pt"):
         if not needed.is_file():
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(run / "config.yaml"))
-    assert isinstance(cfg, DictConfig)
+    cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
     cfg.replay_buffer_capacity = max(1000, cfg.segment)  # no training here: a small buffer
     for key, value in overrides.items():
