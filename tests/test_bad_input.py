@@ -448,3 +448,35 @@ def test_a_received_config_that_reads_the_environment_is_refused(received_run, t
         "resolver oc.env" in line, line
     assert "hunter2" not in config.read_text() + proc.stdout + proc.stderr
     assert "hunter2" not in "".join(p.read_text(errors="replace") for p in run.rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_run_that_renders_with_pygame_stops_on_sigterm_and_ctrl_c(tmp_path, signal_name):
+    """Issue 33 item 15: SDL (pygame rendering of classic control and Box2D envs) took over
+    SIGTERM once it started, so `kill` and `timeout` did not stop a run that renders clips."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT, TINY_PENDULUM
+
+    run = tmp_path / "run"
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    env.pop("SDL_NO_SIGNAL_HANDLERS", None)
+    proc = subprocess.Popen(  # Ctrl-C in a terminal: SIGINT with Python's handler in place
+        [str(ROOT / "themis_train.sh"), *TINY_PENDULUM, "num_train_steps=50000",
+         "max_feedback=5000", "xplain_state=true", f"hydra.run.dir={run}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 180
+        while not any(run.rglob("*.mp4")):  # a clip was rendered: SDL has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.2)
+        proc.send_signal(getattr(signal, signal_name))
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"the run ignored {signal_name}")
