@@ -13,27 +13,25 @@ panels and summary PNGs (see ``lib/explain.py``) to ``RUN_DIR/explanations/queri
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from themis.checkpoint import UnsafeFileError
 from themis.feedback.factory import make_clips
 from themis.inspection import load_run
-from themis.utils import ConfigError
+from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="explain", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--clips", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=2000, help="env steps rolled out")
+    parser.add_argument("--clips", type=int_at_least(1), default=4)
+    parser.add_argument("--steps", type=int_at_least(1), default=2000, help="env steps rolled out")
     parser.add_argument("--method", default=None, help="xplain_method (default: the run's)")
     parser.add_argument("--no-action", action="store_true", help="skip the policy's action")
     parser.add_argument("--no-reward", action="store_true", help="skip the learned reward")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     args = parser.parse_args(argv)
 
     run = args.run_dir
@@ -51,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         ws = load_run(run, run / "explanations", **overrides)
-    except (FileNotFoundError, ConfigError, UnsafeFileError) as e:
+    except (FileNotFoundError, ValueError) as e:  # ConfigError, UnsafeFileError too
         print(f"explain: error: {e}", file=sys.stderr)
         return 2
     cfg = ws.cfg

@@ -12,25 +12,25 @@ MiniGrid/BabyAI, learning and reward-model curves, teacher statistics and links 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from themis.checkpoint import UnsafeFileError
 from themis.inspection import inspect_run
-from themis.utils import ConfigError
+from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="inspect_reward", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--episodes", type=int, default=2, help="per policy (agent, random)")
-    parser.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int_at_least(1), default=2,
+                        help="per policy (agent, random)")
+    parser.add_argument("--max-steps", type=int_at_least(1), default=1000,
+                        help="steps per episode at most")
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     args = parser.parse_args(argv)
     try:
         report = inspect_run(args.run_dir, args.episodes, args.max_steps, args.seed)
-    except (FileNotFoundError, ConfigError, UnsafeFileError) as e:
+    except (FileNotFoundError, ValueError) as e:  # ConfigError, UnsafeFileError too
         print(f"inspect_reward: error: {e}", file=sys.stderr)
         return 2
     print(f"report: {report}")

@@ -10,11 +10,11 @@ Every input must have the same segment length and observation/action sizes. Pair
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from themis.reward.dataset import PreferenceDataset
+from themis.utils import ScriptParser
 
 
 def merge(sources: list[Path], out: Path) -> PreferenceDataset:
@@ -40,14 +40,16 @@ def merge(sources: list[Path], out: Path) -> PreferenceDataset:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="merge_prefs", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="folder of the merged dataset")
     parser.add_argument("sources", type=Path, nargs="+", help="dataset folders to merge")
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"{args.out} is a file; the merged dataset is a folder: name a new folder")
     try:
         merged = merge(args.sources, args.out)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"merge_prefs: {e}", file=sys.stderr)
+    except (OSError, ValueError) as e:  # FileNotFoundError too
+        print(f"merge_prefs: error: {e}", file=sys.stderr)
         return 2
     print(f"merged {len(merged)} labelled pairs from {len(args.sources)} datasets into {args.out}")
     return 0

@@ -13,18 +13,18 @@ learned reward transfers to another RL library.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
 import yaml
 
 from themis.envs import make_env
 from themis.reward.ensemble import load_reward_model
-from themis.utils import set_num_threads
+from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, set_num_threads
 from themis.wrappers import LearnedRewardWrapper
 
 
@@ -42,7 +42,7 @@ def true_return(env: gym.Env, policy, episodes: int, seed: int) -> tuple[float, 
     return float(np.mean(returns)), float(np.std(returns))
 
 
-def train_sb3(env: gym.Env, steps: int, seed: int, device: str, label: str):
+def train_sb3(env: gym.Env, steps: int, seed: int, device: torch.device, label: str):
     """An SB3 SAC (Box actions) or PPO agent trained for ``steps`` env steps on ``env``; a
     progress line every tenth of the steps."""
     from stable_baselines3 import PPO, SAC
@@ -68,28 +68,36 @@ def train_sb3(env: gym.Env, steps: int, seed: int, device: str, label: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="train_with_reward", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="a Themis run dir (config.yaml, checkpoints/)")
-    parser.add_argument("--steps", type=int, default=50_000, help="SB3 training steps")
-    parser.add_argument("--episodes", type=int, default=5, help="evaluation episodes")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int_at_least(1), default=50_000, help="SB3 training steps")
+    parser.add_argument("--episodes", type=int_at_least(1), default=5, help="evaluation episodes")
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--normalize", action="store_true", help="normalise the learned reward")
     parser.add_argument("--baseline", action="store_true",
                         help="also train the same agent on the true reward")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     set_num_threads(0)  # THEMIS_THREADS=N limits PyTorch's threads, as in the launchers
+    try:
+        device = get_device(args.device)
+    except ConfigError as e:
+        parser.error(f"--device: {e}")
 
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():
-        print(f"train_with_reward: {config_file} not found (is {args.run_dir} a Themis run dir?)",
+        print(f"train_with_reward: error: {config_file} not found (is {args.run_dir} a Themis "
+              "run dir?)", file=sys.stderr)
+        return 2
+    try:
+        cfg = yaml.safe_load(config_file.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        print(f"train_with_reward: error: {config_file} is not YAML ({str(e).splitlines()[0]})",
               file=sys.stderr)
         return 2
-    cfg = yaml.safe_load(config_file.read_text())
-    try:
-        reward_model = load_reward_model(args.run_dir, device=args.device)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"train_with_reward: {e}", file=sys.stderr)
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), str) for k in ("domain", "env")):
+        print(f"train_with_reward: error: {config_file} is not a Themis run config (no domain "
+              "and env in it)", file=sys.stderr)
         return 2
 
     def make(wrapped: bool) -> gym.Env:
@@ -97,17 +105,23 @@ def main(argv: list[str] | None = None) -> int:
         return LearnedRewardWrapper(env, reward_model, normalize=args.normalize) if wrapped \
             else env
 
+    try:
+        reward_model = load_reward_model(args.run_dir, device=device)
+        make(wrapped=True).close()  # the model fits the env
+    except (FileNotFoundError, ValueError) as e:  # ConfigError (unknown env) too
+        print(f"train_with_reward: error: {e}", file=sys.stderr)
+        return 2
     eval_env = make(wrapped=False)
     rows = []
     space = eval_env.action_space
     rows.append(("random policy", *true_return(eval_env, lambda _: space.sample(),
                                                args.episodes, 10_000)))
-    model = train_sb3(make(wrapped=True), args.steps, args.seed, args.device, "learned reward")
+    model = train_sb3(make(wrapped=True), args.steps, args.seed, device, "learned reward")
     rows.append((f"SB3 {type(model).__name__} on learned reward",
                  *true_return(eval_env, lambda o: model.predict(o, deterministic=True)[0],
                               args.episodes, 10_000)))
     if args.baseline:
-        base = train_sb3(make(wrapped=False), args.steps, args.seed, args.device, "true reward")
+        base = train_sb3(make(wrapped=False), args.steps, args.seed, device, "true reward")
         rows.append((f"SB3 {type(base).__name__} on true reward",
                      *true_return(eval_env, lambda o: base.predict(o, deterministic=True)[0],
                                   args.episodes, 10_000)))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 import torch
 
@@ -30,6 +33,9 @@ from themis.utils import ConfigError
     ("method=sruf", "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, surf"),
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
+    ("seed=-1", "seed=-1 is outside [0, 2147483647]"),
+    ("xplain_action=true xplain_action_dim=99", "xplain_action_dim=99 is not an action "
+                                                "dimension of HalfCheetah-v5"),
 ])
 def test_bad_command_line_exits_2_with_one_line(tmp_path, override, message):
     proc = launch("themis_train.sh", *override.split(" "), f"hydra.run.dir={tmp_path / 'run'}")
@@ -88,7 +94,7 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["human_teacher=true", "teacher_ui=web", "label_quality=vote"],
      "label_quality=vote is unknown; use none, filter or model"),
     (["feedback=ratings"], "feedback=ratings is unknown; use pairwise or rating"),
-    (["feedback=rating", "rating_classes=1"], "rating_classes=1 must be 2 … 9"),
+    (["feedback=rating", "rating_classes=1"], "rating_classes=1 is outside [2, 9]"),
     (["feedback=rating", "method=surf"], "feedback=rating does not take method=surf"),
     (["feedback=rating", "feed_type=1"], "feedback=rating does not take feed_type=1"),
     (["feedback=rating", "teacher=equal"], "does not take teacher_eps_equal=0.1"),
@@ -101,19 +107,47 @@ def test_unwritable_run_dir_is_refused_before_training(tmp_path):
     (["method=qpa", "domain=Box2d", "env=LunarLander-v3"], "use it with SAC (Box actions)"),
     (["reward_batch=lots"], "reward_batch=lots must be a positive integer or auto"),
     (["feed_type=1", "ensemble_size=1"], "needs ensemble_size >= 2 (got 1)"),
-    (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 must be in [0.5, 1.0]"),
+    (["method=surf", "surf.threshold_u=2"], "surf.threshold_u=2.0 is outside [0.5, 1]"),
     (["method=surf", "surf.crop_range=30"], "surf.crop_range=30 must be >= 0 and leave"),
     (["method=qpa", "segment=10"], "segment=10 is too short"),
-    (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 must be in [0.0, 1.0]"),
+    (["method=rime", "rime.flip_tau=-1"], "rime.flip_tau=-1.0 is outside [0, 1]"),
     (["method=mrn", "domain=Box2d", "env=LunarLander-v3"], "PPO has no Q-function"),
-    (["method=mrn", "mrn.meta_steps=0"], "mrn.meta_steps=0 must be at least 1"),
-    (["method=mrn", "mrn.outer_weight=-1"], "mrn.outer_weight=-1.0 must be in [0.0, inf]"),
+    (["method=mrn", "mrn.meta_steps=0"], "mrn.meta_steps=0 must be positive"),
+    (["method=mrn", "mrn.outer_weight=-1"], "mrn.outer_weight=-1.0 must be a number >= 0"),
     (["feedback=rating", "method=mrn", "feed_type=0"], "feedback=rating does not take method=mrn"),
 ])
 def test_bad_values_raise_config_errors_before_training(compose, tmp_path, overrides, message):
     with pytest.raises(ConfigError) as info:
         make_workspace(compose(overrides), tmp_path)
     assert message in str(info.value)
+    assert not (tmp_path / "train.csv").exists()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["seed=-1"], "seed=-1 is outside [0, 2147483647]"),
+    (["seed=99999999999999999999"], "seed=99999999999999999999 is outside [0, 2147483647]"),
+    (["sac.actor_update_frequency=0"], "sac.actor_update_frequency=0 must be positive"),
+    (["sac.critic_target_update_frequency=0"],
+     "sac.critic_target_update_frequency=0 must be positive"),
+    (["sac.init_temperature=-1"], "sac.init_temperature=-1.0 must be a positive number"),
+    (["xplain_state=true", "human_frame_size=100000"], "human_frame_size=100000 is outside "
+                                                        "[16, 4096]"),
+    (["replay_buffer_capacity=1000000000000"], "replay_buffer_capacity=1000000000000: a "
+                                               "ReplayBuffer of 1000000000000 steps needs"),
+    (["num_train_steps=1000000000000", "replay_buffer_capacity=0"],
+     "num_train_steps=1000000000000: a ReplayBuffer"),
+    (["xplain_state=true", "human_frame_capacity=100000000"], "human_frame_size=128: a ring of "
+                                                                "100000000 clip frames needs"),
+    (["xplain_action=true", "xplain_action_dim=99"],
+     "xplain_action_dim=99 is not an action dimension of HalfCheetah-v5 (0 … 5, or -1"),
+])
+def test_values_that_crashed_a_started_run_are_refused_before_training(compose, tmp_path,
+                                                                       overrides, message):
+    """Issue 33 item 11: each of these ended in a traceback (ValueError, ZeroDivisionError,
+    MemoryError, IndexError at the first clip) once training had begun."""
+    with pytest.raises(ConfigError) as info:
+        make_workspace(compose(overrides), tmp_path)
+    assert message in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "train.csv").exists()
 
 
@@ -187,6 +221,15 @@ def test_help_describes_every_key():
 @pytest.mark.parametrize("script,args,message", [
     ("label_server.py", ["RUN", "--port", "70000"], "--port 70000 is not a TCP port"),
     ("bench_throughput.py", ["--steps", "4000"], "must exceed PEBBLE's pretraining"),
+    ("inspect_reward.py", ["RUN", "--episodes", "-1"],
+     "inspect_reward: error: argument --episodes: -1 must be >= 1"),
+    ("inspect_reward.py", ["RUN", "--max-steps", "0"],
+     "inspect_reward: error: argument --max-steps: 0 must be >= 1"),
+    ("explain.py", ["RUN", "--clips", "-5"], "explain: error: argument --clips: -5 must be >= 1"),
+    ("merge_prefs.py", ["FILE", "RUN"], "merge_prefs: error: FILE is a file; the merged "
+                                        "dataset is a folder"),
+    ("train_with_reward.py", ["RUN", "--device", "tpu"],
+     "train_with_reward: error: --device: device='tpu' is not one of auto, cpu, cuda"),
 ])
 def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, message):
     import subprocess
@@ -194,9 +237,12 @@ def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, mess
 
     from tests.conftest import ROOT
 
-    argv = [str(tmp_path) if a == "RUN" else a for a in args]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    argv = [str(tmp_path) if a == "RUN" else str(a_file) if a == "FILE" else a for a in args]
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *argv],
                           capture_output=True, text=True, timeout=120)
+    message = message.replace("FILE", str(a_file))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -215,3 +261,222 @@ def test_a_taken_labeling_port_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("themis: error: ")
     assert "port taken" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["feedback=rating", "rating_k=nan"], "rating_k=nan must be a positive number"),
+    (["sac.critic_tau=nan"], "sac.critic_tau=nan is outside (0, 1]"),
+    (["method=rune", "rune.beta_init=nan"], "rune.beta_init=nan must be a number >= 0"),
+    (["sac.discount=2"], "sac.discount=2.0 is outside [0, 1]"),
+    (["reward_hidden_depth=-1"], "reward_hidden_depth=-1 must be >= 0"),
+    (["reward_lr=inf"], "reward_lr=inf must be a finite positive number"),
+    (["ppo.gamma=-0.5"], "ppo.gamma=-0.5 is outside [0, 1]"),
+    (["sac.log_std_min=3"], "sac.log_std_min=3.0 must be smaller than sac.log_std_max=2.0"),
+    (["PREFS_NAN"], "observations of pair 1 hold NaN or infinite values"),
+])
+def test_values_that_were_silently_accepted_are_refused(compose, tmp_path, overrides, message):
+    """Issue 33 item 12: each of these ran (some to exit 0 with NaN results)."""
+    if overrides == ["PREFS_NAN"]:  # a received dataset with a NaN observation
+        from themis.buffers import SegmentPairs
+        from themis.reward.dataset import PreferenceDataset
+
+        rng = np.random.default_rng(0)
+        obs = rng.standard_normal((2, 2, 20, 3), dtype=np.float32)
+        obs[1, 0, 5, 2] = np.nan
+        data = PreferenceDataset(2, 20, 3, 1)
+        data.add(SegmentPairs(obs, np.zeros((2, 2, 20, 1), np.float32),
+                              np.zeros((2, 2, 20), np.float32), np.zeros((2, 2), np.int64)),
+                 np.array([0.0, 1.0], np.float32))
+        data.save(tmp_path / "prefs")
+        overrides = ["domain=Classic", "env=Pendulum-v1", "segment=20", "max_feedback=0",
+                     f"prefs_path={tmp_path / 'prefs'}"]
+    with pytest.raises(ConfigError) as info:
+        make_workspace(compose(overrides), tmp_path / "run")
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "run" / "train.csv").exists()
+
+
+def test_every_numeric_key_has_its_range_in_the_one_table():
+    """Issue 33 item 12: a numeric key added to a config dataclass without a range in
+    themis.config.NUMERIC_KEYS fails here, so every number is checked for finiteness and range
+    in one place."""
+    import dataclasses
+    import typing
+
+    from themis.config import NUMERIC_KEYS, TrainConfig, compose
+
+    def numeric(cls: type, prefix: str = "") -> list[str]:
+        keys = []
+        for f in dataclasses.fields(cls):
+            kind = typing.get_type_hints(cls)[f.name]
+            if dataclasses.is_dataclass(kind):
+                keys += numeric(kind, f"{f.name}.")
+            elif kind in (int, float, int | None, float | None):
+                keys.append(prefix + f.name)
+        return keys
+
+    keys = numeric(TrainConfig)
+    assert len(keys) > 80 and set(keys) <= set(NUMERIC_KEYS), set(keys) - set(NUMERIC_KEYS)
+    assert set(NUMERIC_KEYS) - set(keys) == {"reward_batch"}  # typed Any: "auto" or a count
+    for name in ("train_themis", "pretrain_themis"):  # the shipped configs are in range
+        from themis.config import validate
+
+        validate(compose(name=name))
+
+
+@pytest.fixture(scope="module")
+def received_run(tmp_path_factory):
+    """A run folder as a finished run leaves it (config.yaml, checkpoints/agent.pt,
+    reward_model.pt, state.pt), made without training."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import TINY_PENDULUM
+    from themis.config import compose
+
+    run = tmp_path_factory.mktemp("received") / "run"
+    cfg = compose(TINY_PENDULUM)
+    ws = make_workspace(cfg, run)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    ws.save_checkpoints()
+    ws.maybe_checkpoint(force=True)
+    ws.logger.close()
+    return run
+
+
+def _craft(run, file: str, how: str) -> None:
+    """Replace ``run/checkpoints/<file>`` with a truncated or crafted one (plain data: every
+    crafted file here loads with weights_only=True)."""
+    from themis.checkpoint import save_checkpoint
+    from themis.reward.ensemble import RewardEnsemble
+
+    path = run / "checkpoints" / file
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[:300])
+    elif how == "list":
+        torch.save([1, 2, 3], path)
+    elif how == "huge-config":  # would allocate 3 x 10^12 floats if built as it says
+        torch.save({"model": {}, "config": {"obs_dim": 3, "action_dim": 1,
+                                            "hidden_dim": 10**6}}, path)
+    elif how == "unknown-argument":
+        ckpt = torch.load(path, weights_only=True)
+        torch.save({**ckpt, "config": {**ckpt["config"], "dropout": 0.5}}, path)
+    elif how == "other-weights":
+        ckpt = torch.load(path, weights_only=True)
+        other = RewardEnsemble(3, 1, 3, hidden_dim=16, hidden_depth=3)
+        torch.save({**ckpt, "model": other.state_dict()}, path)
+    elif how == "empty-agent":
+        torch.save({"agent": {"actor": 1}}, path)
+    elif how == "not-a-state":  # checksummed: it passes the integrity check
+        save_checkpoint({"step": 5, "env": "Pendulum-v1"}, path.parent)
+    elif how == "state-list":
+        save_checkpoint([1, 2, 3], path.parent)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entry,file,how,message", [
+    ("load_reward_model", "reward_model.pt", "truncated", "is not a readable PyTorch file"),
+    ("load_reward_model", "reward_model.pt", "list", "is not a Themis reward-model checkpoint"),
+    ("load_reward_model", "reward_model.pt", "huge-config", "its weights do not fit its config"),
+    ("load_reward_model", "reward_model.pt", "unknown-argument", "unexpected keyword argument"),
+    ("load_reward_model", "reward_model.pt", "other-weights", "its weights do not fit"),
+    ("inspect_reward.py", "reward_model.pt", "truncated", "is not a readable PyTorch file"),
+    ("inspect_reward.py", "agent.pt", "empty-agent", "agent.pt is not the agent of this run"),
+    ("explain.py", "reward_model.pt", "huge-config", "its weights do not fit its config"),
+    ("train_with_reward.py", "reward_model.pt", "other-weights", "its weights do not fit"),
+    ("resume", "state.pt", "not-a-state", "does not fit this run: 'episode' is missing"),
+    ("resume", "state.pt", "state-list", "is not a Themis checkpoint"),
+])
+def test_crafted_or_truncated_files_of_a_received_run_end_with_one_line(
+        compose, received_run, tmp_path, entry, file, how, message):
+    """Issue 33 item 13: these were tracebacks (load_reward_model bypassed safe_load)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, TINY_PENDULUM
+
+    run = tmp_path / "run"
+    shutil.copytree(received_run, run)
+    _craft(run, file, how)
+    if entry == "load_reward_model":
+        from themis.reward import load_reward_model
+
+        with pytest.raises(ValueError) as info:
+            load_reward_model(run)
+        text = str(info.value)
+    elif entry == "resume":
+        with pytest.raises(ConfigError) as info:
+            make_workspace(compose([*TINY_PENDULUM, "resume=true"]), run)
+        text = str(info.value)
+    else:
+        short = {"inspect_reward.py": ["--episodes", "1"], "explain.py": ["--steps", "100"],
+                 "train_with_reward.py": ["--steps", "1"]}[entry]
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / entry), str(run), *short],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env={**os.environ, "THEMIS_THREADS": "1"})
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        text = proc.stderr.strip()
+        assert text.startswith(f"{entry.removesuffix('.py')}: error: "), text
+    assert message in text and "\n" not in text, text
+
+
+@pytest.mark.parametrize("entry", ["resume", "inspect_reward.py"])
+def test_a_received_config_that_reads_the_environment_is_refused(received_run, tmp_path,
+                                                                 monkeypatch, entry):
+    """Issue 33 item 14: ${oc.env:SECRET} in a received config.yaml was resolved on resume and
+    the secret written into the run's config.yaml."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(received_run, run)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("human_labeler: ''",
+                                                 "human_labeler: ${oc.env:THEMIS_TEST_SECRET}"))
+    assert "oc.env" in config.read_text()
+    monkeypatch.setenv("THEMIS_TEST_SECRET", "hunter2")
+    if entry == "resume":
+        proc = launch("themis_train.sh", f"resume={run}")
+    else:
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / entry), str(run)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = proc.stderr.strip()
+    assert "\n" not in line and "human_labeler='${oc.env:THEMIS_TEST_SECRET}' calls the " \
+        "resolver oc.env" in line, line
+    assert "hunter2" not in config.read_text() + proc.stdout + proc.stderr
+    assert "hunter2" not in "".join(p.read_text(errors="replace") for p in run.rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_run_that_renders_with_pygame_stops_on_sigterm_and_ctrl_c(tmp_path, signal_name):
+    """Issue 33 item 15: SDL (pygame rendering of classic control and Box2D envs) took over
+    SIGTERM once it started, so `kill` and `timeout` did not stop a run that renders clips."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT, TINY_PENDULUM
+
+    run = tmp_path / "run"
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    env.pop("SDL_NO_SIGNAL_HANDLERS", None)
+    proc = subprocess.Popen(  # Ctrl-C in a terminal: SIGINT with Python's handler in place
+        [str(ROOT / "themis_train.sh"), *TINY_PENDULUM, "num_train_steps=50000",
+         "max_feedback=5000", "xplain_state=true", f"hydra.run.dir={run}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 180
+        while not any(run.rglob("*.mp4")):  # a clip was rendered: SDL has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.2)
+        proc.send_signal(getattr(signal, signal_name))
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"the run ignored {signal_name}")

@@ -379,6 +379,33 @@ def _edit_label(folder: Path, value: str) -> None:
     (folder / "labels.csv").write_text("\n".join(labels) + "\n")
 
 
+def _edit_labels_csv(folder: Path, drop: str) -> None:
+    labels = pd.read_csv(folder / "labels.csv")
+    labels.drop(columns=[drop]).to_csv(folder / "labels.csv", index=False)
+
+
+def _announce_elements(npz: Path, count: int) -> None:
+    """Rewrite the ``actions`` array's ``.npy`` header in ``npz`` to announce ``count`` rows
+    (the data stays as it is)."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(npz) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    raw = io.BytesIO(members["actions.npy"])
+    version = np.lib.format.read_magic(raw)
+    header = np.lib.format.read_array_header_1_0(raw) if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0(raw)
+    out = io.BytesIO()
+    np.lib.format.write_array_header_2_0(out, {"descr": np.lib.format.dtype_to_descr(header[2]),
+                                               "fortran_order": header[1],
+                                               "shape": (count, *header[0][1:])})
+    members["actions.npy"] = out.getvalue() + raw.read()
+    with zipfile.ZipFile(npz, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
 @pytest.mark.parametrize("tamper,message", [
     (lambda f: _edit_label(f, "nan"), r"label 'nan' in row 1; preference labels are 0, 0.5 or 1"),
     (lambda f: _edit_label(f, "7.0"), r"label '7.0' in row 1"),
@@ -391,8 +418,22 @@ def _edit_label(folder: Path, value: str) -> None:
     (lambda f: (f / "segments.npz").write_bytes(b"not a zip at all" * 10),
      "not a readable segment shard"),
     (lambda f: (f / "meta.json").write_text("{truncated"), "is not JSON"),
+    # issue 33 item 13: these were tracebacks
+    (lambda f: _edit_meta(f, format_version=[2]), r"field .format_version. is \[2\], not an "
+                                                  "integer >= 1"),
+    (lambda f: (f / "meta.json").write_text((f / "meta.json").read_text().replace(
+        '"format_version": 2', '"format_version": 1e999')), "field 'format_version' is inf"),
+    (lambda f: (f / "meta.json").write_text("[" * 100_000 + "]" * 100_000), "is not JSON"),
+    (lambda f: _edit_labels_csv(f, drop="label"), "column 'label' is missing"),
+    (lambda f: _edit_labels_csv(f, drop="labeler"), "column 'labeler' is missing"),
+    (lambda f: _edit_meta(f, shards=[["segments.npz", [0], 4]]), "shards must be a list of"),
+    (lambda f: _edit_meta(f, shards=[["segments.npz", 0, 4], "segments.npz"]),
+     "shards must be a list of"),
+    (lambda f: _announce_elements(f / "segments.npz", 10**12), "GiB of memory, more than"),
 ], ids=["nan-label", "label-7", "shard-outside", "shards-type", "no-num_pairs",
-        "obs_dim", "truncated-zip", "not-a-zip", "bad-json"])
+        "obs_dim", "truncated-zip", "not-a-zip", "bad-json", "version-list", "version-1e999",
+        "deep-json", "no-label-column", "no-labeler-column", "shard-list-in-row",
+        "shard-row-not-list", "npy-10**12"])
 def test_a_tampered_dataset_is_refused_with_one_line(tmp_path, tamper, message):
     folder = _saved_dataset(tmp_path / "prefs")
     (tmp_path / "outside.npz").write_bytes((folder / "segments.npz").read_bytes())

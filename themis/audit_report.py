@@ -28,6 +28,7 @@ from themis.audit import (
 )
 from themis.buffers import SegmentPairs
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.utils import ConfigError
 
 
 # ------------------------------------------------------------------------ reward model
@@ -166,14 +167,27 @@ def held_out_accuracy(data: PairwiseAnswers, flagged: set[str] | frozenset[str],
 # ------------------------------------------------------------------------ the report section
 def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
     """``(min_gold_answers, min_gold_accuracy)`` of a run: from its ``config.yaml`` (or
-    Hydra's ``.hydra/config.yaml``), else the defaults 5 and 0.7."""
+    Hydra's ``.hydra/config.yaml``), else the defaults 5 and 0.7.
+
+    Raises:
+        themis.utils.ConfigError: the file calls resolvers (``${oc.env:...}``; a received run
+            folder holds values only) or its values are not numbers.
+    """
     from omegaconf import OmegaConf
+
+    from themis.config import check_no_resolvers
 
     run = Path(run_dir)
     for path in (run / "config.yaml", run / ".hydra" / "config.yaml"):
         if path.is_file():
             cfg: Any = OmegaConf.load(path)
-            return int(cfg.get("min_gold_answers", 5)), float(cfg.get("min_gold_accuracy", 0.7))
+            check_no_resolvers(cfg, path)
+            try:
+                return int(cfg.get("min_gold_answers", 5)), \
+                    float(cfg.get("min_gold_accuracy", 0.7))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{path}: min_gold_answers or min_gold_accuracy is not a "
+                                  f"number ({e})") from None
     return 5, 0.7
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from themis.framestack import stacked
+from themis.utils import check_memory
 
 
 class NoSegmentsError(ValueError):
@@ -80,6 +81,8 @@ class EpisodeStore:
 
     Raises:
         ValueError: a non-positive capacity, or a frame stack that does not fit ``obs_shape``.
+        MemoryError: the arrays would not fit in this machine's memory
+            (:func:`themis.utils.check_memory`).
     """
 
     store_next_obs = False
@@ -92,6 +95,10 @@ class EpisodeStore:
         if frame_stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != frame_stack):
             raise ValueError(f"frame_stack={frame_stack} needs observations (frame_stack, ...) "
                              f"(got {obs_shape}) in an EpisodeStore")
+        obs_bytes = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
+        per_step = (obs_bytes // frame_stack + 8 if frame_stack > 1 else obs_bytes) \
+            + (obs_bytes if self.store_next_obs else 0) + 4 * action_dim + 3 * 4 + 2 * 8
+        check_memory(f"a {type(self).__name__} of {capacity} steps", capacity * per_step)
         self.capacity = capacity
         self.device = device
         self.obs_shape = tuple(obs_shape)

@@ -84,6 +84,22 @@ def safe_load(path: str | Path, map_location: Any = "cpu") -> Any:
                               ) from None
 
 
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,
+             OverflowError)
+"""What restoring from plain data that Themis did not write raises (a crafted or replaced
+``state.pt``, snapshot, ``agent.pt`` or ``reward_model.pt`` that :func:`safe_load` read):
+a missing key, a wrong type, a tensor of another shape."""
+
+
+def describe(error: BaseException) -> str:
+    """One line for an error of :data:`MALFORMED`: ``'agent' is missing`` for a ``KeyError``,
+    else the error's first line (at most 200 characters)."""
+    if isinstance(error, KeyError) and error.args:
+        return f"{error.args[0]!r} is missing"
+    text = str(error).strip().splitlines()
+    return (f"{type(error).__name__}: {text[0]}" if text else type(error).__name__)[:200]
+
+
 class CheckpointError(RuntimeError):
     """No usable checkpoint in a run dir."""
 

@@ -7,6 +7,7 @@ config, before anything runs. :func:`validate` then checks values and combinatio
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,6 +244,140 @@ class TrainConfig:
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 
 
+# ---------------------------------------------------------------- numeric keys: one table
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric config key takes: finite, in ``[lo, hi]`` (``(`` or ``)`` where
+    ``lo_open`` / ``hi_open``); ``hi = inf`` means no upper bound (the value stays finite)."""
+
+    lo: float = -INF
+    hi: float = INF
+    lo_open: bool = False
+    hi_open: bool = False
+    text: str = ""
+    """A rule in words that replaces the generic one (e.g. a TCP port)."""
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` is finite and inside the range."""
+        if not math.isfinite(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def rule(self, value: float) -> str:
+        """What a wrong ``value`` is told, e.g. ``must be positive`` or ``is outside [0, 1]``."""
+        if self.text:
+            return self.text
+        def shown(bound: float) -> str:
+            return str(int(bound)) if math.isfinite(bound) and bound == int(bound) else \
+                f"{bound:g}"
+
+        finite = "finite " if math.isinf(value) else ""  # NaN is no number at all
+        if self.hi == INF:
+            if self.lo == -INF:
+                return "must be a finite number"
+            if isinstance(value, int):
+                return "must be positive" if self.lo == 1 else f"must be >= {shown(self.lo)}"
+            if self.lo == 0 and self.lo_open:
+                return f"must be a {finite}positive number"
+            return f"must be a {finite}number {'>' if self.lo_open else '>='} {shown(self.lo)}"
+        return f"is outside {'(' if self.lo_open else '['}{shown(self.lo)}, {shown(self.hi)}" \
+               f"{')' if self.hi_open else ']'}"
+
+
+POSITIVE = Range(1)
+"""Counts, sizes and frequencies (integers >= 1)."""
+NON_NEGATIVE = Range(0)
+"""Counts that may be 0, and weights >= 0."""
+POSITIVE_REAL = Range(0, lo_open=True)
+"""Learning rates, temperatures, sharpness: > 0 and finite."""
+UNIT = Range(0, 1)
+"""Probabilities, fractions, discounts."""
+
+NUMERIC_KEYS: dict[str, Range] = {
+    # experiment
+    "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
+    "torch_threads": NON_NEGATIVE,
+    # schedule
+    "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
+    "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
+    "entropy_pool_size": POSITIVE, "reset_update": NON_NEGATIVE,
+    # preference learning
+    "num_interact": POSITIVE, "max_feedback": NON_NEGATIVE, "reward_batch": POSITIVE,
+    "segment": POSITIVE, "large_batch": POSITIVE, "query_pool_episodes": POSITIVE,
+    "ensemble_size": POSITIVE, "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
+    "reward_train_batch": POSITIVE, "reward_hidden_dim": POSITIVE,
+    "reward_hidden_depth": NON_NEGATIVE,
+    # teacher
+    "teacher_beta": Range(-1, text="must be -1 (perfectly rational) or a finite number > 0"),
+    "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
+    "teacher_eps_skip": UNIT, "teacher_eps_equal": UNIT,
+    "label_port": Range(0, 65535, text="is not a TCP port; use 1-65535, or 0 for any free port"),
+    "labelers": NON_NEGATIVE, "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
+    "rating_k": POSITIVE_REAL, "min_labels_before_training": NON_NEGATIVE,
+    "gold_fraction": UNIT, "min_gold_accuracy": UNIT, "min_gold_answers": POSITIVE,
+    "human_frame_size": Range(16, 4096), "human_frame_capacity": POSITIVE,
+    "clip_fps": Range(1, 240), "xplain_action_dim": Range(-1), "xplain_top_k": POSITIVE,
+    "xplain_clips_per_round": NON_NEGATIVE,
+    # evaluation, logging, snapshots
+    "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
+    "checkpoint_frequency": POSITIVE,
+    # methods
+    "surf.threshold_u": Range(0.5, 1), "surf.lambda_u": NON_NEGATIVE, "surf.mu": POSITIVE,
+    "surf.inv_label_ratio": POSITIVE, "surf.crop_range": NON_NEGATIVE,
+    "surf.max_unlabelled": POSITIVE,
+    "rune.beta_init": NON_NEGATIVE, "rune.beta_decay": UNIT,
+    "qpa.recent_episodes": POSITIVE, "qpa.her_ratio": UNIT, "qpa.data_aug_ratio": POSITIVE,
+    "rime.threshold_alpha": NON_NEGATIVE, "rime.beta_init": NON_NEGATIVE,
+    "rime.beta_min": NON_NEGATIVE, "rime.beta_decay_epochs": POSITIVE, "rime.flip_tau": UNIT,
+    "rime.warm_start_steps": NON_NEGATIVE,
+    "mrn.meta_steps": POSITIVE, "mrn.outer_weight": NON_NEGATIVE,
+    # agents
+    "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
+    "sac.discount": UNIT, "sac.actor_lr": POSITIVE_REAL, "sac.critic_lr": POSITIVE_REAL,
+    "sac.alpha_lr": POSITIVE_REAL, "sac.init_temperature": POSITIVE_REAL,
+    "sac.critic_tau": Range(0, 1, lo_open=True), "sac.actor_update_frequency": POSITIVE,
+    "sac.critic_target_update_frequency": POSITIVE, "sac.log_std_min": Range(),
+    "sac.log_std_max": Range(),
+    "ppo.hidden_dim": POSITIVE, "ppo.hidden_depth": NON_NEGATIVE, "ppo.num_envs": POSITIVE,
+    "ppo.num_steps": POSITIVE, "ppo.learning_rate": POSITIVE_REAL, "ppo.gamma": UNIT,
+    "ppo.gae_lambda": UNIT, "ppo.num_minibatches": POSITIVE, "ppo.update_epochs": POSITIVE,
+    "ppo.clip_coef": POSITIVE_REAL, "ppo.ent_coef": NON_NEGATIVE, "ppo.vf_coef": NON_NEGATIVE,
+    "ppo.max_grad_norm": POSITIVE_REAL,
+}
+"""Every numeric key of the train/pretrain config and its method and agent groups, with the
+values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,
+checked by :func:`themis.sampling.resolve_feed_type`). A key of ``None`` (a default left to
+Themis) is not checked."""
+
+
+def check_numbers(cfg: Any) -> None:
+    """Every key of :data:`NUMERIC_KEYS`: finite (no NaN, no inf) and inside its range, and the
+    numeric combinations that must hold (``sac.log_std_min < sac.log_std_max``, a PPO rollout
+    that fills its minibatches).
+
+    Raises:
+        ConfigError: ``KEY=VALUE`` and the rule it breaks, for the first key that breaks one.
+    """
+    for key, allowed in NUMERIC_KEYS.items():
+        value: Any = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is not None and not allowed.holds(value):
+            raise ConfigError(f"{key}={value} {allowed.rule(value)}")
+    if cfg.sac.log_std_min >= cfg.sac.log_std_max:
+        raise ConfigError(f"sac.log_std_min={cfg.sac.log_std_min} must be smaller than "
+                          f"sac.log_std_max={cfg.sac.log_std_max}")
+    if cfg.ppo.num_minibatches > cfg.ppo.num_envs * cfg.ppo.num_steps:
+        raise ConfigError(f"ppo.num_minibatches={cfg.ppo.num_minibatches} is more than the "
+                          f"{cfg.ppo.num_envs * cfg.ppo.num_steps} transitions of a rollout "
+                          "(ppo.num_envs * ppo.num_steps)")
+
+
 def frame_size(cfg: Any) -> int:
     """``human_frame_size``, or its default: 256 px when a person labels, else 128."""
     return int(cfg.human_frame_size or (256 if cfg.human_teacher else 128))
@@ -273,6 +408,103 @@ def resume_target(value: object) -> str | None:
     if text.lower() in ("", "false", "0", "no", "none", "null"):
         return None
     return "here" if text.lower() in ("true", "1", "yes") else text
+
+
+# ---------------------------------------------------------------- configs from elsewhere
+def resolver_calls(text: str) -> list[str]:
+    """Names of the OmegaConf resolvers a string calls when resolved (``${oc.env:HOME}`` →
+    ``["oc.env"]``; plain references such as ``${segment}`` and escaped ``\\${...}`` call
+    none).
+
+    Raises:
+        ValueError: the string is no valid OmegaConf value (a broken interpolation).
+    """
+    if "${" not in text:
+        return []
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    try:
+        tree = parse(text, parser_rule="configValue", lexer_mode="DEFAULT_MODE")
+    except GrammarParseError as e:
+        raise ValueError(str(e).splitlines()[0]) from None
+    names, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
+            names.append(node.resolverName().getText())
+        todo += getattr(node, "children", None) or []
+    return names
+
+
+def check_no_resolvers(cfg: Any, where: str | Path) -> None:
+    """Refuse a received config (a run's ``config.yaml`` from someone else) whose values call
+    resolvers: ``${oc.env:SECRET}``, or any resolver registered in this process, could read
+    this machine's environment or files into the run (and its saved config). Configs Themis
+    writes hold resolved values only.
+
+    Args:
+        cfg: the config as loaded, unresolved (``OmegaConf.load``).
+        where: the file, for the message.
+
+    Raises:
+        ConfigError: the first value that calls a resolver, or is a broken interpolation.
+    """
+    from omegaconf import OmegaConf
+
+    def visit(node: Any, key: str) -> None:
+        if isinstance(node, dict | list):
+            for k, value in node.items() if isinstance(node, dict) else enumerate(node):
+                visit(value, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, str):
+            try:
+                calls = resolver_calls(node)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {key}={node!r} is a broken interpolation ({e})"
+                                  ) from None
+            if calls:
+                raise ConfigError(f"{where}: {key}={node!r} calls the resolver {calls[0]}; a "
+                                  "received config may hold values only (it could read this "
+                                  "machine's environment or files): write the value itself")
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {getattr(e, 'full_key', '') or 'a value'} is a broken "
+                          f"interpolation ({str(e).splitlines()[0]})") from None
+    visit(plain, "")
+
+
+def load_received_config(path: str | Path) -> DictConfig:
+    """A run's ``config.yaml`` as the schema reads it, refusing what a crafted file could do:
+    resolver calls (:func:`check_no_resolvers`), no YAML mapping, keys or types the schema does
+    not know.
+
+    Raises:
+        ConfigError: one line naming the file and the problem.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        raw = OmegaConf.load(path)
+    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{path} is not a readable YAML config ({first})") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
+    check_no_resolvers(raw, path)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or "a value"
+        raise ConfigError(f"{path}: {key}: {str(e).splitlines()[0]}") from None
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def compose(overrides: list[str] | None = None, name: str = "train_themis",
@@ -313,29 +545,13 @@ def validate(cfg: Any) -> None:
         cfg.reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    positive = ["num_train_steps", "topK", "entropy_pool_size", "num_interact",
-                "reward_batch", "segment", "large_batch", "ensemble_size", "reward_update",
-                "reward_train_batch", "reward_hidden_dim", "eval_frequency",
-                "num_eval_episodes", "log_frequency", "query_pool_episodes",
-                "checkpoint_frequency"]
-    for key in positive:
-        if getattr(cfg, key) <= 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
+    check_numbers(cfg)
     try:
         parse_threads(cfg.torch_threads)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.precision not in PRECISIONS:
         raise ConfigError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
-    for key in ["num_seed_steps", "num_unsup_steps", "reset_update", "replay_buffer_capacity",
-                "max_feedback"]:
-        if getattr(cfg, key) < 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
-    for key, value in (("reward_lr", cfg.reward_lr), ("sac.actor_lr", cfg.sac.actor_lr),
-                       ("sac.critic_lr", cfg.sac.critic_lr), ("sac.alpha_lr", cfg.sac.alpha_lr),
-                       ("ppo.learning_rate", cfg.ppo.learning_rate)):
-        if not value > 0 or value == float("inf"):  # also NaN and inf
-            raise ConfigError(f"{key}={value} must be a positive number")
     if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
         raise ConfigError(
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
@@ -356,12 +572,6 @@ def validate(cfg: Any) -> None:
                                 cfg.teacher_eps_skip, cfg.teacher_eps_equal)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("human_frame_size", "human_frame_capacity"):
-        if getattr(cfg, key) is not None and getattr(cfg, key) <= 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
-    for key in ("clip_fps", "xplain_top_k"):
-        if getattr(cfg, key) <= 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     check_methods(cfg)
     if cfg.teacher_thres_schedule not in ("themis", "bpref"):
         raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
@@ -370,12 +580,6 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
     check_crowd(cfg)
     check_rating(cfg)
-    if not 0 <= cfg.label_port <= 65535:
-        raise ConfigError(f"label_port={cfg.label_port} is not a TCP port; use 1-65535, or 0 "
-                          "for any free port")
-    for key in ("labelers", "min_labels_before_training"):
-        if getattr(cfg, key) < 0:
-            raise ConfigError(f"{key}={getattr(cfg, key)} must be >= 0")
     if cfg.human_teacher and cfg.teacher_ui == "web":
         from ipaddress import ip_address
 
@@ -393,8 +597,6 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
     if cfg.xplain_baseline not in ("zeros", "mean"):
         raise ConfigError(f"xplain_baseline={cfg.xplain_baseline} is unknown; use zeros or mean")
-    if cfg.xplain_clips_per_round < 0:
-        raise ConfigError(f"xplain_clips_per_round={cfg.xplain_clips_per_round} must be >= 0")
     for key in ("human_teacher", "collect_prefs_only", "xplain_action", "xplain_state"):
         if getattr(cfg, key) and not cfg.learn_reward:
             raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
@@ -410,10 +612,3 @@ def validate(cfg: Any) -> None:
                               "human_piped=true")
     if cfg.agent not in AGENTS:
         raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
-    ppo = cfg.ppo
-    for key in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "hidden_dim"):
-        if getattr(ppo, key) <= 0:
-            raise ConfigError(f"ppo.{key}={getattr(ppo, key)} must be positive")
-    for key in ("hidden_dim", "batch_size"):
-        if getattr(cfg.sac, key) <= 0:
-            raise ConfigError(f"sac.{key}={getattr(cfg.sac, key)} must be positive")

@@ -30,6 +30,12 @@ from themis.suites import (  # DeepMind Control and Meta-World adapters
 )
 from themis.utils import ConfigError
 
+# SDL (pygame: the rendering of classic control and Box2D envs) takes over SIGINT and SIGTERM
+# when it starts and turns them into window events nobody reads, so `kill`, `timeout` and
+# Ctrl-C would not stop a run that renders clips. With this hint (read when SDL starts) the
+# signals keep Python's handlers; a value set by the user wins.
+os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
+
 log = logging.getLogger(__name__)
 _seen_mujoco_warnings: set[str] = set()
 

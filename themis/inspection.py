@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 from scipy import stats as scipy_stats
 
 from themis.audit_report import labels_section
@@ -263,9 +262,11 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
         themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
+        ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
+            truncated or replaced file).
     """
-    from themis.checkpoint import safe_load
-    from themis.config import TrainConfig
+    from themis.checkpoint import MALFORMED, describe, safe_load
+    from themis.config import load_received_config
     from themis.reward import load_reward_model
     from themis.train import make_workspace
 
@@ -274,15 +275,18 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     for needed in (run / "config.yaml", ckpt / "agent.pt"):
         if not needed.is_file():
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(run / "config.yaml"))
-    assert isinstance(cfg, DictConfig)
+    cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
     cfg.replay_buffer_capacity = max(1000, cfg.segment)  # no training here: a small buffer
     for key, value in overrides.items():
         setattr(cfg, key, value)
     ws = make_workspace(cfg, Path(out_dir) if out_dir else run / "inspection")
     state = safe_load(ckpt / "agent.pt", ws.device)
-    ws.agent.load_state_dict(state["agent"])
+    try:
+        ws.agent.load_state_dict(state["agent"])
+    except MALFORMED as e:
+        raise ValueError(f"{ckpt / 'agent.pt'} is not the agent of this run ({describe(e)})"
+                         ) from None
     if (ckpt / "reward_model.pt").is_file():
         ws.reward_model = load_reward_model(ckpt / "reward_model.pt", ws.device)
     return ws

@@ -164,8 +164,10 @@ def threads_per_job(cfg: DictConfig) -> int | str:
 
 def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     """The run dir and config of a resumed run: the run's saved ``config.yaml`` with this
-    command line's overrides (other than ``resume`` and ``hydra.*``) on top."""
-    from themis.config import TrainConfig
+    command line's overrides (other than ``resume`` and ``hydra.*``) on top. A saved config
+    that calls resolvers (``${oc.env:...}``) or does not fit the schema ends the program with
+    one line (:func:`themis.config.load_received_config`)."""
+    from themis.config import load_received_config
 
     target = resume_target(cfg.resume)
     if target not in (None, "here"):
@@ -186,7 +188,11 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     on_top = OmegaConf.create()
     for key in keys:
         OmegaConf.update(on_top, key, OmegaConf.select(cfg, key), force_add=True)
-    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved), on_top)
+    try:  # a received run folder: values only, no ${oc.env:...} (it would be written back)
+        received = load_received_config(saved)
+    except ConfigError as e:
+        fail(f"resume: {e}")
+    merged = OmegaConf.merge(received, on_top)
     merged.resume = "true"
     assert isinstance(merged, DictConfig)
     return out, merged

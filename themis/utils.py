@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -46,6 +49,59 @@ def get_device(device: str = "auto") -> torch.device:
             )
         return torch.device(device)
     raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
+
+
+def memory_limit() -> int | None:
+    """Bytes of memory this process may use: the machine's physical memory, or its cgroup's
+    limit when lower (a container); ``None`` where neither can be read."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for cgroup in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):  # "max": no limit (ValueError)
+            limits.append(int(Path(cgroup).read_text().strip()))
+    return min(limits) if limits else None
+
+
+def check_memory(what: str, nbytes: int) -> None:
+    """Refuse an allocation that cannot fit in :func:`memory_limit` before it is tried (with
+    memory overcommit the allocation itself may succeed and the process be killed later).
+
+    Args:
+        what: what the memory is for, e.g. ``"a replay buffer of 1000000 steps"``.
+        nbytes: bytes it needs.
+
+    Raises:
+        MemoryError: ``nbytes`` is more than the memory this process may use.
+    """
+    limit = memory_limit()
+    if limit is not None and nbytes > limit:
+        raise MemoryError(f"{what} needs {nbytes / 2**30:,.1f} GiB of memory, more than the "
+                          f"{limit / 2**30:,.1f} GiB of this machine")
+
+class ScriptParser(argparse.ArgumentParser):
+    """The scripts' ``argparse.ArgumentParser``: a bad argument ends with one line,
+    ``PROG: error: MESSAGE``, and exit code 2 (argparse prints its usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` on stderr and exit with code 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer ``>= minimum`` (argparse names the argument when it
+    is not)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+    return parse
 
 
 def set_num_threads(num_threads: int) -> None:

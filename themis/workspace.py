@@ -22,8 +22,10 @@ from themis.agents import Agent
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
+    MALFORMED,
     CheckpointError,
     UnsafeFileError,
+    describe,
     load_checkpoint,
     rng_states,
     safe_load,
@@ -48,7 +50,7 @@ from themis.logger import Logger, plot_learning_curve
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
-from themis.utils import ConfigError, get_device, save_durably, set_seed_everywhere
+from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
 
@@ -115,6 +117,11 @@ class Workspace:
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
             else int(np.prod(action_space.shape or ()))
+        if cfg.xplain_action and not self.discrete \
+                and not -1 <= cfg.xplain_action_dim < self.action_dim:
+            raise ConfigError(f"xplain_action_dim={cfg.xplain_action_dim} is not an action "
+                              f"dimension of {self.env_id} (0 … {self.action_dim - 1}, or -1 "
+                              "for the norm of the action)")
 
         # --- PyTorch threads (themis/threads.py: the measured rule, 1 while the cores are shared)
         net = cfg.sac if driver.NAME == "sac" else cfg.ppo
@@ -131,7 +138,11 @@ class Workspace:
 
         # --- agent, store, intrinsic reward
         self.agent = driver.make_agent(self)
-        self.buffer = driver.store(self)
+        try:  # a store too big for this machine ends the run here, not hours later
+            self.buffer = driver.store(self)
+        except MemoryError as e:
+            key = "replay_buffer_capacity" if cfg.replay_buffer_capacity else "num_train_steps"
+            raise ConfigError(f"{key}={getattr(cfg, key)}: {e}; lower {key}") from None
         # state entropy of pixels and grids: k-NN in a fixed random encoder's features (RE3)
         self.feature_encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
@@ -139,6 +150,13 @@ class Workspace:
                                                 encoder=self.feature_encoder)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
+        if self.needs_frames:  # square frames, at the least
+            try:
+                check_memory(f"a ring of {frame_capacity(cfg)} clip frames",
+                             frame_capacity(cfg) * frame_size(cfg) ** 2 * 3)
+            except MemoryError as e:
+                raise ConfigError(f"human_frame_size={frame_size(cfg)}: {e}; lower "
+                                  "human_frame_size or human_frame_capacity") from None
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
                                  frame_size(cfg)) if self.needs_frames else None
         web = make_label_store(self)
@@ -164,6 +182,7 @@ class Workspace:
         self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
         self.start_time = time.time()
 
+        self.checkpoint_path: Path | None = None  # the checkpoint resumed from
         resume_state = self.read_checkpoint() if cfg.resume else None
         if resume_state is not None:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
@@ -174,9 +193,10 @@ class Workspace:
         if resume_state is not None:
             try:
                 self.load_state_dict(resume_state)
-            except ValueError as e:  # e.g. a checkpoint of other observation/action shapes
+            except MALFORMED as e:  # other observation/action shapes, a crafted state.pt
                 self.logger.close()
-                raise ConfigError(f"resume: the checkpoint does not fit this run: {e}") from None
+                raise ConfigError(f"resume: the checkpoint {self.checkpoint_path} does not fit "
+                                  f"this run: {describe(e)}") from None
             self.logger.info(f"resumed from {self.run_dir / 'checkpoints'} at step {self.step} "
                              f"({self.total_feedback} queries asked)", "cyan")
         elif cfg.pretrained_snapshot:
@@ -385,9 +405,13 @@ class Workspace:
                         f"scripts/store_to_prefs.py {self.run_dir} DIR writes them as a "
                         "preference dataset, and a new run with prefs_path=DIR keeps them")
             raise ConfigError(f"resume: {e}{hint}") from None
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ConfigError(f"resume: {path} is not a Themis checkpoint (no step counter in "
+                              "it); was it replaced?")
         if state.get("env") != self.env_id:
             raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, "
                               f"not {self.env_id}")
+        self.checkpoint_path = path
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -443,16 +467,16 @@ class Workspace:
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")
-        try:
+        try:  # other shapes, or a crafted file that is plain data but not a snapshot
             self.agent.load_state_dict(snap["agent"])
             self.buffer.load_state_dict(snap["buffer"])
-        except ValueError as e:
-            raise ConfigError(f"pretrained_snapshot={path}: {e}") from None
-        self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
-        self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
-        self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
-        self.step = int(snap["step"])
-        self.episode = int(snap["episode"]) + 1
+            self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+            self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
+            self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
+            self.step = int(snap["step"])
+            self.episode = int(snap["episode"]) + 1
+        except MALFORMED as e:
+            raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
 
     def finish(self) -> None:

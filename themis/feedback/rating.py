@@ -101,10 +101,6 @@ def check_rating(cfg: Any) -> None:
         raise ConfigError(f"feedback={cfg.feedback} is unknown; use pairwise or rating")
     if cfg.feedback != "rating":
         return
-    if not 2 <= cfg.rating_classes <= 9:
-        raise ConfigError(f"rating_classes={cfg.rating_classes} must be 2 … 9 (one key each)")
-    if cfg.rating_k <= 0:
-        raise ConfigError(f"rating_k={cfg.rating_k} must be positive")
     refused = [("feed_type", cfg.feed_type not in (0, "uniform"),
                 "segments to rate are cut uniformly: the samplers score pairs"),
                ("method", cfg.surf.enabled or cfg.rime.enabled or cfg.qpa.enabled

@@ -17,7 +17,7 @@ import torch
 
 from themis.buffers import SegmentPairs
 from themis.framestack import stacked, stacked_tensor, unstack
-from themis.utils import replace_durably
+from themis.utils import check_memory, replace_durably
 
 FORMAT_NAME = "themis-preferences"
 FORMAT_VERSION = 4
@@ -43,6 +43,22 @@ def _atomic(path: Path) -> Iterator[IO[bytes]]:
         f.flush()
         os.fsync(f.fileno())
     replace_durably(tmp, path)
+
+
+def _announced_bytes(archive: zipfile.ZipFile, key: str) -> int:
+    """Bytes the array ``key`` of an ``.npz`` archive says it holds (its ``.npy`` header, read
+    without loading the array: a crafted header may announce 10¹² elements).
+
+    Raises:
+        KeyError: no such array.
+        ValueError: not an ``.npy`` header.
+    """
+    with archive.open(f"{key}.npy") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return int(np.prod(shape, dtype=object)) * dtype.itemsize
 
 
 class PreferenceDataset:
@@ -285,8 +301,8 @@ class PreferenceDataset:
 
         Raises:
             FileNotFoundError: ``path`` holds no ``meta.json``.
-            ValueError: not a Themis preference dataset, a newer format version, or files that
-                disagree with ``meta.json``.
+            ValueError: not a Themis preference dataset, a newer format version, files that
+                disagree with ``meta.json``, or segments with NaN or infinite values.
         """
         path = Path(path)
         meta_file = path / "meta.json"
@@ -294,28 +310,36 @@ class PreferenceDataset:
             raise FileNotFoundError(f"{path} is not a preference dataset (no meta.json)")
         try:
             meta = json.loads(meta_file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{meta_file} is not JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ValueError(f"{meta_file} is not JSON Themis reads ({e})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise ValueError(f"{path}: meta.json format is "
                              f"{meta.get('format') if isinstance(meta, dict) else None!r}, "
                              f"not {FORMAT_NAME!r}")
-        version = int(meta.get("format_version", -1))
+
+        def whole(key: str, low: int, default: int | None = None) -> int:
+            value = meta.get(key, default)
+            if value is None:
+                raise ValueError(f"{meta_file}: field {key!r} is missing")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{meta_file}: field {key!r} is {repr(value)[:40]}, not an "
+                                 f"integer >= {low}")
+            return value
+
+        version = whole("format_version", 1, default=1)
         if version > FORMAT_VERSION:
             raise ValueError(f"{path} has preference format_version {version}; this Themis reads "
                              f"versions up to {FORMAT_VERSION}: upgrade Themis to load it")
-        try:
-            n, segment = int(meta["num_pairs"]), int(meta["segment"])
-            obs_dim, action_dim = int(meta["obs_dim"]), int(meta["action_dim"])
-            frame_stack = int(meta.get("frame_stack", 1))
-            classes = int(meta.get("rating_classes", 0))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{meta_file}: field {e} is missing or not a number") from None
+        n, segment = whole("num_pairs", 0), whole("segment", 1)
+        obs_dim, action_dim = whole("obs_dim", 1), whole("action_dim", 1)
+        frame_stack, classes = whole("frame_stack", 1, 1), whole("rating_classes", 0, 0)
         shards = meta.get("shards") or [["segments.npz", 0, n]]
         if not isinstance(shards, list) or not all(
-                isinstance(sh, list | tuple) and len(sh) == 3 and isinstance(sh[0], str)
-                for sh in shards):
-            raise ValueError(f"{meta_file}: field shards must be a list of [file, first, end]")
+                isinstance(sh, list) and len(sh) == 3 and isinstance(sh[0], str)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in sh[1:])
+                and 0 <= sh[1] <= sh[2] for sh in shards):
+            raise ValueError(f"{meta_file}: field shards must be a list of [file, first, end] "
+                             "(end >= first >= 0)")
         parts: dict[str, list[np.ndarray]] = {"observations": [], "actions": [],
                                               "true_rewards": []}
         for name, lo, hi in shards:
@@ -328,8 +352,10 @@ class PreferenceDataset:
                     for key, chunks in parts.items():
                         stored = "frames" if key == "observations" and "frames" in arrays \
                             else key
+                        check_memory(f"its {stored}", _announced_bytes(arrays.zip, stored))
                         chunks.append(arrays[stored][: min(int(hi), n) - int(lo)])
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError,
+                    MemoryError) as e:
                 raise ValueError(f"{path / name}: not a readable segment shard ({e})") from None
         obs, act, true = (np.concatenate(parts[k]) for k in parts)
         width = 1 if classes else 2
@@ -345,8 +371,21 @@ class PreferenceDataset:
                 raise ValueError(f"{path}: {field} in the segment shards have shape "
                                  f"{array.shape[1:]}, but meta.json says segment={segment}, "
                                  f"obs_dim={obs_dim}, action_dim={action_dim}")
-        labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str, "answers": str},
-                             keep_default_na=False).iloc[:n]
+        for field, array in (("observations", obs), ("actions", act), ("true_rewards", true)):
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                row = int(np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))[0])
+                raise ValueError(f"{path}: {field} of pair {row} hold NaN or infinite values; "
+                                 "a reward model cannot learn from them")
+        try:
+            labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str, "answers": str},
+                                 keep_default_na=False).iloc[:n]
+        except ValueError as e:  # pandas' parser errors, bytes that are not text
+            raise ValueError(f"{path / 'labels.csv'}: not a labels table "
+                             f"({str(e).strip().splitlines()[0] if str(e).strip() else e!r})"
+                             ) from None
+        missing = [c for c in ("label", "labeler") if c not in labels.columns]
+        if missing:
+            raise ValueError(f"{path / 'labels.csv'}: column {missing[0]!r} is missing")
         if len(obs) < n or len(labels) < n:
             raise ValueError(f"{path}: meta.json promises {n} pairs, segments.npz has "
                              f"{len(obs)} and labels.csv {len(labels)}")

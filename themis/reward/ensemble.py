@@ -17,6 +17,7 @@ from torch import nn
 
 from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
+from themis.checkpoint import MALFORMED, describe, safe_load
 from themis.precision import autocast
 from themis.utils import save_durably
 
@@ -182,7 +183,9 @@ def load_reward_model(path: str | Path, device: str | torch.device = "cpu") -> R
 
     Raises:
         FileNotFoundError: no checkpoint at ``path``.
-        ValueError: the file is not a Themis reward-model checkpoint.
+        ValueError: the file is not a Themis reward-model checkpoint: not a PyTorch file, one
+            that needs more than plain tensors to load (:class:`themis.checkpoint.UnsafeFileError`;
+            it is never unpickled), or weights that do not fit its recorded config.
     """
     path = Path(path)
     if path.is_dir():
@@ -190,11 +193,24 @@ def load_reward_model(path: str | Path, device: str | torch.device = "cpu") -> R
     if not path.is_file():
         raise FileNotFoundError(f"no reward-model checkpoint at {path} (expected a run dir or "
                                 "checkpoints/reward_model.pt)")
-    ckpt = torch.load(path, map_location=device, weights_only=True)
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+    ckpt = safe_load(path)  # a file someone sent: plain tensors only
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict) \
+            or not isinstance(ckpt.get("config"), dict):
         raise ValueError(f"{path} is not a Themis reward-model checkpoint")
-    model = RewardEnsemble(**ckpt["config"]).to(device)
-    model.load_state_dict(ckpt["model"])
+    config, weights = ckpt["config"], ckpt["model"]
+    try:
+        with torch.device("meta"):  # shapes only: a crafted config allocates nothing
+            wanted = RewardEnsemble(**config).state_dict()
+        if set(wanted) != set(weights) or any(
+                not isinstance(weights[k], torch.Tensor) or weights[k].shape != v.shape
+                for k, v in wanted.items()):
+            raise ValueError("its weights do not fit its config")
+        model = RewardEnsemble(**config)
+        model.load_state_dict(weights)
+    except MALFORMED as e:
+        raise ValueError(f"{path} is not a Themis reward-model checkpoint ({describe(e)})"
+                         ) from None
+    model = model.to(device)
     model.eval()
-    model.env_id = ckpt.get("env")
+    model.env_id = ckpt.get("env") if isinstance(ckpt.get("env"), str) else None
     return model
