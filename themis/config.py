@@ -301,7 +301,7 @@ UNIT = Range(0, 1)
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
     "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
-    "torch_threads": NON_NEGATIVE,
+    # torch_threads: auto or a count (themis.threads.parse_threads, checked in validate)
     # schedule
     "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
     "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
@@ -545,13 +545,13 @@ def validate(cfg: Any) -> None:
         cfg.reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    check_numbers(cfg)
     try:
         parse_threads(cfg.torch_threads)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.precision not in PRECISIONS:
         raise ConfigError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
+    check_numbers(cfg)
     if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
         raise ConfigError(
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
