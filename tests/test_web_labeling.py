@@ -97,6 +97,29 @@ def test_reconcile_repairs_a_crash_between_saving_labels_and_marking_them_used(t
     assert store.reconcile({1}) == 1 and store.gather().query_ids == [ids[1]]
 
 
+def test_a_moved_run_gathers_its_answers_and_serves_its_clips(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    store, ids = posted_store(old)
+    store.answer(ids[0], "ann", 1.0)
+    assert store.db.execute("SELECT clip, segments FROM queries WHERE id=?", (ids[0],)
+                            ).fetchone() == ("web/clips/c0.mp4", "web/queries/q_000001.npz")
+    shutil.copytree(old, new)  # a colleague's run, copied
+    shutil.rmtree(old)
+    moved = LabelStore(new / "labels.sqlite")
+    got = moved.gather()
+    assert got.labels.tolist() == [1.0] and got.pairs is not None
+    client = TestClient(create_app(moved, new), base_url="http://127.0.0.1")
+    clip = client.get(f"/api/clips/{ids[1]}")
+    assert clip.status_code == 200 and clip.content == (new / "web/clips/c1.mp4").read_bytes()
+    # stores of earlier versions hold absolute paths: found at their place under web/
+    moved.db.execute("UPDATE queries SET clip=?, segments=? WHERE id=?",
+                     (str(old / "web/clips/c2.mp4"), str(old / "web/queries/q_000003.npz"),
+                      ids[2]))
+    assert client.get(f"/api/clips/{ids[2]}").content == (new / "web/clips/c2.mp4").read_bytes()
+    moved.answer(ids[2], "ann", 0.0)
+    assert moved.gather().labels.tolist() == [1.0, 0.0]
+
+
 def test_majority_aggregation_and_agreement(tmp_path):
     store, ids = posted_store(tmp_path, n=2, labels_needed=3)
     for who, label in (("a", 1.0), ("b", 1.0), ("c", 0.0)):

@@ -21,10 +21,12 @@ What is promised (tests in ``tests/test_web_labeling.py``):
 Tables:
 
 - ``queries(id, round, created, clip, segments, labels_needed, consumed, gold, oracle,
-  rating_classes)``: ``gold`` is the known answer of a gold query (NULL for a normal one),
-  ``oracle`` the label of the segments' true returns (for labeler scores and the audit; never a
-  training label), ``rating_classes`` NULL for a pair, ``n`` for one segment to rate
-  (``feedback=rating``);
+  rating_classes)``: ``clip`` and ``segments`` are paths relative to the run folder (the
+  folder of ``labels.sqlite``; stores of earlier versions hold absolute paths, read by their
+  place under ``web/``), so a moved or copied run keeps working; ``gold`` is the known
+  answer of a gold query (NULL for a normal one), ``oracle`` the label of the segments' true
+  returns (for labeler scores and the audit; never a training label), ``rating_classes``
+  NULL for a pair, ``n`` for one segment to rate (``feedback=rating``);
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped); for a
   rating query the class 0 … n − 1;
@@ -124,7 +126,8 @@ class LabelStore:
 
     def __init__(self, path: str | Path, web_dir: str | Path | None = None) -> None:
         self.path = Path(path)
-        self.web_dir = Path(web_dir) if web_dir else self.path.parent / "web"
+        self.root = self.path.parent  # the run folder: stored paths are relative to it
+        self.web_dir = Path(web_dir) if web_dir else self.root / "web"
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # owner only
@@ -216,24 +219,39 @@ class LabelStore:
                 cur = db.execute(
                     "INSERT INTO queries (round, created, clip, segments, labels_needed, gold, "
                     "oracle, rating_classes) VALUES (?, ?, ?, '', ?, ?, ?, ?)",
-                    (round_, time.time(), str(clip), int(needed[i]),
+                    (round_, time.time(), self._relative(clip), int(needed[i]),
                      None if gold is None or np.isnan(gold[i]) else float(gold[i]),
                      None if np.isnan(oracle[i]) else float(oracle[i]),
                      int(rating_classes) or None))
                 qid = int(cur.lastrowid or 0)
-                segments = queries / f"q_{qid:06d}.npz"
+                segments = self.segments_path(qid)
                 with segments.open("wb") as f:  # on disk before the query row is committed
                     np.savez(f, observations=pairs.observations[i],
                              actions=pairs.actions[i], true_rewards=pairs.true_rewards[i])
                     f.flush()
                     os.fsync(f.fileno())
-                db.execute("UPDATE queries SET segments=? WHERE id=?", (str(segments), qid))
+                db.execute("UPDATE queries SET segments=? WHERE id=?",
+                           (self._relative(segments), qid))
                 ids.append(qid)
             fsync_dir(queries)
         return ids
 
+    def _relative(self, path: str | Path) -> str:
+        """How a path is stored: relative to the run folder when inside it (a moved run keeps
+        working), else absolute."""
+        path = Path(os.path.abspath(path))
+        root = Path(os.path.abspath(self.root))
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    def segments_path(self, query_id: int) -> Path:
+        """Where a query's segments are: ``web/queries/q_ID.npz`` (named by the ID alone, so
+        neither a moved run nor a store's contents can point elsewhere)."""
+        return self.web_dir / "queries" / f"q_{query_id:06d}.npz"
+
     def clip_path(self, query_id: int) -> Path:
-        """The clip of a query (looked up by ID only).
+        """The clip of a query (looked up by ID only), as stored: a relative path is taken from
+        the run folder; an absolute one (stores of earlier versions) that no longer exists is
+        looked for at its place under this run's ``web/`` (the run was moved or copied).
 
         Raises:
             UnknownQuery: no such query.
@@ -241,7 +259,14 @@ class LabelStore:
         row = self.db.execute("SELECT clip FROM queries WHERE id=?", (query_id,)).fetchone()
         if row is None:
             raise UnknownQuery(query_id)
-        return Path(row[0])
+        stored = Path(row[0])
+        if not stored.is_absolute():
+            return self.root / stored
+        parts = stored.parts
+        if not stored.exists() and self.web_dir.name in parts[:-1]:
+            below = parts[len(parts) - parts[::-1].index(self.web_dir.name):]
+            return self.web_dir.joinpath(*below)
+        return stored
 
     def rating_classes(self, query_id: int) -> int:
         """0 for a pairwise query, ``n`` for a rating query.
@@ -338,11 +363,11 @@ class LabelStore:
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
-                "SELECT q.id, q.segments, q.gold FROM queries q WHERE q.consumed=0 AND "
+                "SELECT q.id, q.gold FROM queries q WHERE q.consumed=0 AND "
                 "(SELECT COUNT(*) FROM answers a WHERE a.query_id=q.id) >= q.labels_needed "
                 "ORDER BY q.id").fetchall()
             ids = [int(r[0]) for r in rows]
-            rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
+            rows = [int(qid) for qid, gold in rows if gold is None]
             answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
@@ -351,7 +376,7 @@ class LabelStore:
             gold = dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))
         model = crowd.dawid_skene(every, gold) if every else {}  # EM outside the write lock
         obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
-        for (qid, segments) in rows:
+        for qid in rows:
             given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
                      if lab is not None and who not in exclude]
             if aggregate in ("majority", "model") and given:
@@ -361,7 +386,7 @@ class LabelStore:
                           f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
             if not given:
                 continue
-            with np.load(segments, allow_pickle=False) as data:
+            with np.load(self.segments_path(qid), allow_pickle=False) as data:
                 for aid, who, lab in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])
