@@ -14,7 +14,8 @@ and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` h
 OpenAPI spec included (there is no ``/docs`` page). Requests must name the bound host in their
 ``Host`` header (no DNS rebinding of the anonymous loopback mode); pages cannot be framed
 (``X-Frame-Options``, CSP ``frame-ancestors``) and send no referrer (tokens are in URLs). Bodies
-are limited to 4 KiB, IDs and labels validated, clips served by query ID only, and a labeler
+are limited to 4 KiB, IDs and labels validated, clips served by query ID only and only from the
+run's ``web/clips/`` (whatever path a received ``labels.sqlite`` names), and a labeler
 cannot answer a query twice, nor a query that has its answers (409).
 """
 
@@ -168,11 +169,11 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     def clip(query_id: int = PathParam(ge=1, le=2**62),
              who: str = Depends(labeler)) -> FileResponse:
         try:
-            path = store.clip_path(query_id)
+            path = store.servable_clip(query_id)  # inside web/clips/ only, whatever the store says
         except UnknownQuery:
             raise HTTPException(404, f"no query {query_id}") from None
-        if not path.is_file():
-            raise HTTPException(404, f"the clip of query {query_id} is missing")
+        except FileNotFoundError as e:
+            raise HTTPException(404, str(e)) from None
         media = "video/mp4" if path.suffix == ".mp4" else "image/gif"
         return FileResponse(path, media_type=media)
 

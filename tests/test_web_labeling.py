@@ -22,7 +22,13 @@ from lib.label_server import LabelServer, create_app
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis import crowd
 from themis.buffers import SegmentPairs
-from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.label_store import (
+    DuplicateAnswer,
+    LabelStore,
+    QueryFull,
+    UnknownQuery,
+    hash_token,
+)
 
 
 def server_url(run: Path, proc: subprocess.Popen | None = None, timeout: float = 300,
@@ -181,6 +187,35 @@ def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
     assert client.get("/openapi.json").status_code == 401
     assert "/api/answers" in client.get("/openapi.json", headers=auth).json()["paths"]
     assert client.get("/docs", headers=auth).status_code == 404
+
+
+def test_a_received_store_cannot_make_the_server_serve_files_other_than_clips(tmp_path):
+    """A run folder received from someone: its labels.sqlite names whatever path it likes
+    (and may plant a token hash); only clips inside the run's web/clips/ are ever served."""
+    store, ids = posted_store(tmp_path, n=4)
+    secret = tmp_path.parent / f"{tmp_path.name}-secret.mp4"
+    secret.write_bytes(b"the receiver's private file")
+    (tmp_path / "web" / "clips" / "link.mp4").symlink_to(secret)
+    (tmp_path / "web" / "clips" / "inside.mp4").symlink_to(tmp_path / "web" / "clips" / "c3.mp4")
+    planted = {"token": "planted"}
+    store.db.execute("INSERT INTO labelers VALUES ('eve', ?, 0)", (hash_token("planted"),))
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+
+    def served(clip: str) -> int:
+        store.db.execute("UPDATE queries SET clip=? WHERE id=?", (clip, ids[0]))
+        return client.get(f"/api/clips/{ids[0]}", params=planted).status_code
+
+    assert [served(c) for c in (
+        "/etc/passwd", str(secret), "../" + "../" * len(tmp_path.parts) + "etc/passwd",
+        f"web/clips/../../{secret.name}", "web/clips/link.mp4",  # a symlink out of web/clips
+        "web/queries/q_000001.npz",  # inside web/, not a clip (segments, true rewards)
+        "labels.sqlite", "web/clips")] == [404] * 8
+    assert served("web/clips/inside.mp4") == 200  # a symlink that stays inside is a clip
+    ok = client.get(f"/api/clips/{ids[1]}", params=planted)
+    assert ok.status_code == 200 and ok.content.startswith(b"\x00\x00")
+    shutil.move(tmp_path / "web" / "clips", tmp_path / "elsewhere")  # web/clips a symlink
+    (tmp_path / "web" / "clips").symlink_to(tmp_path / "elsewhere")
+    assert client.get(f"/api/clips/{ids[1]}", params=planted).status_code == 404
 
 
 def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):

@@ -268,6 +268,26 @@ class LabelStore:
             return self.web_dir.joinpath(*below)
         return stored
 
+    def servable_clip(self, query_id: int) -> Path:
+        """The clip file of a query, only if it may be served: a regular ``.mp4`` or ``.gif``
+        file inside this run's ``web/clips/`` once every symlink is resolved (neither
+        ``web/`` nor ``web/clips/`` may be a symlink). A received run folder's store can name
+        any path; nothing outside the clips is ever served.
+
+        Raises:
+            UnknownQuery: no such query.
+            FileNotFoundError: the clip is missing, or not a clip of this run (outside
+                ``web/clips/``, a symlink out of it, another kind of file).
+        """
+        path = self.clip_path(query_id)
+        clips = self.web_dir / "clips"
+        real = Path(os.path.realpath(path))
+        if (os.path.islink(self.web_dir) or os.path.islink(clips)
+                or not real.is_relative_to(os.path.realpath(clips))
+                or real.suffix not in (".mp4", ".gif") or not real.is_file()):
+            raise FileNotFoundError(f"the clip of query {query_id} is missing")
+        return real
+
     def rating_classes(self, query_id: int) -> int:
         """0 for a pairwise query, ``n`` for a rating query.
 
