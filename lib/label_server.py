@@ -25,6 +25,7 @@ import ipaddress
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ from themis import crowd
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 MAX_BODY = 4096
+KEEP_ALIVE = 5  # s: an idle connection (before its first request, or between two) is closed
+REQUEST_TIMEOUT = 30.0  # s: a request and its response, from the connection or last response
+LISTEN_QUEUE = 1024  # connections the kernel queues before the server accepts them
 LABELS: dict[str, float | None] = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
 LOCAL_LABELER = "local"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -99,6 +103,81 @@ class BodyLimit:
             await self.app(scope, limited, send)
         except _BodyTooLarge:
             await too_large(scope, receive, send)
+
+
+def connection_cap() -> int:
+    """How many connections the server holds at most: a quarter of this process's file
+    descriptor limit (the training run shares it), between 16 and 256."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return int(min(256, max(16, soft // 4)))
+
+
+def guarded_h11(max_connections: int, request_timeout: float) -> type:
+    """uvicorn's h11 protocol with limits on what a client can hold (pass as ``http=``).
+
+    uvicorn closes a keep-alive connection idle after a response, but not one that never sends
+    a request or sends it byte by byte; hundreds of those exhaust the process's file
+    descriptors (the training run's too). Here:
+
+    - a new connection gets the keep-alive timeout (``timeout_keep_alive``, 5 s) to start its
+      request, and every request/response exchange ``request_timeout`` seconds (from the
+      connection, or the previous response, to the end of the response): slow clients are cut;
+    - at most ``max_connections`` connections are held: a new one beyond that closes the
+      oldest connection that is not being answered (idle, or a request not yet complete), or
+      is itself closed when every one is being answered.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        opened = 0.0
+        deadline: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.opened = self.loop.time()
+            open_ = [c for c in self.connections if isinstance(c, GuardedH11Protocol)
+                     and c is not self and not c.transport.is_closing()]
+            if len(open_) >= max_connections:  # closed ones leave the set a moment later
+                idle = [c for c in open_ if c.idle()]
+                if not idle:
+                    self.transport.close()
+                    return
+                min(idle, key=lambda c: c.opened).transport.close()
+            # idle before a first request: closed like an idle keep-alive connection
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self.arm()
+
+        def idle(self) -> bool:
+            """Not being answered: no request in, or the response to the last one sent."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def arm(self) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            self.deadline = self.loop.call_later(request_timeout, self.expire)
+
+        def expire(self) -> None:
+            if not self.transport.is_closing():
+                self.transport.abort()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
 
 
 def is_loopback(host: str) -> bool:
@@ -219,22 +298,43 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
 class LabelServer:
     """uvicorn serving :func:`create_app` in a background thread of the training run.
 
+    The server cannot take the training run down with it: it holds at most
+    ``max_connections`` connections (default :func:`connection_cap`, well below the file
+    descriptor limit the run shares), cuts idle and slow clients (:func:`guarded_h11`), and an
+    error that stops it is printed as one line while training goes on.
+
     Raises:
         ValueError: a non-loopback ``host`` without labeler tokens.
     """
 
     def __init__(self, store: LabelStore, host: str = "127.0.0.1", port: int = 8765,
-                 run_dir: Path | None = None) -> None:
+                 run_dir: Path | None = None, max_connections: int | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
         import uvicorn
 
         if not is_loopback(host) and not store.has_labelers():
             raise ValueError(f"binding {host} exposes the labeling page beyond this machine: "
                              "create labeler tokens with labelers=N")
         self.host, self.port, self.run_dir = host, port, run_dir
+        self.max_connections = max_connections or connection_cap()
         config = uvicorn.Config(create_app(store, run_dir, allowed_hosts(host)), host=host,
-                                port=port, log_level="warning", access_log=False)
+                                port=port, log_level="warning", access_log=False,
+                                http=guarded_h11(self.max_connections, request_timeout),
+                                ws="none", lifespan="off", timeout_keep_alive=KEEP_ALIVE,
+                                # asyncio accepts up to `backlog` sockets in a burst before
+                                # the cap can close any: keep the burst small
+                                backlog=max(8, min(128, self.max_connections // 2)))
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="label-server", daemon=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, name="label-server", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.server.run()
+        except BaseException as e:  # SystemExit too: a server error never ends training
+            self.error = e
+            if self.server.started:
+                print(f"labeling server stopped: {type(e).__name__}: {e}", file=sys.stderr)
 
     @property
     def url(self) -> str:
@@ -258,8 +358,12 @@ class LabelServer:
                 raise RuntimeError(f"the labeling server could not listen on "
                                    f"{self.host}:{self.port} (port taken?); set label_port=")
             time.sleep(0.05)
+        listening = self.server.servers[0].sockets
+        for sock in listening:  # a longer queue in the kernel (no file held): see `backlog`
+            with socket.socket(fileno=os.dup(sock.fileno())) as same:
+                same.listen(LISTEN_QUEUE)
         if self.port == 0:
-            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+            self.port = int(listening[0].getsockname()[1])
         if self.run_dir is not None:
             info = self.run_dir / "web" / "server.json"
             info.parent.mkdir(parents=True, exist_ok=True)

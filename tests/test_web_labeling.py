@@ -317,6 +317,54 @@ def test_eight_labelers_answering_at_once_lose_and_duplicate_nothing(tmp_path):
     assert store.pending_count() == 0
 
 
+def test_a_thousand_idle_connections_do_not_stop_a_real_labeler(tmp_path):
+    """1000 sockets opened and left idle (100 of them sending half a request, slowloris) at a
+    server whose process may hold 512 files: it keeps serving a real labeler, and never holds
+    more files than its connection cap leaves room for (a training run shares them)."""
+    import resource
+    import socket
+    import sys
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1500:  # this test's own 1000 sockets
+        if hard != resource.RLIM_INFINITY and hard < 1500:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 1500")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1500, hard))
+    store, ids = posted_store(tmp_path)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "label_server.py"),
+                             str(tmp_path), "--port", "0"], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=limited, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    idle: list[socket.socket] = []
+    try:
+        url = proc.stdout.readline().split(": ", 1)[1].split()[0]
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        for i in range(1000):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i % 10 == 0:
+                sock.sendall(b"GET /api/next HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
+            idle.append(sock)
+        started = time.time()
+        with httpx.Client(base_url=url, timeout=10) as labeler:
+            nxt = labeler.get("/api/next")
+            assert nxt.status_code == 200 and nxt.json()["query_id"] == ids[0]
+            assert labeler.get(f"/api/clips/{ids[0]}").status_code == 200
+            assert labeler.post("/api/answers", json={"query_id": ids[0], "label": "left"}
+                                ).status_code == 201
+        assert time.time() - started < 10
+        files = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        assert proc.poll() is None and files < 512 // 4 + 64, files
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert store.answered_by("local") == 1
+
+
 def test_a_public_address_needs_tokens(tmp_path):
     store, _ = posted_store(tmp_path)
     with pytest.raises(ValueError, match="labelers=N"):
