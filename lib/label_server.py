@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
 import sys
@@ -32,15 +33,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from themis import crowd
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
+LOG = logging.getLogger("themis.label_server")
 MAX_BODY = 4096
 KEEP_ALIVE = 5  # s: an idle connection (before its first request, or between two) is closed
 REQUEST_TIMEOUT = 30.0  # s: a request and its response, from the connection or last response
@@ -103,6 +106,41 @@ class BodyLimit:
             await self.app(scope, limited, send)
         except _BodyTooLarge:
             await too_large(scope, receive, send)
+
+
+class Guard:
+    """Outermost ASGI middleware: every response carries :data:`SECURITY_HEADERS` (the 400 of
+    the ``Host`` check and the 413 of the body limit too), and an error inside the app is one
+    line on the console (``themis.label_server`` logger) and a 500, never a traceback."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def secured(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(
+                    (k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                    if k.lower().encode() not in names)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, secured)
+        except Exception as e:
+            LOG.warning("labeling server: %s %s failed: %s: %s", scope.get("method"),
+                        scope.get("path"), type(e).__name__, str(e).splitlines()[0][:200]
+                        if str(e) else "")
+            if not started:
+                await PlainTextResponse("internal error", status_code=500)(scope, receive,
+                                                                            secured)
 
 
 def connection_cap() -> int:
@@ -209,11 +247,11 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     app = FastAPI(title="Themis labeling", version="1", docs_url=None, redoc_url=None,
                   openapi_url=None)
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # what was wrong and where, not the input itself (NaN or Infinity cannot be JSON)
+        return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg"),
+                                         "type": e.get("type")} for e in exc.errors()]}, 422)
 
     def labeler(token: str | None = Query(None, max_length=64),
                 x_themis_token: str | None = Header(None, max_length=64)) -> str:
@@ -292,7 +330,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
                             for k, v in row.items()} for row in crowd.labeler_scores(store)]
         return out
 
-    return BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts)))
+    return Guard(BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts))))
 
 
 class LabelServer:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -216,6 +217,34 @@ def test_a_received_store_cannot_make_the_server_serve_files_other_than_clips(tm
     shutil.move(tmp_path / "web" / "clips", tmp_path / "elsewhere")  # web/clips a symlink
     (tmp_path / "web" / "clips").symlink_to(tmp_path / "elsewhere")
     assert client.get(f"/api/clips/{ids[1]}", params=planted).status_code == 404
+
+
+def test_nan_and_infinity_in_a_body_get_422_and_no_traceback(tmp_path, capfd, caplog):
+    store, _ = posted_store(tmp_path)
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    capfd.readouterr()
+    try:
+        codes = [httpx.post(server.url + "api/answers", content=body, timeout=10, headers={
+            "Content-Type": "application/json"}).status_code for body in (
+            b'{"query_id": NaN, "label": "left"}', b'{"query_id": Infinity, "label": "left"}',
+            b'{"query_id": 1, "rating": -Infinity}', b'{"query_id": 1, "label": NaN}',
+            b'[NaN]', b"NaN")]
+        out, err = capfd.readouterr()
+        assert codes == [422] * 6 and not (out + err).strip()
+        assert store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+
+        def broken() -> int:
+            raise sqlite3.OperationalError("disk I/O error\nsecond line")
+
+        store.pending_count = broken  # an error the server did not foresee: one line, a 500
+        caplog.clear()
+        assert httpx.get(server.url + "api/next", timeout=10).status_code == 500
+        out, err = capfd.readouterr()
+        assert not (out + err).strip()  # no traceback: one log line (the console's in a run)
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line == "labeling server: GET /api/next failed: OperationalError: disk I/O error"
+    finally:
+        server.stop()
 
 
 def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
