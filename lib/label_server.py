@@ -38,7 +38,6 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from themis import crowd
 from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
@@ -227,6 +226,45 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_name(header: str) -> str:
+    """The host name or address of a ``Host`` header, without the port and (IPv6) brackets,
+    lower case, addresses in their short form: ``[::1]:8765`` → ``::1``, ``Example:80`` →
+    ``example``; ``""`` when malformed (an IPv6 address without brackets)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        name, rest = (header[1:end], header[end + 1:]) if end > 0 else ("", "")
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return ""
+    elif header.count(":") > 1:
+        return ""
+    else:
+        name = header.split(":", 1)[0]
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return name
+
+
+class HostCheck:
+    """ASGI middleware: requests whose ``Host`` header names none of ``hosts`` get 400 (DNS
+    rebinding). ``hosts`` as :func:`allowed_hosts` gives them (``*``: any); IPv6 addresses are
+    matched in brackets, ``[::1]:8765``."""
+
+    def __init__(self, app: Any, hosts: list[str] | tuple[str, ...]) -> None:
+        self.app, self.any = app, "*" in hosts
+        self.hosts = {host_name(f"[{h}]" if ":" in h else h) for h in hosts if h != "*"}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self.any:
+            header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if host_name(header) not in self.hosts:
+                await PlainTextResponse("Invalid host header", status_code=400)(scope, receive,
+                                                                               send)
+                return
+        await self.app(scope, receive, send)
+
+
 def allowed_hosts(host: str) -> list[str]:
     """``Host`` header values a server bound to ``host`` answers: the loopback names, plus
     ``host`` itself; bound to every interface (``0.0.0.0``, ``::``, where tokens are required)
@@ -330,7 +368,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
                             for k, v in row.items()} for row in crowd.labeler_scores(store)]
         return out
 
-    return Guard(BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts))))
+    return Guard(BodyLimit(HostCheck(app, list(hosts))))
 
 
 class LabelServer:
@@ -379,6 +417,8 @@ class LabelServer:
         """The address to open: a server bound to all interfaces (0.0.0.0, ::) is named by
         this machine's host name, which other machines can reach."""
         host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host:  # an IPv6 address: http://[::1]:8765/
+            host = f"[{host}]"
         return f"http://{host}:{self.port}/"
 
     def start(self, timeout: float = 15.0) -> LabelServer:

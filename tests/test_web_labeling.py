@@ -282,6 +282,42 @@ def test_loopback_server_refuses_other_host_names(tmp_path):
         server.stop()
 
 
+def test_an_ipv6_loopback_server_prints_a_bracketed_url_and_answers_it(tmp_path):
+    import socket
+
+    store, ids = posted_store(tmp_path)
+    assert LabelServer(store, "::1", 8765).url == "http://[::1]:8765/"
+    try:
+        socket.socket(socket.AF_INET6).close()
+        server = LabelServer(store, "::1", 0, tmp_path).start()
+    except (OSError, RuntimeError):
+        pytest.skip("no IPv6 loopback here")
+    try:
+        assert server.url == f"http://[::1]:{server.port}/"
+        assert httpx.get(server.url + "api/next", timeout=10).json()["query_id"] == ids[0]
+        assert httpx.post(server.url + "api/answers", json={"query_id": ids[0], "label": "left"},
+                          timeout=10).status_code == 201
+        rebound = httpx.get(server.url + "api/next", headers={"Host": "evil.example"}, timeout=10)
+        assert rebound.status_code == 400
+    finally:
+        server.stop()
+
+
+def test_refused_requests_carry_the_security_headers_too(tmp_path):
+    store, _ = posted_store(tmp_path)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    refused = [client.get("/api/next", headers={"Host": "evil.example"}),  # DNS rebinding
+               client.get("/api/next", headers={"Host": "::1"}),  # IPv6 needs brackets
+               client.post("/api/answers", content=b"x" * 5000),  # 4 KiB at most
+               client.get("/nothing-here"), client.delete("/api/answers")]
+    assert [r.status_code for r in refused] == [400, 400, 413, 404, 405]
+    for r in refused:
+        assert r.headers["X-Frame-Options"] == "DENY" and r.headers["Cache-Control"] == "no-store"
+        assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+        assert r.headers["Referrer-Policy"] == "no-referrer"
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
     import schemathesis
     from hypothesis import HealthCheck, given, settings
