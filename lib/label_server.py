@@ -64,9 +64,9 @@ SECURITY_HEADERS = {
 class Answer(BaseModel):
     """One answer: ``label`` left (segment 1 better), right, equal or skip (can't tell) for a
     pair; for a rating query (``feedback=rating``) ``rating`` 1 … n (worst to best) or ``label``
-    skip."""
+    skip. Strict: integers only (``true``, ``"2"`` or ``2.0`` are refused)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     query_id: int
     label: Literal["left", "right", "equal", "skip"] | None = None
     rating: int | None = Field(None, ge=1, le=9)

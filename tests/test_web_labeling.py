@@ -303,6 +303,23 @@ def test_an_ipv6_loopback_server_prints_a_bracketed_url_and_answers_it(tmp_path)
         server.stop()
 
 
+def test_ids_and_ratings_must_be_json_integers(tmp_path):
+    store, ids = posted_store(tmp_path)
+    rng = np.random.default_rng(1)
+    (rated,) = store.post(2, SegmentPairs(rng.normal(size=(1, 1, 5, 3)).astype(np.float32),
+                                         np.zeros((1, 1, 5, 1), np.float32), np.zeros((1, 1, 5)),
+                                         np.zeros((1, 1), np.int64)),
+                          [tmp_path / "web" / "clips" / "r.mp4"], 1, rating_classes=4)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    loose = [{"query_id": v, "label": "left"} for v in (True, str(ids[0]), float(ids[0]))] + [
+        {"query_id": rated, "rating": v} for v in (True, "2", 2.0)]
+    assert [client.post("/api/answers", json=b).status_code for b in loose] == [422] * 6
+    assert store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+    assert client.post("/api/answers", json={"query_id": ids[0], "label": "left"}
+                       ).status_code == 201
+    assert client.post("/api/answers", json={"query_id": rated, "rating": 2}).status_code == 201
+
+
 def test_refused_requests_carry_the_security_headers_too(tmp_path):
     store, _ = posted_store(tmp_path)
     client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
