@@ -265,6 +265,30 @@ def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
     assert again.db.execute("SELECT token FROM labelers").fetchone()[0].startswith("sha256:")
 
 
+def test_labels_csv_and_query_segments_are_readable_by_their_owner_only(tmp_path):
+    from themis.reward import PreferenceDataset
+
+    umask = os.umask(0o022)  # the usual one: new files 0644 unless made private
+    try:
+        store, ids = posted_store(tmp_path, n=2)
+        store.answer(ids[0], "ann", 1.0)
+        got = store.gather()
+        data = PreferenceDataset(4, 5, 3, 1)
+        data.add(got.pairs, got.labels, "human:ann", answers=got.answer_ids)
+        folder = tmp_path / "preferences"
+        folder.mkdir()
+        (folder / "labels.csv").write_text("pair,label\n")  # a run of an earlier version
+        data.save(folder)
+        data.add(got.pairs, got.labels, "human:ann", answers=got.answer_ids)
+        data.save(folder)  # an appended shard
+    finally:
+        os.umask(umask)
+    private = [*sorted((tmp_path / "web" / "queries").iterdir()), *sorted(folder.iterdir()),
+               tmp_path / "labels.sqlite"]
+    assert len(private) == 2 + 4 + 1
+    assert {p.name: p.stat().st_mode & 0o777 for p in private} == {p.name: 0o600 for p in private}
+
+
 def test_loopback_server_refuses_other_host_names(tmp_path):
     """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
     store, _ = posted_store(tmp_path)  # anonymous loopback mode: no tokens

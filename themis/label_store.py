@@ -15,8 +15,8 @@ What is promised (tests in ``tests/test_web_labeling.py``):
   ``answers`` column says which answers it holds);
 - a query takes at most ``labels_needed`` answers: a later answer is refused
   (:class:`QueryFull`, HTTP 409) and nothing is stored;
-- labeler tokens are stored as SHA-256 hashes, and the database file is readable by its owner
-  only (mode 0600).
+- labeler tokens are stored as SHA-256 hashes, and the database file and the query segments
+  are readable by their owner only (mode 0600; so is the preference dataset's ``labels.csv``).
 
 Tables:
 
@@ -51,7 +51,7 @@ import numpy as np
 from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.teachers import true_preference
-from themis.utils import fsync_dir
+from themis.utils import fsync_dir, open_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -225,7 +225,7 @@ class LabelStore:
                      int(rating_classes) or None))
                 qid = int(cur.lastrowid or 0)
                 segments = self.segments_path(qid)
-                with segments.open("wb") as f:  # on disk before the query row is committed
+                with open_private(segments) as f:  # on disk before the row is committed
                     np.savez(f, observations=pairs.observations[i],
                              actions=pairs.actions[i], true_rewards=pairs.true_rewards[i])
                     f.flush()

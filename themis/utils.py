@@ -6,6 +6,7 @@ import contextlib
 import os
 import random
 from collections.abc import Iterable, Iterator
+from typing import IO
 
 import numpy as np
 import torch
@@ -111,6 +112,18 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def open_private(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open ``path`` for writing (created or truncated), readable and writable by its owner
+    only (mode 0600, also when it existed with another mode): for files that hold people's
+    answers (``labels.csv``, query segments), like ``labels.sqlite``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:  # e.g. a file system without modes
+        pass
+    return os.fdopen(fd, "wb")
 
 
 def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from themis.buffers import SegmentPairs
 from themis.framestack import stacked, stacked_tensor, unstack
-from themis.utils import replace_durably
+from themis.utils import open_private, replace_durably
 
 FORMAT_NAME = "themis-preferences"
 FORMAT_VERSION = 4
@@ -36,9 +36,9 @@ _STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim
 @contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[IO[bytes]]:
     """Write ``path`` through a temporary file that is fsynced and renamed over it (the
-    directory synced after the rename)."""
+    directory synced after the rename); owner-only (0600): a dataset holds people's labels."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
+    with open_private(tmp) as f:
         yield f
         f.flush()
         os.fsync(f.fileno())
