@@ -838,6 +838,33 @@ def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_pa
     ws.logger.close()
 
 
+def test_web_labels_keep_the_time_the_person_answered(compose, tmp_path):
+    from themis.reward import PreferenceDataset
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "label_aggregate=majority", "labels_per_query=2",
+                                 "labelers=2"]),
+                        tmp_path)
+    rng = np.random.default_rng(0)
+    n = 3
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 20, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 20, 1)).astype(np.float32),
+                         rng.normal(size=(n, 2, 20)).astype(np.float32), np.zeros((n, 2), np.int64))
+    ids = ws.label_store.post(1, pairs, [tmp_path / f"c{i}.mp4" for i in range(n)], 2)
+    given = {}  # answered an hour ago, one answer a minute
+    for i, (qid, who) in enumerate((q, w) for q in ids[:2] for w in ("ann", "bob")):
+        aid = ws.label_store.answer(qid, who, 1.0)
+        given[qid] = time.time() - 3600 + 60 * i
+        ws.label_store.db.execute("UPDATE answers SET created=? WHERE id=?", (given[qid], aid))
+    ws.learner.round(None, 0, False, 0, [], [], ask=False)  # gathers, saves, trains
+    assert len(ws.learner.dataset) == 2
+    expected = [given[ids[0]], given[ids[1]]]  # a majority label: its last answer's time
+    assert ws.learner.dataset.timestamps[:2].tolist() == pytest.approx(expected, abs=1e-3)
+    saved = PreferenceDataset.load(tmp_path / "preferences")
+    assert saved.timestamps[:2].tolist() == pytest.approx(expected, abs=1e-3)
+    ws.logger.close()
+
+
 @pytest.mark.slow
 def test_a_simulated_crowd_gets_its_adversary_flagged_by_gold_queries(tmp_path):
     import sys

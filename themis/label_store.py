@@ -100,6 +100,8 @@ class Answers(NamedTuple):
         labels: ``(n,)`` float32 labels (0, 0.5, 1).
         labelers: ``human:NAME`` (or ``human:majority:A,B``) per label.
         answer_ids: the answer IDs behind each label, ``;``-separated.
+        timestamps: ``(n,)`` float64, when each label was given (Unix seconds; a label that
+            aggregates several answers: the last of them).
     """
 
     query_ids: list[int]
@@ -107,6 +109,7 @@ class Answers(NamedTuple):
     labels: np.ndarray
     labelers: list[str]
     answer_ids: list[str]
+    timestamps: np.ndarray
 
 
 def hash_token(token: str) -> str:
@@ -388,37 +391,40 @@ class LabelStore:
                 "ORDER BY q.id").fetchall()
             ids = [int(r[0]) for r in rows]
             rows = [int(qid) for qid, gold in rows if gold is None]
-            answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
+            answers = {qid: db.execute("SELECT id, labeler, label, created FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
             every = db.execute("SELECT query_id, labeler, label FROM answers WHERE label IS "
                                "NOT NULL").fetchall() if aggregate == "model" and rows else []
             gold = dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))
         model = crowd.dawid_skene(every, gold) if every else {}  # EM outside the write lock
-        obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
+        obs, act, true, labels, labelers, answer_ids, times = [], [], [], [], [], [], []
         for qid in rows:
-            given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+            given = [(str(aid), who, lab, when) for aid, who, lab, when in answers[int(qid)]
                      if lab is not None and who not in exclude]
             if aggregate in ("majority", "model") and given:
                 label = model[int(qid)] if aggregate == "model" else \
-                    crowd.majority([lab for _, _, lab in given])
-                given = [(";".join(a for a, _, _ in given),
-                          f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
+                    crowd.majority([lab for _, _, lab, _ in given])
+                given = [(";".join(a for a, _, _, _ in given),
+                          f"{aggregate}:" + ",".join(w for _, w, _, _ in given), label,
+                          max(when for _, _, _, when in given))]
             if not given:
                 continue
             with np.load(self.segments_path(qid), allow_pickle=False) as data:
-                for aid, who, lab in given:
+                for aid, who, lab, when in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])
                     true.append(data["true_rewards"])
                     labels.append(float(lab))
                     labelers.append(f"human:{who}")
                     answer_ids.append(aid)
+                    times.append(float(when))
         if not labels:
-            return Answers(ids, None, np.zeros(0, np.float32), [], [])
+            return Answers(ids, None, np.zeros(0, np.float32), [], [], np.zeros(0))
         pairs = SegmentPairs(np.stack(obs), np.stack(act), np.stack(true),
                              np.zeros((len(labels), len(obs[0])), dtype=np.int64))
-        return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids)
+        return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids,
+                       np.array(times, np.float64))
 
     def mark_used(self, query_ids: list[int]) -> None:
         """Mark gathered queries used (call once their labels are saved)."""
