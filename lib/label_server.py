@@ -11,12 +11,15 @@ labeler, agreement) and a small JSON API (``/api/...``, OpenAPI spec at ``/opena
 
 Security: binds 127.0.0.1 by default; any other address needs labeler tokens (``labelers=N``),
 and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` header), the
-OpenAPI spec included (there is no ``/docs`` page). Requests must name the bound host in their
-``Host`` header (no DNS rebinding of the anonymous loopback mode); pages cannot be framed
-(``X-Frame-Options``, CSP ``frame-ancestors``) and send no referrer (tokens are in URLs). Bodies
-are limited to 4 KiB, IDs and labels validated, clips served by query ID only and only from the
-run's ``web/clips/`` (whatever path a received ``labels.sqlite`` names), and a labeler
-cannot answer a query twice, nor a query that has its answers (409).
+OpenAPI spec included (there is no ``/docs`` page). The status shows a labeler their own scores,
+and every labeler's to the run's owner (the anonymous user of a loopback server, or the owner's
+token). Requests must name the bound host in their ``Host`` header (no DNS rebinding of the
+anonymous loopback mode; IPv6 in brackets); no response can be framed (``X-Frame-Options``, CSP
+``frame-ancestors``) and none sends a referrer (tokens are in URLs). Bodies are limited to 4 KiB,
+IDs (integers only) and labels validated, clips served by query ID only and only from the run's
+``web/clips/`` (whatever path a received ``labels.sqlite`` names), and a labeler cannot answer a
+query twice, nor a query that has its answers (409). Idle and slow clients are cut and
+connections capped (:func:`guarded_h11`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTex
 from pydantic import BaseModel, ConfigDict, Field
 
 from themis import crowd
-from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.label_store import OWNER, DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 LOG = logging.getLogger("themis.label_server")
 MAX_BODY = 4096
@@ -291,15 +294,22 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
         return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg"),
                                          "type": e.get("type")} for e in exc.errors()]}, 422)
 
-    def labeler(token: str | None = Query(None, max_length=64),
-                x_themis_token: str | None = Header(None, max_length=64)) -> str:
+    def identity(token: str | None = Query(None, max_length=64),
+                 x_themis_token: str | None = Header(None, max_length=64)) -> tuple[str, bool]:
+        """``(labeler name, is the run's owner)``: the anonymous ``local`` of a loopback
+        server is its owner; with tokens, a labeler's token or the owner's."""
         given = token or x_themis_token
         if not store.has_labelers():
-            return LOCAL_LABELER
+            return LOCAL_LABELER, True
         name = store.labeler_for_token(given) if given else None
-        if name is None:
-            raise HTTPException(401, "a valid labeler token is required")
-        return name
+        if name is not None:
+            return name, False
+        if given and store.is_owner_token(given):
+            return OWNER, True
+        raise HTTPException(401, "a valid labeler token is required")
+
+    def labeler(who: tuple[str, bool] = Depends(identity)) -> str:
+        return who[0]
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(who: str = Depends(labeler)) -> dict[str, Any]:
@@ -356,8 +366,15 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
                 "answered": store.answered_by(who)}
 
     @app.get("/api/status")
-    def status(who: str = Depends(labeler)) -> dict[str, Any]:
+    def status(me: tuple[str, bool] = Depends(identity)) -> dict[str, Any]:
+        """Counts, the learning curve and labeler scores: a labeler's own, or (the run's
+        owner) every labeler's."""
+        who, owner = me
         out = store.status()
+        out["owner"] = owner
+        if not owner:
+            out["answers_per_labeler"] = {k: v for k, v in out["answers_per_labeler"].items()
+                                          if k == who}
         curve: list[list[float]] = []
         eval_csv = run_dir / "eval.csv" if run_dir else None
         if eval_csv is not None and eval_csv.is_file() and eval_csv.stat().st_size:
@@ -365,7 +382,8 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             curve = df[["step", "episode_reward"]].astype(float).values.tolist()
         out["learning_curve"] = curve
         out["labelers"] = [{k: (None if isinstance(v, float) and v != v else v)  # NaN: none
-                            for k, v in row.items()} for row in crowd.labeler_scores(store)]
+                            for k, v in row.items()} for row in crowd.labeler_scores(store)
+                           if owner or row["labeler"] == who]
         return out
 
     return Guard(BodyLimit(HostCheck(app, list(hosts))))

@@ -177,8 +177,7 @@ def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
     assert client.post("/api/answers", json={"query_id": ids[1], "label": "right"},
                        headers={"X-Themis-Token": other}).status_code == 201
     status = client.get("/api/status", headers=auth).json()
-    assert status["answers"] == 2 and status["answers_per_labeler"] == {"labeler1": 1,
-                                                                         "labeler2": 1}
+    assert status["answers"] == 2 and status["answers_per_labeler"] == {"labeler1": 1}
     page = client.get(f"/?token={token}")
     assert "Which clip is better?" in page.text
     # hardening: no framing, no referrer (tokens are in URLs), the spec needs a token, no /docs
@@ -245,6 +244,33 @@ def test_nan_and_infinity_in_a_body_get_422_and_no_traceback(tmp_path, capfd, ca
         assert line == "labeling server: GET /api/next failed: OperationalError: disk I/O error"
     finally:
         server.stop()
+
+
+def test_a_labeler_sees_their_own_scores_and_the_runs_owner_everyones(tmp_path):
+    store, ids = posted_store(tmp_path, n=2, labels_needed=2)
+    (_, ann), (_, bob) = store.add_labelers(2)
+    owner = store.owner_token()
+    assert owner and store.owner_token() is None  # only its hash is kept
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    for token, label in ((ann, "left"), (bob, "right")):
+        assert client.post("/api/answers", json={"query_id": ids[0], "label": label},
+                           headers={"X-Themis-Token": token}).status_code == 201
+    mine = client.get("/api/status", headers={"X-Themis-Token": ann}).json()
+    assert [s["labeler"] for s in mine["labelers"]] == ["labeler1"] and not mine["owner"]
+    assert mine["answers_per_labeler"] == {"labeler1": 1} and mine["answers"] == 2
+    everyone = client.get(f"/api/status?token={owner}").json()
+    assert [s["labeler"] for s in everyone["labelers"]] == ["labeler1", "labeler2"]
+    assert everyone["owner"] and everyone["answers_per_labeler"] == {"labeler1": 1,
+                                                                     "labeler2": 1}
+    assert client.get("/api/status?token=nope").status_code == 401
+    renewed = store.owner_token(renew=True)
+    assert client.get(f"/api/status?token={owner}").status_code == 401
+    assert client.get(f"/api/status?token={renewed}").json()["owner"]
+    # a loopback server without tokens: whoever is on this machine is the run's owner
+    alone, _ = posted_store(tmp_path / "alone")
+    alone.answer(1, "local", 0.0)
+    local = TestClient(create_app(alone, tmp_path / "alone"), base_url="http://127.0.0.1")
+    assert local.get("/api/status").json()["owner"]
 
 
 def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
@@ -640,8 +666,8 @@ def test_standalone_label_server_serves_an_existing_run(tmp_path):
                              str(tmp_path), "--port", "0", "--labelers", "2"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(2)]
-        assert all("?token=" in u for u in urls)
+        urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(3)]
+        assert all("?token=" in u for u in urls) and "/status?token=" in urls[2]  # the owner's
         port = int(urls[0].split(":")[2].split("/")[0])
         assert port > 0
         token = urls[0].split("token=")[1]

@@ -30,7 +30,9 @@ Tables:
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped); for a
   rating query the class 0 … n − 1;
-- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``.
+- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``;
+- ``owner(id, token, created)``: one row, the hash of the run owner's token (the status of
+  every labeler; a labeler sees only their own).
 """
 
 from __future__ import annotations
@@ -76,7 +78,14 @@ CREATE TABLE IF NOT EXISTS labelers (
     token TEXT UNIQUE NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS owner (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    token TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
+OWNER = "owner"
+"""The run's owner, as the label server names them (their token sees every labeler's scores)."""
 
 
 class DuplicateAnswer(Exception):
@@ -196,6 +205,22 @@ class LabelStore:
         row = self.db.execute("SELECT name FROM labelers WHERE token=?",
                               (hash_token(token),)).fetchone()
         return row[0] if row else None
+
+    def owner_token(self, renew: bool = False) -> str | None:
+        """The run owner's token (the status page with every labeler's scores), created on
+        the first call; only its hash is stored, so later calls return ``None`` unless
+        ``renew`` gives a new one (the old one stops working)."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM owner").fetchone() and not renew:
+                return None
+            token = secrets.token_urlsafe(16)
+            db.execute("INSERT OR REPLACE INTO owner VALUES (1, ?, ?)",
+                       (hash_token(token), time.time()))
+        return token
+
+    def is_owner_token(self, token: str) -> bool:
+        return self.db.execute("SELECT 1 FROM owner WHERE token=?",
+                               (hash_token(token),)).fetchone() is not None
 
     def has_labelers(self) -> bool:
         return self.db.execute("SELECT COUNT(*) FROM labelers").fetchone()[0] > 0
