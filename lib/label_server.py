@@ -32,6 +32,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,7 +125,7 @@ class Guard:
             return
         started = False
 
-        async def secured(message: dict) -> None:
+        async def secured(message: MutableMapping[str, Any]) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
