@@ -171,8 +171,8 @@ def guarded_h11(max_connections: int, request_timeout: float) -> type:
       request, and every request/response exchange ``request_timeout`` seconds (from the
       connection, or the previous response, to the end of the response): slow clients are cut;
     - at most ``max_connections`` connections are held: a new one beyond that closes the
-      oldest connection that is not being answered (idle, or a request not yet complete), or
-      is itself closed when every one is being answered.
+      oldest connection that is not being answered (idle, or still sending its request's
+      headers), or is itself closed when every one is being answered.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -197,7 +197,7 @@ def guarded_h11(max_connections: int, request_timeout: float) -> type:
             self.arm()
 
         def idle(self) -> bool:
-            """Not being answered: no request in, or the response to the last one sent."""
+            """Not being answered: no request's headers in yet, or the last response sent."""
             return self.cycle is None or self.cycle.response_complete
 
         def arm(self) -> None:
