@@ -219,6 +219,7 @@ class LabelStore:
         return token
 
     def is_owner_token(self, token: str) -> bool:
+        """Whether ``token`` is the run owner's (compared by hash)."""
         return self.db.execute("SELECT 1 FROM owner WHERE token=?",
                                (hash_token(token),)).fetchone() is not None
 
