@@ -604,7 +604,8 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_path):
+def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries_after_a_move(
+        tmp_path):
     run = tmp_path / "run"
     proc = start_run(run, "max_feedback=12")
     url = server_url(run, proc)
@@ -621,6 +622,7 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
     pending = {r[0] for r in store.db.execute(
         "SELECT id FROM queries WHERE id NOT IN (SELECT query_id FROM answers)")}
     assert pending
+    run = Path(shutil.move(run, tmp_path / "moved"))  # the run folder moved before the resume
 
     started = time.time()
     resumed = subprocess.Popen([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
@@ -628,7 +630,8 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
                                env={**os.environ, "THEMIS_THREADS": "1"})
     url = server_url(run, resumed, after=started - 1)  # a new free port
     served = wait_for_query(url)
-    assert served in pending  # the still-pending queries are served again
+    assert served in pending  # the still-pending queries are served again, with their clip
+    assert httpx.get(url + f"api/clips/{served}", timeout=10).status_code == 200
     httpx.post(url + "api/answers", json={"query_id": served, "label": "left"}, timeout=10)
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out[-3000:]
