@@ -11,35 +11,46 @@ labeler, agreement) and a small JSON API (``/api/...``, OpenAPI spec at ``/opena
 
 Security: binds 127.0.0.1 by default; any other address needs labeler tokens (``labelers=N``),
 and with tokens every request needs one (``?token=`` or the ``X-Themis-Token`` header), the
-OpenAPI spec included (there is no ``/docs`` page). Requests must name the bound host in their
-``Host`` header (no DNS rebinding of the anonymous loopback mode); pages cannot be framed
-(``X-Frame-Options``, CSP ``frame-ancestors``) and send no referrer (tokens are in URLs). Bodies
-are limited to 4 KiB, IDs and labels validated, clips served by query ID only, and a labeler
-cannot answer a query twice, nor a query that has its answers (409).
+OpenAPI spec included (there is no ``/docs`` page). The status shows a labeler their own scores,
+and every labeler's to the run's owner (the anonymous user of a loopback server, or the owner's
+token). Requests must name the bound host in their ``Host`` header (no DNS rebinding of the
+anonymous loopback mode; IPv6 in brackets); no response can be framed (``X-Frame-Options``, CSP
+``frame-ancestors``) and none sends a referrer (tokens are in URLs). Bodies are limited to 4 KiB,
+IDs (integers only) and labels validated, clips served by query ID only and only from the run's
+``web/clips/`` (whatever path a received ``labels.sqlite`` names), and a labeler cannot answer a
+query twice, nor a query that has its answers (409). Idle and slow clients are cut and
+connections capped (:func:`guarded_h11`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
+import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from themis import crowd
-from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.label_store import OWNER, DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
+LOG = logging.getLogger("themis.label_server")
 MAX_BODY = 4096
+KEEP_ALIVE = 5  # s: an idle connection (before its first request, or between two) is closed
+REQUEST_TIMEOUT = 30.0  # s: a request and its response, from the connection or last response
+LISTEN_QUEUE = 1024  # connections the kernel queues before the server accepts them
 LABELS: dict[str, float | None] = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
 LOCAL_LABELER = "local"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -57,9 +68,9 @@ SECURITY_HEADERS = {
 class Answer(BaseModel):
     """One answer: ``label`` left (segment 1 better), right, equal or skip (can't tell) for a
     pair; for a rating query (``feedback=rating``) ``rating`` 1 … n (worst to best) or ``label``
-    skip."""
+    skip. Strict: integers only (``true``, ``"2"`` or ``2.0`` are refused)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     query_id: int
     label: Literal["left", "right", "equal", "skip"] | None = None
     rating: int | None = Field(None, ge=1, le=9)
@@ -100,6 +111,116 @@ class BodyLimit:
             await too_large(scope, receive, send)
 
 
+class Guard:
+    """Outermost ASGI middleware: every response carries :data:`SECURITY_HEADERS` (the 400 of
+    the ``Host`` check and the 413 of the body limit too), and an error inside the app is one
+    line on the console (``themis.label_server`` logger) and a 500, never a traceback."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def secured(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(
+                    (k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                    if k.lower().encode() not in names)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, secured)
+        except Exception as e:
+            LOG.warning("labeling server: %s %s failed: %s: %s", scope.get("method"),
+                        scope.get("path"), type(e).__name__, str(e).splitlines()[0][:200]
+                        if str(e) else "")
+            if not started:
+                await PlainTextResponse("internal error", status_code=500)(scope, receive,
+                                                                            secured)
+
+
+def connection_cap() -> int:
+    """How many connections the server holds at most: a quarter of this process's file
+    descriptor limit (the training run shares it), between 16 and 256."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return int(min(256, max(16, soft // 4)))
+
+
+def guarded_h11(max_connections: int, request_timeout: float) -> type:
+    """uvicorn's h11 protocol with limits on what a client can hold (pass as ``http=``).
+
+    uvicorn closes a keep-alive connection idle after a response, but not one that never sends
+    a request or sends it byte by byte; hundreds of those exhaust the process's file
+    descriptors (the training run's too). Here:
+
+    - a new connection gets the keep-alive timeout (``timeout_keep_alive``, 5 s) to start its
+      request, and every request/response exchange ``request_timeout`` seconds (from the
+      connection, or the previous response, to the end of the response): slow clients are cut;
+    - at most ``max_connections`` connections are held: a new one beyond that closes the
+      oldest connection that is not being answered (idle, or still sending its request's
+      headers), or is itself closed when every one is being answered.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        opened = 0.0
+        deadline: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.opened = self.loop.time()
+            open_ = [c for c in self.connections if isinstance(c, GuardedH11Protocol)
+                     and c is not self and not c.transport.is_closing()]
+            if len(open_) >= max_connections:  # closed ones leave the set a moment later
+                idle = [c for c in open_ if c.idle()]
+                if not idle:
+                    self.transport.close()
+                    return
+                min(idle, key=lambda c: c.opened).transport.close()
+            # idle before a first request: closed like an idle keep-alive connection
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            self.arm()
+
+        def idle(self) -> bool:
+            """Not being answered: no request's headers in yet, or the last response sent."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def arm(self) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            self.deadline = self.loop.call_later(request_timeout, self.expire)
+
+        def expire(self) -> None:
+            if not self.transport.is_closing():
+                self.transport.abort()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -107,6 +228,45 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def host_name(header: str) -> str:
+    """The host name or address of a ``Host`` header, without the port and (IPv6) brackets,
+    lower case, addresses in their short form: ``[::1]:8765`` → ``::1``, ``Example:80`` →
+    ``example``; ``""`` when malformed (an IPv6 address without brackets)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        name, rest = (header[1:end], header[end + 1:]) if end > 0 else ("", "")
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return ""
+    elif header.count(":") > 1:
+        return ""
+    else:
+        name = header.split(":", 1)[0]
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return name
+
+
+class HostCheck:
+    """ASGI middleware: requests whose ``Host`` header names none of ``hosts`` get 400 (DNS
+    rebinding). ``hosts`` as :func:`allowed_hosts` gives them (``*``: any); IPv6 addresses are
+    matched in brackets, ``[::1]:8765``."""
+
+    def __init__(self, app: Any, hosts: list[str] | tuple[str, ...]) -> None:
+        self.app, self.any = app, "*" in hosts
+        self.hosts = {host_name(f"[{h}]" if ":" in h else h) for h in hosts if h != "*"}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self.any:
+            header = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if host_name(header) not in self.hosts:
+                await PlainTextResponse("Invalid host header", status_code=400)(scope, receive,
+                                                                               send)
+                return
+        await self.app(scope, receive, send)
 
 
 def allowed_hosts(host: str) -> list[str]:
@@ -129,21 +289,28 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     app = FastAPI(title="Themis labeling", version="1", docs_url=None, redoc_url=None,
                   openapi_url=None)
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # what was wrong and where, not the input itself (NaN or Infinity cannot be JSON)
+        return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg"),
+                                         "type": e.get("type")} for e in exc.errors()]}, 422)
 
-    def labeler(token: str | None = Query(None, max_length=64),
-                x_themis_token: str | None = Header(None, max_length=64)) -> str:
+    def identity(token: str | None = Query(None, max_length=64),
+                 x_themis_token: str | None = Header(None, max_length=64)) -> tuple[str, bool]:
+        """``(labeler name, is the run's owner)``: the anonymous ``local`` of a loopback
+        server is its owner; with tokens, a labeler's token or the owner's."""
         given = token or x_themis_token
         if not store.has_labelers():
-            return LOCAL_LABELER
+            return LOCAL_LABELER, True
         name = store.labeler_for_token(given) if given else None
-        if name is None:
-            raise HTTPException(401, "a valid labeler token is required")
-        return name
+        if name is not None:
+            return name, False
+        if given and store.is_owner_token(given):
+            return OWNER, True
+        raise HTTPException(401, "a valid labeler token is required")
+
+    def labeler(who: tuple[str, bool] = Depends(identity)) -> str:
+        return who[0]
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(who: str = Depends(labeler)) -> dict[str, Any]:
@@ -168,11 +335,11 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     def clip(query_id: int = PathParam(ge=1, le=2**62),
              who: str = Depends(labeler)) -> FileResponse:
         try:
-            path = store.clip_path(query_id)
+            path = store.servable_clip(query_id)  # inside web/clips/ only, whatever the store says
         except UnknownQuery:
             raise HTTPException(404, f"no query {query_id}") from None
-        if not path.is_file():
-            raise HTTPException(404, f"the clip of query {query_id} is missing")
+        except FileNotFoundError as e:
+            raise HTTPException(404, str(e)) from None
         media = "video/mp4" if path.suffix == ".mp4" else "image/gif"
         return FileResponse(path, media_type=media)
 
@@ -200,8 +367,15 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
                 "answered": store.answered_by(who)}
 
     @app.get("/api/status")
-    def status(who: str = Depends(labeler)) -> dict[str, Any]:
+    def status(me: tuple[str, bool] = Depends(identity)) -> dict[str, Any]:
+        """Counts, the learning curve and labeler scores: a labeler's own, or (the run's
+        owner) every labeler's."""
+        who, owner = me
         out = store.status()
+        out["owner"] = owner
+        if not owner:
+            out["answers_per_labeler"] = {k: v for k, v in out["answers_per_labeler"].items()
+                                          if k == who}
         curve: list[list[float]] = []
         eval_csv = run_dir / "eval.csv" if run_dir else None
         if eval_csv is not None and eval_csv.is_file() and eval_csv.stat().st_size:
@@ -209,37 +383,61 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             curve = df[["step", "episode_reward"]].astype(float).values.tolist()
         out["learning_curve"] = curve
         out["labelers"] = [{k: (None if isinstance(v, float) and v != v else v)  # NaN: none
-                            for k, v in row.items()} for row in crowd.labeler_scores(store)]
+                            for k, v in row.items()} for row in crowd.labeler_scores(store)
+                           if owner or row["labeler"] == who]
         return out
 
-    return BodyLimit(TrustedHostMiddleware(app, allowed_hosts=list(hosts)))
+    return Guard(BodyLimit(HostCheck(app, list(hosts))))
 
 
 class LabelServer:
     """uvicorn serving :func:`create_app` in a background thread of the training run.
+
+    The server cannot take the training run down with it: it holds at most
+    ``max_connections`` connections (default :func:`connection_cap`, well below the file
+    descriptor limit the run shares), cuts idle and slow clients (:func:`guarded_h11`), and an
+    error that stops it is printed as one line while training goes on.
 
     Raises:
         ValueError: a non-loopback ``host`` without labeler tokens.
     """
 
     def __init__(self, store: LabelStore, host: str = "127.0.0.1", port: int = 8765,
-                 run_dir: Path | None = None) -> None:
+                 run_dir: Path | None = None, max_connections: int | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT) -> None:
         import uvicorn
 
         if not is_loopback(host) and not store.has_labelers():
             raise ValueError(f"binding {host} exposes the labeling page beyond this machine: "
                              "create labeler tokens with labelers=N")
         self.host, self.port, self.run_dir = host, port, run_dir
+        self.max_connections = max_connections or connection_cap()
         config = uvicorn.Config(create_app(store, run_dir, allowed_hosts(host)), host=host,
-                                port=port, log_level="warning", access_log=False)
+                                port=port, log_level="warning", access_log=False,
+                                http=guarded_h11(self.max_connections, request_timeout),
+                                ws="none", lifespan="off", timeout_keep_alive=KEEP_ALIVE,
+                                # asyncio accepts up to `backlog` sockets in a burst before
+                                # the cap can close any: keep the burst small
+                                backlog=max(8, min(128, self.max_connections // 2)))
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="label-server", daemon=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, name="label-server", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.server.run()
+        except BaseException as e:  # SystemExit too: a server error never ends training
+            self.error = e
+            if self.server.started:
+                print(f"labeling server stopped: {type(e).__name__}: {e}", file=sys.stderr)
 
     @property
     def url(self) -> str:
         """The address to open: a server bound to all interfaces (0.0.0.0, ::) is named by
         this machine's host name, which other machines can reach."""
         host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host:  # an IPv6 address: http://[::1]:8765/
+            host = f"[{host}]"
         return f"http://{host}:{self.port}/"
 
     def start(self, timeout: float = 15.0) -> LabelServer:
@@ -257,8 +455,12 @@ class LabelServer:
                 raise RuntimeError(f"the labeling server could not listen on "
                                    f"{self.host}:{self.port} (port taken?); set label_port=")
             time.sleep(0.05)
+        listening = self.server.servers[0].sockets
+        for sock in listening:  # a longer queue in the kernel (no file held): see `backlog`
+            with socket.socket(fileno=os.dup(sock.fileno())) as same:
+                same.listen(LISTEN_QUEUE)
         if self.port == 0:
-            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+            self.port = int(listening[0].getsockname()[1])
         if self.run_dir is not None:
             info = self.run_dir / "web" / "server.json"
             info.parent.mkdir(parents=True, exist_ok=True)

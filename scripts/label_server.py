@@ -5,8 +5,9 @@
     python scripts/label_server.py RUN_DIR --host 0.0.0.0 --labelers 5   # prints 5 token URLs
     python scripts/label_server.py RUN_DIR --labelers 5 --new-tokens     # new links for all 5
 
-Only a hash of each token is stored: a labeler's link is printed once, when it is created;
-``--new-tokens`` replaces lost links (the old ones stop working).
+Only a hash of each token is stored: a labeler's link is printed once, when it is created, and
+so is the link of the run's owner (the status page with every labeler's scores; a labeler sees
+only their own); ``--new-tokens`` replaces lost links (the old ones stop working).
 
 Reads and writes ``RUN_DIR/labels.sqlite`` (the run's posted queries and the answers; see
 ``themis/label_store.py``); the run gathers the answers at its next feedback round. Stop with
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from lib.label_server import LabelServer
-from themis.label_store import LabelStore
+from themis.label_store import OWNER, LabelStore
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = LabelStore(db, args.run_dir / "web")
     tokens = store.add_labelers(args.labelers, renew=args.new_tokens) if args.labelers else []
+    owner = store.owner_token(renew=args.new_tokens) if args.labelers else None
     try:
         server = LabelServer(store, args.host, args.port, args.run_dir).start()
     except (RuntimeError, ValueError) as e:
@@ -54,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
                   "gives new links)")
         else:
             print(f"{name}: {server.url}?token={token}")
+    if owner is not None:
+        print(f"{OWNER} (status of every labeler): {server.url}status?token={owner}")
+    elif tokens:
+        print(f"{OWNER}: keeps the status link printed when it was created (--new-tokens gives "
+              "a new one)")
     if not tokens:
         print(f"labeling page: {server.url}  (status: {server.url}status)")
     try:

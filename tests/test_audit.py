@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -216,7 +217,7 @@ def test_most_disputed_puts_the_contested_query_first_and_links_its_clip(crowd):
     assert "careful2: equal" in first["answers"] and "adversary: " in first["answers"]
     assert len(disputed) == 10  # 10 gold + 2 careful splits + contested, top 10 kept
     assert (np.diff(disputed["entropy"].to_numpy()) <= 0).all()
-    assert Path(first["clip"]).parent == run / "web" / "clips"
+    assert (run / first["clip"]).parent == run / "web" / "clips"  # stored relative to the run
 
 
 # ------------------------------------------------------------------------ reward model
@@ -264,6 +265,7 @@ def test_labels_section_writes_tables_and_csvs(crowd):
 def test_gold_thresholds_come_from_the_run_config(crowd, tmp_path):
     run, _ = crowd
     copy_store(run, tmp_path)
+    shutil.copytree(run / "web", tmp_path / "web")  # a copied run: its queries' segments too
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "config.yaml").write_text("min_gold_answers: 20\n")
     text = "\n".join(labels_section(tmp_path, tmp_path / "report"))

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -22,7 +23,13 @@ from lib.label_server import LabelServer, create_app
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis import crowd
 from themis.buffers import SegmentPairs
-from themis.label_store import DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.label_store import (
+    DuplicateAnswer,
+    LabelStore,
+    QueryFull,
+    UnknownQuery,
+    hash_token,
+)
 from themis.reward import PreferenceDataset
 
 
@@ -168,6 +175,29 @@ def test_store_to_prefs_turns_every_answer_in_a_store_into_a_dataset_that_trains
     assert bad.returncode == 2 and "not a readable label store" in bad.stderr, bad.stderr
 
 
+def test_a_moved_run_gathers_its_answers_and_serves_its_clips(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    store, ids = posted_store(old)
+    store.answer(ids[0], "ann", 1.0)
+    assert store.db.execute("SELECT clip, segments FROM queries WHERE id=?", (ids[0],)
+                            ).fetchone() == ("web/clips/c0.mp4", "web/queries/q_000001.npz")
+    shutil.copytree(old, new)  # a colleague's run, copied
+    shutil.rmtree(old)
+    moved = LabelStore(new / "labels.sqlite")
+    got = moved.gather()
+    assert got.labels.tolist() == [1.0] and got.pairs is not None
+    client = TestClient(create_app(moved, new), base_url="http://127.0.0.1")
+    clip = client.get(f"/api/clips/{ids[1]}")
+    assert clip.status_code == 200 and clip.content == (new / "web/clips/c1.mp4").read_bytes()
+    # stores of earlier versions hold absolute paths: found at their place under web/
+    moved.db.execute("UPDATE queries SET clip=?, segments=? WHERE id=?",
+                     (str(old / "web/clips/c2.mp4"), str(old / "web/queries/q_000003.npz"),
+                      ids[2]))
+    assert client.get(f"/api/clips/{ids[2]}").content == (new / "web/clips/c2.mp4").read_bytes()
+    moved.answer(ids[2], "ann", 0.0)
+    assert moved.gather().labels.tolist() == [1.0, 0.0]
+
+
 def test_majority_aggregation_and_agreement(tmp_path):
     store, ids = posted_store(tmp_path, n=2, labels_needed=3)
     for who, label in (("a", 1.0), ("b", 1.0), ("c", 0.0)):
@@ -218,8 +248,7 @@ def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
     assert client.post("/api/answers", json={"query_id": ids[1], "label": "right"},
                        headers={"X-Themis-Token": other}).status_code == 201
     status = client.get("/api/status", headers=auth).json()
-    assert status["answers"] == 2 and status["answers_per_labeler"] == {"labeler1": 1,
-                                                                         "labeler2": 1}
+    assert status["answers"] == 2 and status["answers_per_labeler"] == {"labeler1": 1}
     page = client.get(f"/?token={token}")
     assert "Which clip is better?" in page.text
     # hardening: no framing, no referrer (tokens are in URLs), the spec needs a token, no /docs
@@ -229,6 +258,93 @@ def test_api_answers_with_tokens_and_rejects_hostile_requests(tmp_path):
     assert client.get("/openapi.json").status_code == 401
     assert "/api/answers" in client.get("/openapi.json", headers=auth).json()["paths"]
     assert client.get("/docs", headers=auth).status_code == 404
+
+
+def test_a_received_store_cannot_make_the_server_serve_files_other_than_clips(tmp_path):
+    """A run folder received from someone: its labels.sqlite names whatever path it likes
+    (and may plant a token hash); only clips inside the run's web/clips/ are ever served."""
+    store, ids = posted_store(tmp_path, n=4)
+    secret = tmp_path.parent / f"{tmp_path.name}-secret.mp4"
+    secret.write_bytes(b"the receiver's private file")
+    (tmp_path / "web" / "clips" / "link.mp4").symlink_to(secret)
+    (tmp_path / "web" / "clips" / "inside.mp4").symlink_to(tmp_path / "web" / "clips" / "c3.mp4")
+    planted = {"token": "planted"}
+    store.db.execute("INSERT INTO labelers VALUES ('eve', ?, 0)", (hash_token("planted"),))
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+
+    def served(clip: str) -> int:
+        store.db.execute("UPDATE queries SET clip=? WHERE id=?", (clip, ids[0]))
+        return client.get(f"/api/clips/{ids[0]}", params=planted).status_code
+
+    assert [served(c) for c in (
+        "/etc/passwd", str(secret), "../" + "../" * len(tmp_path.parts) + "etc/passwd",
+        f"web/clips/../../{secret.name}", "web/clips/link.mp4",  # a symlink out of web/clips
+        "web/queries/q_000001.npz",  # inside web/, not a clip (segments, true rewards)
+        "labels.sqlite", "web/clips")] == [404] * 8
+    assert served("web/clips/inside.mp4") == 200  # a symlink that stays inside is a clip
+    ok = client.get(f"/api/clips/{ids[1]}", params=planted)
+    assert ok.status_code == 200 and ok.content.startswith(b"\x00\x00")
+    shutil.move(tmp_path / "web" / "clips", tmp_path / "elsewhere")  # web/clips a symlink
+    (tmp_path / "web" / "clips").symlink_to(tmp_path / "elsewhere")
+    assert client.get(f"/api/clips/{ids[1]}", params=planted).status_code == 404
+
+
+def test_nan_and_infinity_in_a_body_get_422_and_no_traceback(tmp_path, capfd, caplog):
+    store, _ = posted_store(tmp_path)
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    capfd.readouterr()
+    try:
+        codes = [httpx.post(server.url + "api/answers", content=body, timeout=10, headers={
+            "Content-Type": "application/json"}).status_code for body in (
+            b'{"query_id": NaN, "label": "left"}', b'{"query_id": Infinity, "label": "left"}',
+            b'{"query_id": 1, "rating": -Infinity}', b'{"query_id": 1, "label": NaN}',
+            b'[NaN]', b"NaN")]
+        out, err = capfd.readouterr()
+        assert codes == [422] * 6 and not (out + err).strip()
+        assert store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+
+        def broken() -> int:
+            raise sqlite3.OperationalError("disk I/O error\nsecond line")
+
+        store.pending_count = broken  # an error the server did not foresee: one line, a 500
+        caplog.clear()
+        assert httpx.get(server.url + "api/next", timeout=10).status_code == 500
+        deadline = time.time() + 10  # the line is written once the 500 is sent
+        while not caplog.records and time.time() < deadline:
+            time.sleep(0.05)
+        out, err = capfd.readouterr()
+        assert not (out + err).strip()  # no traceback: one log line (the console's in a run)
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line == "labeling server: GET /api/next failed: OperationalError: disk I/O error"
+    finally:
+        server.stop()
+
+
+def test_a_labeler_sees_their_own_scores_and_the_runs_owner_everyones(tmp_path):
+    store, ids = posted_store(tmp_path, n=2, labels_needed=2)
+    (_, ann), (_, bob) = store.add_labelers(2)
+    owner = store.owner_token()
+    assert owner and store.owner_token() is None  # only its hash is kept
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    for token, label in ((ann, "left"), (bob, "right")):
+        assert client.post("/api/answers", json={"query_id": ids[0], "label": label},
+                           headers={"X-Themis-Token": token}).status_code == 201
+    mine = client.get("/api/status", headers={"X-Themis-Token": ann}).json()
+    assert [s["labeler"] for s in mine["labelers"]] == ["labeler1"] and not mine["owner"]
+    assert mine["answers_per_labeler"] == {"labeler1": 1} and mine["answers"] == 2
+    everyone = client.get(f"/api/status?token={owner}").json()
+    assert [s["labeler"] for s in everyone["labelers"]] == ["labeler1", "labeler2"]
+    assert everyone["owner"] and everyone["answers_per_labeler"] == {"labeler1": 1,
+                                                                     "labeler2": 1}
+    assert client.get("/api/status?token=nope").status_code == 401
+    renewed = store.owner_token(renew=True)
+    assert client.get(f"/api/status?token={owner}").status_code == 401
+    assert client.get(f"/api/status?token={renewed}").json()["owner"]
+    # a loopback server without tokens: whoever is on this machine is the run's owner
+    alone, _ = posted_store(tmp_path / "alone")
+    alone.answer(1, "local", 0.0)
+    local = TestClient(create_app(alone, tmp_path / "alone"), base_url="http://127.0.0.1")
+    assert local.get("/api/status").json()["owner"]
 
 
 def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
@@ -249,6 +365,30 @@ def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
     assert again.db.execute("SELECT token FROM labelers").fetchone()[0].startswith("sha256:")
 
 
+def test_labels_csv_and_query_segments_are_readable_by_their_owner_only(tmp_path):
+    from themis.reward import PreferenceDataset
+
+    umask = os.umask(0o022)  # the usual one: new files 0644 unless made private
+    try:
+        store, ids = posted_store(tmp_path, n=2)
+        store.answer(ids[0], "ann", 1.0)
+        got = store.gather()
+        data = PreferenceDataset(4, 5, 3, 1)
+        data.add(got.pairs, got.labels, "human:ann", answers=got.answer_ids)
+        folder = tmp_path / "preferences"
+        folder.mkdir()
+        (folder / "labels.csv").write_text("pair,label\n")  # a run of an earlier version
+        data.save(folder)
+        data.add(got.pairs, got.labels, "human:ann", answers=got.answer_ids)
+        data.save(folder)  # an appended shard
+    finally:
+        os.umask(umask)
+    private = [*sorted((tmp_path / "web" / "queries").iterdir()), *sorted(folder.iterdir()),
+               tmp_path / "labels.sqlite"]
+    assert len(private) == 2 + 4 + 1
+    assert {p.name: p.stat().st_mode & 0o777 for p in private} == {p.name: 0o600 for p in private}
+
+
 def test_loopback_server_refuses_other_host_names(tmp_path):
     """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
     store, _ = posted_store(tmp_path)  # anonymous loopback mode: no tokens
@@ -264,6 +404,59 @@ def test_loopback_server_refuses_other_host_names(tmp_path):
         assert rebound.status_code == 400
     finally:
         server.stop()
+
+
+def test_an_ipv6_loopback_server_prints_a_bracketed_url_and_answers_it(tmp_path):
+    import socket
+
+    store, ids = posted_store(tmp_path)
+    assert LabelServer(store, "::1", 8765).url == "http://[::1]:8765/"
+    try:
+        socket.socket(socket.AF_INET6).close()
+        server = LabelServer(store, "::1", 0, tmp_path).start()
+    except (OSError, RuntimeError):
+        pytest.skip("no IPv6 loopback here")
+    try:
+        assert server.url == f"http://[::1]:{server.port}/"
+        assert httpx.get(server.url + "api/next", timeout=10).json()["query_id"] == ids[0]
+        assert httpx.post(server.url + "api/answers", json={"query_id": ids[0], "label": "left"},
+                          timeout=10).status_code == 201
+        rebound = httpx.get(server.url + "api/next", headers={"Host": "evil.example"}, timeout=10)
+        assert rebound.status_code == 400
+    finally:
+        server.stop()
+
+
+def test_ids_and_ratings_must_be_json_integers(tmp_path):
+    store, ids = posted_store(tmp_path)
+    rng = np.random.default_rng(1)
+    (rated,) = store.post(2, SegmentPairs(rng.normal(size=(1, 1, 5, 3)).astype(np.float32),
+                                         np.zeros((1, 1, 5, 1), np.float32), np.zeros((1, 1, 5)),
+                                         np.zeros((1, 1), np.int64)),
+                          [tmp_path / "web" / "clips" / "r.mp4"], 1, rating_classes=4)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    loose = [{"query_id": v, "label": "left"} for v in (True, str(ids[0]), float(ids[0]))] + [
+        {"query_id": rated, "rating": v} for v in (True, "2", 2.0)]
+    assert [client.post("/api/answers", json=b).status_code for b in loose] == [422] * 6
+    assert store.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+    assert client.post("/api/answers", json={"query_id": ids[0], "label": "left"}
+                       ).status_code == 201
+    assert client.post("/api/answers", json={"query_id": rated, "rating": 2}).status_code == 201
+
+
+def test_refused_requests_carry_the_security_headers_too(tmp_path):
+    store, _ = posted_store(tmp_path)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    refused = [client.get("/api/next", headers={"Host": "evil.example"}),  # DNS rebinding
+               client.get("/api/next", headers={"Host": "::1"}),  # IPv6 needs brackets
+               client.post("/api/answers", content=b"x" * 5000),  # 4 KiB at most
+               client.get("/nothing-here"), client.delete("/api/answers")]
+    assert [r.status_code for r in refused] == [400, 400, 413, 404, 405]
+    for r in refused:
+        assert r.headers["X-Frame-Options"] == "DENY" and r.headers["Cache-Control"] == "no-store"
+        assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+        assert r.headers["Referrer-Policy"] == "no-referrer"
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
 
 
 def test_openapi_fuzzing_never_gets_a_server_error(tmp_path):
@@ -328,6 +521,54 @@ def test_eight_labelers_answering_at_once_lose_and_duplicate_nothing(tmp_path):
     assert db.execute("SELECT COUNT(DISTINCT query_id || '/' || labeler) FROM answers"
                       ).fetchone()[0] == 400
     assert store.pending_count() == 0
+
+
+def test_a_thousand_idle_connections_do_not_stop_a_real_labeler(tmp_path):
+    """1000 sockets opened and left idle (100 of them sending half a request, slowloris) at a
+    server whose process may hold 512 files: it keeps serving a real labeler, and never holds
+    more files than its connection cap leaves room for (a training run shares them)."""
+    import resource
+    import socket
+    import sys
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1500:  # this test's own 1000 sockets
+        if hard != resource.RLIM_INFINITY and hard < 1500:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 1500")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1500, hard))
+    store, ids = posted_store(tmp_path)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "label_server.py"),
+                             str(tmp_path), "--port", "0"], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=limited, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    idle: list[socket.socket] = []
+    try:
+        url = proc.stdout.readline().split(": ", 1)[1].split()[0]
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        for i in range(1000):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i % 10 == 0:
+                sock.sendall(b"GET /api/next HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
+            idle.append(sock)
+        started = time.time()
+        with httpx.Client(base_url=url, timeout=10) as labeler:
+            nxt = labeler.get("/api/next")
+            assert nxt.status_code == 200 and nxt.json()["query_id"] == ids[0]
+            assert labeler.get(f"/api/clips/{ids[0]}").status_code == 200
+            assert labeler.post("/api/answers", json={"query_id": ids[0], "label": "left"}
+                                ).status_code == 201
+        assert time.time() - started < 10
+        files = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        assert proc.poll() is None and files < 512 // 4 + 64, files
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert store.answered_by("local") == 1
 
 
 def test_a_public_address_needs_tokens(tmp_path):
@@ -434,7 +675,8 @@ def test_labeling_in_headless_chromium_trains_the_reward_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_path):
+def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries_after_a_move(
+        tmp_path):
     run = tmp_path / "run"
     proc = start_run(run, "max_feedback=12")
     url = server_url(run, proc)
@@ -451,6 +693,7 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
     pending = {r[0] for r in store.db.execute(
         "SELECT id FROM queries WHERE id NOT IN (SELECT query_id FROM answers)")}
     assert pending
+    run = Path(shutil.move(run, tmp_path / "moved"))  # the run folder moved before the resume
 
     started = time.time()
     resumed = subprocess.Popen([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
@@ -458,7 +701,8 @@ def test_killed_run_keeps_every_answer_and_resume_serves_pending_queries(tmp_pat
                                env={**os.environ, "THEMIS_THREADS": "1"})
     url = server_url(run, resumed, after=started - 1)  # a new free port
     served = wait_for_query(url)
-    assert served in pending  # the still-pending queries are served again
+    assert served in pending  # the still-pending queries are served again, with their clip
+    assert httpx.get(url + f"api/clips/{served}", timeout=10).status_code == 200
     httpx.post(url + "api/answers", json={"query_id": served, "label": "left"}, timeout=10)
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out[-3000:]
@@ -499,8 +743,8 @@ def test_standalone_label_server_serves_an_existing_run(tmp_path):
                              str(tmp_path), "--port", "0", "--labelers", "2"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(2)]
-        assert all("?token=" in u for u in urls)
+        urls = [proc.stdout.readline().split(": ", 1)[1].strip() for _ in range(3)]
+        assert all("?token=" in u for u in urls) and "/status?token=" in urls[2]  # the owner's
         port = int(urls[0].split(":")[2].split("/")[0])
         assert port > 0
         token = urls[0].split("token=")[1]
@@ -697,6 +941,33 @@ def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_pa
     assert learner.training_rows().tolist() == [0, 1]
     fit = learner.trainer.train(learner.dataset, 2, rows=learner.training_rows())
     assert fit.epochs >= 1
+    ws.logger.close()
+
+
+def test_web_labels_keep_the_time_the_person_answered(compose, tmp_path):
+    from themis.reward import PreferenceDataset
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*WEB_RUN, "label_aggregate=majority", "labels_per_query=2",
+                                 "labelers=2"]),
+                        tmp_path)
+    rng = np.random.default_rng(0)
+    n = 3
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 20, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 20, 1)).astype(np.float32),
+                         rng.normal(size=(n, 2, 20)).astype(np.float32), np.zeros((n, 2), np.int64))
+    ids = ws.label_store.post(1, pairs, [tmp_path / f"c{i}.mp4" for i in range(n)], 2)
+    given = {}  # answered an hour ago, one answer a minute
+    for i, (qid, who) in enumerate((q, w) for q in ids[:2] for w in ("ann", "bob")):
+        aid = ws.label_store.answer(qid, who, 1.0)
+        given[qid] = time.time() - 3600 + 60 * i
+        ws.label_store.db.execute("UPDATE answers SET created=? WHERE id=?", (given[qid], aid))
+    ws.learner.round(None, 0, False, 0, [], [], ask=False)  # gathers, saves, trains
+    assert len(ws.learner.dataset) == 2
+    expected = [given[ids[0]], given[ids[1]]]  # a majority label: its last answer's time
+    assert ws.learner.dataset.timestamps[:2].tolist() == pytest.approx(expected, abs=1e-3)
+    saved = PreferenceDataset.load(tmp_path / "preferences")
+    assert saved.timestamps[:2].tolist() == pytest.approx(expected, abs=1e-3)
     ws.logger.close()
 
 

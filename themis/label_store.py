@@ -15,20 +15,24 @@ What is promised (tests in ``tests/test_web_labeling.py``):
   ``answers`` column says which answers it holds);
 - a query takes at most ``labels_needed`` answers: a later answer is refused
   (:class:`QueryFull`, HTTP 409) and nothing is stored;
-- labeler tokens are stored as SHA-256 hashes, and the database file is readable by its owner
-  only (mode 0600).
+- labeler tokens are stored as SHA-256 hashes, and the database file and the query segments
+  are readable by their owner only (mode 0600; so is the preference dataset's ``labels.csv``).
 
 Tables:
 
 - ``queries(id, round, created, clip, segments, labels_needed, consumed, gold, oracle,
-  rating_classes)``: ``gold`` is the known answer of a gold query (NULL for a normal one),
-  ``oracle`` the label of the segments' true returns (for labeler scores and the audit; never a
-  training label), ``rating_classes`` NULL for a pair, ``n`` for one segment to rate
-  (``feedback=rating``);
+  rating_classes)``: ``clip`` and ``segments`` are paths relative to the run folder (the
+  folder of ``labels.sqlite``; stores of earlier versions hold absolute paths, read by their
+  place under ``web/``), so a moved or copied run keeps working; ``gold`` is the known
+  answer of a gold query (NULL for a normal one), ``oracle`` the label of the segments' true
+  returns (for labeler scores and the audit; never a training label), ``rating_classes``
+  NULL for a pair, ``n`` for one segment to rate (``feedback=rating``);
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped); for a
   rating query the class 0 … n − 1;
-- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``.
+- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``;
+- ``owner(id, token, created)``: one row, the hash of the run owner's token (the status of
+  every labeler; a labeler sees only their own).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import numpy as np
 from themis import crowd
 from themis.buffers import SegmentPairs
 from themis.teachers import true_preference
-from themis.utils import fsync_dir
+from themis.utils import fsync_dir, open_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -74,7 +78,14 @@ CREATE TABLE IF NOT EXISTS labelers (
     token TEXT UNIQUE NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS owner (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    token TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
+OWNER = "owner"
+"""The run's owner, as the label server names them (their token sees every labeler's scores)."""
 
 
 _GATHERABLE = ("(q.consumed=0 OR :used) AND ((SELECT COUNT(*) FROM answers a WHERE "
@@ -105,6 +116,8 @@ class Answers(NamedTuple):
         labels: ``(n,)`` float32 labels (0, 0.5, 1).
         labelers: ``human:NAME`` (or ``human:majority:A,B``) per label.
         answer_ids: the answer IDs behind each label, ``;``-separated.
+        timestamps: ``(n,)`` float64, when each label was given (Unix seconds; a label that
+            aggregates several answers: the last of them).
     """
 
     query_ids: list[int]
@@ -112,6 +125,7 @@ class Answers(NamedTuple):
     labels: np.ndarray
     labelers: list[str]
     answer_ids: list[str]
+    timestamps: np.ndarray
 
 
 def hash_token(token: str) -> str:
@@ -131,7 +145,8 @@ class LabelStore:
 
     def __init__(self, path: str | Path, web_dir: str | Path | None = None) -> None:
         self.path = Path(path)
-        self.web_dir = Path(web_dir) if web_dir else self.path.parent / "web"
+        self.root = self.path.parent  # the run folder: stored paths are relative to it
+        self.web_dir = Path(web_dir) if web_dir else self.root / "web"
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # owner only
@@ -198,6 +213,23 @@ class LabelStore:
                               (hash_token(token),)).fetchone()
         return row[0] if row else None
 
+    def owner_token(self, renew: bool = False) -> str | None:
+        """The run owner's token (the status page with every labeler's scores), created on
+        the first call; only its hash is stored, so later calls return ``None`` unless
+        ``renew`` gives a new one (the old one stops working)."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM owner").fetchone() and not renew:
+                return None
+            token = secrets.token_urlsafe(16)
+            db.execute("INSERT OR REPLACE INTO owner VALUES (1, ?, ?)",
+                       (hash_token(token), time.time()))
+        return token
+
+    def is_owner_token(self, token: str) -> bool:
+        """Whether ``token`` is the run owner's (compared by hash)."""
+        return self.db.execute("SELECT 1 FROM owner WHERE token=?",
+                               (hash_token(token),)).fetchone() is not None
+
     def has_labelers(self) -> bool:
         return self.db.execute("SELECT COUNT(*) FROM labelers").fetchone()[0] > 0
 
@@ -223,24 +255,39 @@ class LabelStore:
                 cur = db.execute(
                     "INSERT INTO queries (round, created, clip, segments, labels_needed, gold, "
                     "oracle, rating_classes) VALUES (?, ?, ?, '', ?, ?, ?, ?)",
-                    (round_, time.time(), str(clip), int(needed[i]),
+                    (round_, time.time(), self._relative(clip), int(needed[i]),
                      None if gold is None or np.isnan(gold[i]) else float(gold[i]),
                      None if np.isnan(oracle[i]) else float(oracle[i]),
                      int(rating_classes) or None))
                 qid = int(cur.lastrowid or 0)
-                segments = queries / f"q_{qid:06d}.npz"
-                with segments.open("wb") as f:  # on disk before the query row is committed
+                segments = self.segments_path(qid)
+                with open_private(segments) as f:  # on disk before the row is committed
                     np.savez(f, observations=pairs.observations[i],
                              actions=pairs.actions[i], true_rewards=pairs.true_rewards[i])
                     f.flush()
                     os.fsync(f.fileno())
-                db.execute("UPDATE queries SET segments=? WHERE id=?", (str(segments), qid))
+                db.execute("UPDATE queries SET segments=? WHERE id=?",
+                           (self._relative(segments), qid))
                 ids.append(qid)
             fsync_dir(queries)
         return ids
 
+    def _relative(self, path: str | Path) -> str:
+        """How a path is stored: relative to the run folder when inside it (a moved run keeps
+        working), else absolute."""
+        path = Path(os.path.abspath(path))
+        root = Path(os.path.abspath(self.root))
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    def segments_path(self, query_id: int) -> Path:
+        """Where a query's segments are: ``web/queries/q_ID.npz`` (named by the ID alone, so
+        neither a moved run nor a store's contents can point elsewhere)."""
+        return self.web_dir / "queries" / f"q_{query_id:06d}.npz"
+
     def clip_path(self, query_id: int) -> Path:
-        """The clip of a query (looked up by ID only).
+        """The clip of a query (looked up by ID only), as stored: a relative path is taken from
+        the run folder; an absolute one (stores of earlier versions) that no longer exists is
+        looked for at its place under this run's ``web/`` (the run was moved or copied).
 
         Raises:
             UnknownQuery: no such query.
@@ -248,7 +295,34 @@ class LabelStore:
         row = self.db.execute("SELECT clip FROM queries WHERE id=?", (query_id,)).fetchone()
         if row is None:
             raise UnknownQuery(query_id)
-        return Path(row[0])
+        stored = Path(row[0])
+        if not stored.is_absolute():
+            return self.root / stored
+        parts = stored.parts
+        if not stored.exists() and self.web_dir.name in parts[:-1]:
+            below = parts[len(parts) - parts[::-1].index(self.web_dir.name):]
+            return self.web_dir.joinpath(*below)
+        return stored
+
+    def servable_clip(self, query_id: int) -> Path:
+        """The clip file of a query, only if it may be served: a regular ``.mp4`` or ``.gif``
+        file inside this run's ``web/clips/`` once every symlink is resolved (neither
+        ``web/`` nor ``web/clips/`` may be a symlink). A received run folder's store can name
+        any path; nothing outside the clips is ever served.
+
+        Raises:
+            UnknownQuery: no such query.
+            FileNotFoundError: the clip is missing, or not a clip of this run (outside
+                ``web/clips/``, a symlink out of it, another kind of file).
+        """
+        path = self.clip_path(query_id)
+        clips = self.web_dir / "clips"
+        real = Path(os.path.realpath(path))
+        if (os.path.islink(self.web_dir) or os.path.islink(clips)
+                or not real.is_relative_to(os.path.realpath(clips))
+                or real.suffix not in (".mp4", ".gif") or not real.is_file()):
+            raise FileNotFoundError(f"the clip of query {query_id} is missing")
+        return real
 
     def rating_classes(self, query_id: int) -> int:
         """0 for a pairwise query, ``n`` for a rating query.
@@ -358,44 +432,47 @@ class LabelStore:
         """
         with self.transaction() as db:  # one consistent snapshot
             rows = db.execute(
-                f"SELECT q.id, q.segments, q.gold FROM queries q WHERE {_GATHERABLE} "
+                f"SELECT q.id, q.gold FROM queries q WHERE {_GATHERABLE} "
                 "ORDER BY q.id", {"partial": int(partial), "used": int(used)}).fetchall()
             ids = [int(r[0]) for r in rows]
-            rows = [(qid, segments) for qid, segments, gold in rows if gold is None]
-            answers = {qid: db.execute("SELECT id, labeler, label FROM answers "
+            rows = [int(qid) for qid, gold in rows if gold is None]
+            answers = {qid: db.execute("SELECT id, labeler, label, created FROM answers "
                                        "WHERE query_id=? ORDER BY id", (qid,)).fetchall()
                        for qid in ids}
             every = db.execute("SELECT query_id, labeler, label FROM answers WHERE label IS "
                                "NOT NULL").fetchall() if aggregate == "model" and rows else []
             gold = dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))
         model = crowd.dawid_skene(every, gold) if every else {}  # EM outside the write lock
-        obs, act, true, labels, labelers, answer_ids = [], [], [], [], [], []
-        for (qid, segments) in rows:
-            given = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+        obs, act, true, labels, labelers, answer_ids, times = [], [], [], [], [], [], []
+        for qid in rows:
+            given = [(str(aid), who, lab, when) for aid, who, lab, when in answers[int(qid)]
                      if lab is not None and who not in exclude]
-            alone = [(str(aid), who, lab) for aid, who, lab in answers[int(qid)]
+            alone = [(str(aid), who, lab, when) for aid, who, lab, when in answers[int(qid)]
                      if lab is not None and who in exclude]
             if aggregate in ("majority", "model") and given:
                 label = model[int(qid)] if aggregate == "model" else \
-                    crowd.majority([lab for _, _, lab in given])
-                given = [(";".join(a for a, _, _ in given),
-                          f"{aggregate}:" + ",".join(w for _, w, _ in given), label)]
+                    crowd.majority([lab for _, _, lab, _ in given])
+                given = [(";".join(a for a, _, _, _ in given),
+                          f"{aggregate}:" + ",".join(w for _, w, _, _ in given), label,
+                          max(when for _, _, _, when in given))]
             given += alone
             if not given:
                 continue
-            with np.load(segments, allow_pickle=False) as data:
-                for aid, who, lab in given:
+            with np.load(self.segments_path(qid), allow_pickle=False) as data:
+                for aid, who, lab, when in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])
                     true.append(data["true_rewards"])
                     labels.append(float(lab))
                     labelers.append(f"human:{who}")
                     answer_ids.append(aid)
+                    times.append(float(when))
         if not labels:
-            return Answers(ids, None, np.zeros(0, np.float32), [], [])
+            return Answers(ids, None, np.zeros(0, np.float32), [], [], np.zeros(0))
         pairs = SegmentPairs(np.stack(obs), np.stack(act), np.stack(true),
                              np.zeros((len(labels), len(obs[0])), dtype=np.int64))
-        return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids)
+        return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids,
+                       np.array(times, np.float64))
 
     def mark_used(self, query_ids: list[int]) -> None:
         """Mark gathered queries used (call once their labels are saved)."""

@@ -8,7 +8,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 import numpy as np
 import torch
@@ -167,6 +167,18 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def open_private(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open ``path`` for writing (created or truncated), readable and writable by its owner
+    only (mode 0600, also when it existed with another mode): for files that hold people's
+    answers (``labels.csv``, query segments), like ``labels.sqlite``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:  # e.g. a file system without modes
+        pass
+    return os.fdopen(fd, "wb")
 
 
 def replace_durably(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:

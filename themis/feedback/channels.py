@@ -37,6 +37,8 @@ class Gathered:
         answer_ids: web: the label-store answers behind each label (``"3;7"``), kept in the
             dataset so a resumed run knows which answers it holds.
         commit: web: called once the labels are saved (marks the queries used in the store).
+        timestamps: web: ``(keep.sum(),)`` when each label was given (Unix seconds), kept in
+            the dataset instead of the time it was gathered.
     """
 
     pairs: SegmentPairs
@@ -46,6 +48,7 @@ class Gathered:
     saved: bool = False
     answer_ids: list[str] | None = None
     commit: Callable[[], None] | None = None
+    timestamps: np.ndarray | None = None
 
 
 def _empty_like(pairs: SegmentPairs) -> Gathered:
@@ -228,4 +231,4 @@ class WebChannel:
         if got.pairs is None:
             return replace(_empty_like(template), commit=commit)
         return Gathered(got.pairs, np.ones(len(got.labels), bool), got.labels, got.labelers,
-                        answer_ids=got.answer_ids, commit=commit)
+                        answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps)

@@ -16,7 +16,7 @@ from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel,
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.selector import QuerySelector
-from themis.label_store import LabelStore
+from themis.label_store import OWNER, LabelStore
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import RobustLabelFilter, WarmStart
@@ -229,12 +229,14 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
 
 def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]] | None:
     """``teacher_ui=web``: the run's SQLite label store and the labelers' tokens (``None``
-    for a labeler that exists already: only its token's hash is stored)."""
+    for a labeler that exists already: only its token's hash is stored), the run owner's last
+    (named :data:`themis.label_store.OWNER`) when there are labelers."""
     cfg = ws.cfg
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):
         return None
     store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
-    return store, store.add_labelers(cfg.labelers)
+    tokens = store.add_labelers(cfg.labelers)
+    return store, [*tokens, (OWNER, store.owner_token())] if tokens else tokens
 
 
 def start_label_server(ws: Any) -> Any:
@@ -252,11 +254,15 @@ def start_label_server(ws: Any) -> Any:
         raise ConfigError(str(e)) from None
     url = server.url
     if ws.label_tokens:
+        labelers = sum(name != OWNER for name, _ in ws.label_tokens)
         for name, token in ws.label_tokens:
             if token is None:  # only the token's hash is stored
                 ws.logger_info(f"{name} keeps the link printed when it was created (new links: "
                                f"scripts/label_server.py {ws.run_dir} --labelers "
-                               f"{len(ws.label_tokens)} --new-tokens)", "green")
+                               f"{labelers} --new-tokens)", "green")
+            elif name == OWNER:
+                ws.logger_info(f"status of every labeler, for you (the run's owner): "
+                               f"{url}status?token={token}", "green")
             else:
                 ws.logger_info(f"labeling page for {name}: {url}?token={token}", "green")
     else:

@@ -253,7 +253,8 @@ class PreferenceLearner:
             for lo, hi in zip(runs, [*runs[1:], len(answered)], strict=True):
                 self.record(answered.take(np.arange(lo, hi)), labels[lo:hi], got.labelers[lo],
                             save=False,
-                            answers=got.answer_ids[lo:hi] if got.answer_ids else None)
+                            answers=got.answer_ids[lo:hi] if got.answer_ids else None,
+                            timestamps=None if got.timestamps is None else got.timestamps[lo:hi])
             self.dataset.save(self.folder)  # labels are on disk at once
         if got.commit is not None:  # web: only now are the answers marked used in the store
             got.commit()
@@ -323,11 +324,13 @@ class PreferenceLearner:
         return self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
-               save: bool = True, answers: list[str] | None = None) -> None:
+               save: bool = True, answers: list[str] | None = None,
+               timestamps: np.ndarray | None = None) -> None:
         """Add labelled pairs to the dataset and (``save``) write it to ``preferences/``: the
         one place labels are written (a person's answer is recorded the moment it is given;
-        ``answers``: the label-store answer IDs of web labels)."""
-        self.dataset.add(pairs, labels, labeler=labeler, answers=answers)
+        ``answers``: the label-store answer IDs of web labels; ``timestamps``: when each was
+        given, default now)."""
+        self.dataset.add(pairs, labels, labeler=labeler, answers=answers, timestamps=timestamps)
         if save:
             self.dataset.save(self.folder)
 

@@ -17,7 +17,7 @@ import torch
 
 from themis.buffers import SegmentPairs
 from themis.framestack import stacked, stacked_tensor, unstack
-from themis.utils import check_memory, replace_durably
+from themis.utils import check_memory, open_private, replace_durably
 
 FORMAT_NAME = "themis-preferences"
 FORMAT_VERSION = 4
@@ -36,9 +36,9 @@ _STRUCTURAL_KEYS = {"format", "format_version", "num_pairs", "segment", "obs_dim
 @contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[IO[bytes]]:
     """Write ``path`` through a temporary file that is fsynced and renamed over it (the
-    directory synced after the rename)."""
+    directory synced after the rename); owner-only (0600): a dataset holds people's labels."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
+    with open_private(tmp) as f:
         yield f
         f.flush()
         os.fsync(f.fileno())
@@ -119,10 +119,11 @@ class PreferenceDataset:
         return self.size
 
     def add(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str = "",
-            answers: list[str] | None = None) -> None:
+            answers: list[str] | None = None, timestamps: np.ndarray | None = None) -> None:
         """Append labelled pairs; ``labeler`` names who answered (``"oracle"``, a person, ...),
         ``answers`` the label-store answer IDs behind each label (web teacher; ``"3;7"`` when
-        a label aggregates several answers).
+        a label aggregates several answers), ``timestamps`` ``(n,)`` when each label was given
+        (Unix seconds; default now).
 
         Raises:
             ValueError: lengths differ, a label is not in {0, 0.5, 1} (a rating not a class
@@ -131,9 +132,12 @@ class PreferenceDataset:
         """
         n = len(pairs)
         labels = np.asarray(labels, dtype=np.float32).reshape(-1)
-        if len(labels) != n or (answers is not None and len(answers) != n):
+        if len(labels) != n or (answers is not None and len(answers) != n) or (
+                timestamps is not None and len(timestamps) != n):
             raise ValueError(f"{n} pairs but {len(labels)} labels"
-                             + (f" and {len(answers)} answer IDs" if answers is not None else ""))
+                             + (f", {len(answers)} answer IDs" if answers is not None else "")
+                             + (f", {len(timestamps)} timestamps" if timestamps is not None
+                                else ""))
         allowed = np.arange(self.rating_classes) if self.rating_classes else (0.0, 0.5, 1.0)
         if not np.all(np.isin(labels, allowed)):
             raise ValueError(f"{self.label_kind()} must be {self.label_kind(values=True)}, got "
@@ -146,7 +150,7 @@ class PreferenceDataset:
         self.true_rewards[sl] = pairs.true_rewards
         self.labels[sl] = labels
         self.labelers[sl] = labeler
-        self.timestamps[sl] = time.time()
+        self.timestamps[sl] = time.time() if timestamps is None else timestamps
         self.size += n
         self._tensors = None
 
