@@ -52,7 +52,7 @@ class TrainConfig:
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
-    precision: str = "fp32"
+    precision: str = "auto"
     """Matrix products of SAC's update and the reward model: ``fp32``, ``bf16`` (bfloat16
     autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
     :mod:`themis.precision`."""
