@@ -125,6 +125,35 @@ def test_a_person_labels_in_a_terminal_and_the_reward_model_trains_on_it(tmp_pat
     assert (width, height) == (2 * pendulum_width + GAP, FRAME + BANNER)
 
 
+def visible_line(text: str) -> str:
+    """What a terminal shows of the last line of ``text`` (``\\r`` returns to its start;
+    colour codes dropped)."""
+    import re
+
+    line = re.sub(r"\x1b\[[0-9;]*m", "", text.rsplit("\n", 1)[-1])
+    shown = ""
+    for part in line.split("\r"):
+        shown = part + shown[len(part):]
+    return shown
+
+
+@pytest.mark.slow
+def test_the_progress_bar_is_off_the_terminal_while_a_person_is_asked(tmp_path):
+    run = tmp_path / "run"
+    child = spawn(*HUMAN_RUN, "max_feedback=4", "num_train_steps=500", f"hydra.run.dir={run}")
+    child.expect_exact("clip: ")
+    assert "step/s" in child.before  # the bar was running (a pty: tqdm draws it)
+    assert visible_line(child.before).strip() == "", "the clip line starts behind the bar"
+    child.expect_exact("q stop: ")
+    with pytest.raises(pexpect.TIMEOUT):  # nothing is drawn over the question while it waits
+        child.expect(r"\r|step/s", timeout=2)
+    child.send("q")
+    child.expect(r"\d+step/s")  # the bar is back once the person has answered
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+
+
 @pytest.mark.slow
 def test_no_answered_label_is_lost_when_the_run_is_killed_mid_labeling(tmp_path):
     run = tmp_path / "run"
