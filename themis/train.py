@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.threads import parse_threads
 from themis.utils import ConfigError
-from themis.workspace import Workspace
+from themis.workspace import Workspace, query_rounds
 
 register_configs()
 
@@ -203,12 +203,14 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     from themis.agents import resolve_agent
     from themis.config import validate
     from themis.envs import make_env
+    from themis.feedback.selector import resolve_reward_batch
     from themis.loops import pebble, prefppo
     from themis.methods import check_methods
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     assert isinstance(cfg, TrainConfig)
+    auto_batch = cfg.reward_batch == "auto"
     validate(cfg)
     probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
     try:
@@ -218,6 +220,8 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     finally:
         probe.close()
     check_methods(cfg, discrete=name == "ppo")
+    if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
+        cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
     return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
 
 

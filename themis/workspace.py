@@ -42,6 +42,7 @@ from themis.feedback.factory import (
     start_label_server,
     teacher_description,
 )
+from themis.feedback.selector import feedback_rounds
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
@@ -51,6 +52,14 @@ from themis.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.utils import ConfigError, get_device, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
+
+
+def query_rounds(cfg: TrainConfig, agent: str) -> int:
+    """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
+    step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
+                           cfg.num_interact, rollout)
 
 
 class Driver(Protocol):
@@ -230,6 +239,28 @@ class Workspace:
             f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
             f"{self.thread_choice.describe()} | "
             f"run dir {self.run_dir}", "cyan")
+        schedule = self.query_schedule()
+        if schedule is not None:
+            self.logger.info(*schedule)
+
+    def query_schedule(self) -> tuple[str, str] | None:
+        """The console line (and its colour) that says at the start how many queries the run
+        will ask, in how many rounds (README: Query schedule); yellow when the schedule cannot
+        spend ``max_feedback``. ``None`` without queries."""
+        cfg = self.cfg
+        if self.learner is None or cfg.max_feedback == 0:
+            return None
+        rounds = query_rounds(cfg, self.driver.NAME)
+        asked = min(cfg.max_feedback, rounds * cfg.reward_batch)
+        used = -(-asked // cfg.reward_batch)
+        line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in {used} rounds of "
+                f"{cfg.reward_batch} (reward_batch), every {cfg.num_interact} steps from step "
+                f"{cfg.num_seed_steps + cfg.num_unsup_steps}")
+        if asked < cfg.max_feedback:
+            return (f"{line}: the run holds only {rounds} rounds, so "
+                    f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
+                    "num_train_steps or reward_batch, or lower num_interact", "yellow")
+        return line, "cyan"
 
     @property
     def agent_reason(self) -> str:
