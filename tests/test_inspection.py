@@ -95,6 +95,7 @@ def test_report_is_written_for_a_tiny_run(tmp_path):
                     "### Learned vs true reward along episodes", "## Teacher",
                     "## Labelled clips", "## Configuration", "Over all steps: Pearson"):
         assert section in text
+    assert "PEBBLE · sampler uniform · teacher oracle" in text  # what ran
     for png in ("learning_curve.png", "reward_model.png", "reward_curves.png"):
         assert (report.parent / png).stat().st_size > 0
     # the tables hold this run's numbers

@@ -329,13 +329,21 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
     ws = load_run(run, Path(scratch.name))
     env_id = ws.env_id
-    lines = [f"# Themis run report: {env_id}", "", f"Run dir: `{run.resolve()}`", ""]
+    from themis.config import TrainConfig
+    from themis.feedback.factory import run_title
+
+    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig),  # the run's, not the rebuild's
+                            OmegaConf.load(run / "config.yaml"))
+    title = run_title(saved, ws.driver.NAME)
+    lines = [f"# Themis run report: {env_id}", "", title, "",
+             f"Run dir: `{run.resolve()}`", ""]
 
     evals = _read_csv(run / "eval.csv")
     rounds = _read_csv(run / "reward.csv")
     lines += ["## Learning curve", ""]
     if evals is not None and len(evals):
-        plot_learning_curve(run / "eval.csv", out / "learning_curve.png", title=env_id)
+        plot_learning_curve(run / "eval.csv", out / "learning_curve.png",
+                            title=f"{env_id}: {title}")
         last = evals.iloc[-1]
         lines += ["![learning curve](learning_curve.png)", "",
                   f"Final evaluation at step {int(last['step'])}: true return "

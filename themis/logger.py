@@ -6,6 +6,7 @@ import contextlib
 import csv
 import math
 import sys
+import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -193,7 +194,7 @@ def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
         ax2.plot(df["step"], df["total_feedback"], color="tab:orange", linestyle="--",
                  label="total feedback")
         ax2.set_ylabel("queries asked", color="tab:orange")
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 80), fontsize=10)  # env: method · sampler · teacher
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)
     plt.close(fig)

@@ -39,8 +39,10 @@ from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     make_label_store,
     make_learner,
+    run_title,
     start_label_server,
     teacher_description,
+    teacher_name,
 )
 from themis.feedback.selector import feedback_rounds
 from themis.frames import FrameStore
@@ -228,14 +230,17 @@ class Workspace:
         if not cfg.learn_reward:
             reward = "environment"
         elif cfg.human_teacher:
-            where = self.run_dir / ("web/clips" if cfg.teacher_ui == "web" else "queries")
-            reward = f"learned from a person ({teacher_description(cfg)}, clips in {where})"
+            web = cfg.teacher_ui == "web"
+            where = self.run_dir / ("web/clips" if web else "queries")
+            reward = (f"learned from {'people' if web else 'a person'} ({teacher_name(cfg)}, "
+                      f"clips in {where})")
         elif cfg.max_feedback == 0:
             reward = f"learned from the saved preferences in {cfg.prefs_path}"
         else:
             reward = f"learned from {teacher_description(cfg)}"
         self.logger.info(
-            f"Themis | {self.env_id} | agent {self.driver.NAME} ({self.agent_reason}: "
+            f"Themis | {self.env_id} | {self.title} | agent {self.driver.NAME} "
+            f"({self.agent_reason}: "
             f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
             f"{self.thread_choice.describe()} | "
             f"run dir {self.run_dir}", "cyan")
@@ -261,6 +266,11 @@ class Workspace:
                     f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
                     "num_train_steps or reward_batch, or lower num_interact", "yellow")
         return line, "cyan"
+
+    @property
+    def title(self) -> str:
+        """Method, sampler and teacher (:func:`themis.feedback.factory.run_title`)."""
+        return run_title(self.cfg, self.driver.NAME)
 
     @property
     def agent_reason(self) -> str:
@@ -487,8 +497,6 @@ class Workspace:
             env.close()
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
-            method = self.driver.METHOD if self.cfg.learn_reward else \
-                f"{self.driver.NAME.upper()}, true reward"
             plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
-                                title=f"{self.env_id} ({method})")
+                                title=f"{self.env_id}: {self.title}")
         self.logger.info(f"done: {self.run_dir}", "cyan")

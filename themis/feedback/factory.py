@@ -17,6 +17,7 @@ from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.selector import QuerySelector
 from themis.label_store import LabelStore
+from themis.methods import method_title
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import RobustLabelFilter, WarmStart
@@ -25,7 +26,7 @@ from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
 from themis.sampling import resolve_feed_type
-from themis.teachers import SyntheticRatingTeacher, SyntheticTeacher
+from themis.teachers import PRESETS, SyntheticRatingTeacher, SyntheticTeacher, TeacherPreset
 from themis.utils import ConfigError
 
 
@@ -37,6 +38,40 @@ def teacher_description(cfg: Any) -> str:
     return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
             f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
             f"eps_equal={cfg.teacher_eps_equal})")
+
+
+def teacher_name(cfg: Any) -> str:
+    """Who answers, in a few words, for the banner, plot titles and the run report: the preset
+    (``oracle``, ``skip``, ...) or ``synthetic(...)`` for a synthetic teacher; for people the
+    labeler names their labels are stored under (``human:ann``; on the web ``human:local``
+    without tokens, ``human:labeler1`` ... with ``labelers=N``)."""
+    if cfg.human_teacher and cfg.teacher_ui == "web":
+        if not cfg.labelers:
+            from lib.label_server import LOCAL_LABELER
+
+            return f"human:{LOCAL_LABELER} (web page)"
+        names = "human:labeler1" + (f"…labeler{cfg.labelers}" if cfg.labelers > 1 else "")
+        return f"{names} (web links)"
+    if cfg.human_teacher:
+        return f"{teacher_description(cfg)} (terminal)"
+    values = TeacherPreset(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
+                           cfg.teacher_eps_skip, cfg.teacher_eps_equal)
+    return next((name for name, preset in PRESETS.items() if preset == values),
+                teacher_description(cfg))
+
+
+def run_title(cfg: Any, agent: str) -> str:
+    """What a run is, for the banner, ``learning_curve.png`` and the run report: the method
+    (``PEBBLE``, ``SURF+RUNE``; ``PrefPPO`` or ``… on PrefPPO`` for PPO), the sampler and the
+    teacher — or the agent on the true reward (``learn_reward=false``)."""
+    if not cfg.learn_reward:
+        return f"{agent.upper()} on the true reward"
+    base = "PrefPPO" if agent == "ppo" else "PEBBLE"
+    methods = method_title(cfg)
+    method = base if methods == "PEBBLE" else methods + (" on PrefPPO" if agent == "ppo" else "")
+    if cfg.max_feedback == 0:
+        return f"{method} · reward from saved preferences"
+    return f"{method} · sampler {resolve_feed_type(cfg.feed_type)} · teacher {teacher_name(cfg)}"
 
 
 def explaining(cfg: Any) -> bool:
@@ -263,6 +298,6 @@ def start_label_server(ws: Any) -> Any:
     return server
 
 
-__all__ = ["make_channel", "make_clips", "make_label_store", "make_learner",
-           "start_label_server", "teacher_description"]
+__all__ = ["make_channel", "make_clips", "make_label_store", "make_learner", "run_title",
+           "start_label_server", "teacher_description", "teacher_name"]
 
