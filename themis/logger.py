@@ -79,6 +79,13 @@ def progress_bars_paused() -> Iterator[None]:
                 bar.refresh(nolock=True)
 
 
+def close_progress_bars() -> None:
+    """Close (and so clear) every progress bar, e.g. before the last line of a run that was
+    stopped, which would otherwise be printed after the bar on its line."""
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 LOGGER_BACKENDS = ("csv", "tensorboard")
 """Values of the ``logger`` config key. CSV files are always written."""
 

@@ -266,17 +266,36 @@ def build_workspace(cfg: DictConfig) -> Workspace:
     return ws
 
 
+def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
+    """``ws.run(until)``; Ctrl-C ends the program with one line on stderr (the step reached,
+    the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback; a
+    :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`."""
+    try:
+        ws.run(until)
+    except ConfigError as e:
+        ws.logger.close()
+        fail(str(e))
+    except KeyboardInterrupt:
+        print(f"themis: {ws.stopped(launcher)}", file=sys.stderr)
+        sys.exit(130)
+
+
+def main_or_stop(main: Any) -> None:
+    """Run a Hydra main; Ctrl-C before the run starts ends with one line and exit code 130."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("themis: stopped before training started", file=sys.stderr)
+        sys.exit(130)
+
+
 @hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
-    try:
-        ws.run()
-    except ConfigError as e:  # found when the run starts, e.g. a labeling port already taken
-        ws.logger.close()
-        fail(str(e))
+    run_or_stop(ws, "./themis_train.sh")
     ws.finish()
 
 
 if __name__ == "__main__":
     preflight("train_themis", sys.argv[1:])
-    main()
+    main_or_stop(main)

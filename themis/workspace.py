@@ -23,6 +23,7 @@ from themis.agents import Agent
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
+    STATE_FILE,
     CheckpointError,
     UnsafeFileError,
     load_checkpoint,
@@ -48,7 +49,7 @@ from themis.feedback.selector import feedback_rounds
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
-from themis.logger import Logger, plot_learning_curve
+from themis.logger import Logger, close_progress_bars, plot_learning_curve
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.utils import ConfigError, get_device, set_seed_everywhere
@@ -471,6 +472,30 @@ class Workspace:
         self.step = int(snap["step"])
         self.episode = int(snap["episode"]) + 1
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
+
+    def stopped(self, launcher: str) -> str:
+        """After Ctrl-C: stop the labeling server and the thread governor, close the logs,
+        envs and progress bar, and return the one line to print — the step reached, the last
+        checkpoint and the command that continues from it (``launcher resume=RUN_DIR``).
+
+        Nothing is saved here (the interrupted step may be half done); a person's answers are
+        saved as given, and web answers wait in the label store for ``resume=``."""
+        if self.label_server is not None:
+            self.label_server.stop()
+            self.label_server = None
+        if self.thread_governor is not None:
+            self.thread_governor.stop()
+        self.logger.close()
+        close_progress_bars()
+        for env in (self.env, self.eval_env):
+            env.close()
+        if not (self.run_dir / "checkpoints" / STATE_FILE).is_file():
+            first = min(self.pretrain_end, self.cfg.checkpoint_frequency)
+            return (f"stopped at step {self.step}, before the first checkpoint (at step "
+                    f"{first}): run the command again to start over")
+        return (f"stopped at step {self.step}; last checkpoint at step "
+                f"{self.last_checkpoint_step}; continue with {launcher} "
+                f"resume={self.run_dir.resolve()}")
 
     def finish(self) -> None:
         """Final checkpoints (a finished run can be extended with resume= and a larger
