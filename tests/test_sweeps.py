@@ -79,6 +79,19 @@ def test_summarize_reports_a_folder_without_runs(tmp_path):
     assert "no run with an eval.csv" in proc.stderr
 
 
+@pytest.mark.parametrize("sweep,message", [
+    (["sed=0,1"], "sed is not a Themis config key (did you mean seed?)"),
+    (["seed=0,1", "teacher=oracle,skp"], "teacher=skp is unknown"),
+    (["seed=0,abc"], "seed: Value 'abc'"),  # a later value of a sweep is checked too
+])
+def test_a_typo_inside_a_sweep_is_one_line_and_exit_2(tmp_path, sweep, message):
+    proc = launch("themis_train.sh", "-m", *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("themis: error: ") and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()  # no job started
+
+
 def test_slurm_launcher_config_composes():
     from themis.config import compose
 

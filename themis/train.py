@@ -98,25 +98,16 @@ def preflight(config_name: str, argv: list[str]) -> None:
 
         print(help_text(compose([a for a in argv if "=" in a], config_name)))
         sys.exit(0)
-    if any(a.startswith("-") for a in argv):
+    flags = {a for a in argv if a.startswith("-")}
+    overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
+                                                      "~hydra"))]
+    if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked
+        for job in sweep_variants(overrides):
+            check_overrides(job, config_name)
         return
-    from themis.config import compose
-
-    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
-    try:
-        cfg = compose(overrides, config_name)
-        OmegaConf.to_object(cfg)
-    except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
-        fail(describe_composition_error(e))
-    from themis.config import TrainConfig
-
-    known = set(OmegaConf.structured(TrainConfig).keys())
-    for name in map(str, cfg):
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
-                 "them")
+    if flags:  # other Hydra flags (--cfg, --info, ...): Hydra's own
+        return
+    cfg = check_overrides(overrides, config_name)
     resume = resume_target(cfg.get("resume"))
     if resume not in (None, "here") and not (Path(str(resume)) / "config.yaml").is_file():
         fail(f"resume={resume}: no Themis run there (config.yaml missing); point resume= at "
@@ -131,6 +122,60 @@ def preflight(config_name: str, argv: list[str]) -> None:
     except OSError as e:
         fail(f"run dir {target} cannot be created or written ({e.strerror}); choose another "
              "with hydra.run.dir=PATH")
+
+
+def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
+    """Compose ``overrides`` as Hydra will and build the typed config; bad input ends the
+    program with one line (:func:`fail`). Returns the composed config."""
+    from themis.config import TrainConfig, compose
+
+    try:
+        cfg = compose(overrides, config_name)
+        OmegaConf.to_object(cfg)
+    except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
+        fail(describe_composition_error(e))
+    known = set(OmegaConf.structured(TrainConfig).keys())
+    for name in map(str, cfg):
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
+                 "them")
+    return cfg
+
+
+SWEEP_CHECKS = 32
+"""At most this many jobs of a sweep are composed before it starts (each value once)."""
+
+
+def sweep_variants(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of a sweep (``seed=0,1,2``,
+    ``range(...)``, ``choice(...)``) once: the first value of each swept key, then each other
+    value with the rest at their first (at most :data:`SWEEP_CHECKS` lists). A sweep Hydra
+    cannot list (an interval for an optimising sweeper) is left to Hydra, as is a line Hydra
+    cannot parse (:func:`fail` with its first line)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:  # Hydra's parser errors: bad input
+        fail(str(e).splitlines()[0])
+    values: list[list[str]] = []
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values.append([f"{key}={override.get_value_element_as_str()}"])
+            continue
+        try:
+            values.append([f"{key}={v}" for v in override.sweep_string_iterator()] or
+                          [f"{key}="])
+        except Exception:  # e.g. interval(0, 1): no values to list
+            return []
+    first = [v[0] for v in values]
+    jobs = [first]
+    for i, options in enumerate(values):
+        jobs += [[*first[:i], option, *first[i + 1:]] for option in options[1:]]
+    return jobs[:SWEEP_CHECKS]
 
 
 def run_dir() -> Path:
