@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.threads import parse_threads
 from themis.utils import ConfigError
-from themis.workspace import Workspace, query_rounds
+from themis.workspace import Workspace, query_rounds, take_snapshot_schedule
 
 register_configs()
 
@@ -256,6 +256,8 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     assert isinstance(cfg, TrainConfig)
     auto_batch = cfg.reward_batch == "auto"
+    snapshot_note = take_snapshot_schedule(cfg) if cfg.pretrained_snapshot and \
+        resume_target(cfg.resume) is None else None
     validate(cfg)
     probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
     try:
@@ -267,7 +269,10 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     check_methods(cfg, discrete=name == "ppo")
     if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
         cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
-    return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+    ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+    if snapshot_note is not None:
+        ws.logger.info(snapshot_note, "cyan")
+    return ws
 
 
 def remove_if_unused(run: Path) -> None:
@@ -307,6 +312,8 @@ def build_workspace(cfg: DictConfig) -> Workspace:
         if resume_target(cfg.resume) is None:
             remove_if_unused(out)
         fail(str(e))
+    for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
+        cfg[key] = getattr(ws.cfg, key)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return ws
 

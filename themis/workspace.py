@@ -65,6 +65,49 @@ def query_rounds(cfg: TrainConfig, agent: str) -> int:
                            cfg.num_interact, rollout)
 
 
+def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """A pretraining snapshot (:meth:`Workspace.save_snapshot`), loaded without pickle.
+
+    Raises:
+        ConfigError: the file is missing, unsafe or unreadable, or not a snapshot.
+    """
+    if not path.is_file():
+        raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
+                          "./themis_pretrain.sh first or drop the option")
+    try:
+        snap = safe_load(path, device, mmap=mmap)
+    except UnsafeFileError as e:
+        raise ConfigError(f"pretrained_snapshot: {e}") from None
+    if not isinstance(snap, dict) or "step" not in snap:
+        raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
+    return snap
+
+
+def take_snapshot_schedule(cfg: TrainConfig) -> str:
+    """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
+    ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
+    pretraining that ended at its step), so the run continues where it ended: neither random
+    actions again nor pretraining to the defaults' step 6000, and no pretraining keys to
+    repeat. Returns the console line that says so.
+
+    Raises:
+        ConfigError: see :func:`read_snapshot`.
+    """
+    path = Path(str(cfg.pretrained_snapshot))
+    snap = read_snapshot(path, mmap=True)
+    step = int(snap["step"])
+    seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
+    unsup = int(snap.get("num_unsup_steps", step - seed))
+    given = (cfg.num_seed_steps, cfg.num_unsup_steps)
+    cfg.num_seed_steps, cfg.num_unsup_steps = seed, unsup
+    end = seed + unsup
+    then = "reward learning starts at once" if step >= end else \
+        f"pretraining continues to step {end}, then reward learning starts"
+    note = f" (instead of {given[0]} and {given[1]})" if given != (seed, unsup) else ""
+    return (f"pretraining from the snapshot: num_seed_steps={seed}, num_unsup_steps={unsup}"
+            f"{note}; it ended at step {step}: {then}")
+
+
 class Driver(Protocol):
     """A training loop (a module: :mod:`themis.loops.pebble`, :mod:`themis.loops.prefppo`)."""
 
@@ -435,6 +478,8 @@ class Workspace:
         torch.save({
             "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
             "step": self.step, "episode": self.episode,
+            "num_seed_steps": self.cfg.num_seed_steps,  # the pretraining it ran
+            "num_unsup_steps": self.cfg.num_unsup_steps,
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
@@ -449,15 +494,7 @@ class Workspace:
         Raises:
             ConfigError: the file is missing or was written for another env or shape.
         """
-        if not path.is_file():
-            raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
-                              "./themis_pretrain.sh first or drop the option")
-        try:
-            snap = safe_load(path, self.device)
-        except UnsafeFileError as e:
-            raise ConfigError(f"pretrained_snapshot: {e}") from None
-        if not isinstance(snap, dict):
-            raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
+        snap = read_snapshot(path, self.device)
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")
