@@ -390,8 +390,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
         stats = {k: last[k] for k in ("labeled_feedback", "skip_fraction", "equal_fraction",
                                       "oracle_agreement") if k in last}
         lines += ["| statistic | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.3g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                  for k, v in stats.items()]
+        lines += [f"| {k} | {_number(v)} |" for k, v in stats.items()]
         lines.append("")
     labels = _read_csv(run / "preferences" / "labels.csv")
     if labels is not None and len(labels):
@@ -401,13 +400,15 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
                   for name, r in counts.iterrows()]
         lines.append("")
     lines += labels_section(run, out)  # people's labels (teacher_ui=web): audit
-    clips = sorted((run / "queries").glob("query_*.mp4")) if (run / "queries").is_dir() else []
     lines += ["## Labelled clips", ""]
-    if clips:
-        lines += [f"- [{c.name}](../queries/{c.name})" for c in clips[:50]]
+    shown = False
+    for folder, pattern in (("queries", "query_*.mp4"), ("web/clips", "round*.mp4")):
+        clips = sorted((run / folder).glob(pattern)) if (run / folder).is_dir() else []
+        lines += [f"- [{c.name}](../{folder}/{c.name})" for c in clips[:50]]
         if len(clips) > 50:
-            lines.append(f"- ... and {len(clips) - 50} more in `queries/`")
-    else:
+            lines.append(f"- ... and {len(clips) - 50} more in `{folder}/`")
+        shown = shown or bool(clips)
+    if not shown:
         lines.append("No clips (clips are written with `human_teacher=true` or `xplain_*`).")
     lines += ["", "## Configuration", "", "```yaml", (run / "config.yaml").read_text().strip(),
               "```", ""]  # the run's own configuration, not the inspection's
@@ -416,6 +417,14 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     ws.logger.close()
     scratch.cleanup()
     return report
+
+
+def _number(value: Any) -> str:
+    """A table cell: whole numbers as integers (``1000``, not ``1e+03``), others to 3
+    significant digits."""
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+    return str(value)
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:

@@ -192,15 +192,19 @@ def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
     if "episode_reward_std" in df:
         ax.fill_between(df["step"], df["episode_reward"] - df["episode_reward_std"],
                         df["episode_reward"] + df["episode_reward_std"], alpha=0.2,
-                        color="tab:blue")
+                        color="tab:blue", label="± std over the eval episodes")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean true episode return (eval)")
     ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
     if "total_feedback" in df and df["total_feedback"].max() > 0:  # no axis without queries
         ax2 = ax.twinx()
         ax2.plot(df["step"], df["total_feedback"], color="tab:orange", linestyle="--",
-                 label="total feedback")
+                 label="queries asked (total)")
         ax2.set_ylabel("queries asked", color="tab:orange")
+        more = ax2.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, fontsize=8, loc="best")
     ax.set_title(textwrap.fill(title, 80), fontsize=10)  # env: method · sampler · teacher
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)

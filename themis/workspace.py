@@ -57,6 +57,13 @@ from themis.utils import ConfigError, get_device, set_seed_everywhere
 SNAPSHOT_VERSION = 1
 
 
+ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
+                 "skipped": "round_skipped", "equal": "round_equal",
+                 "oracle_agreement": "round_oracle_agreement"}
+"""Console names of ``reward.csv`` columns in a round's line: ``*_total`` counts the whole run,
+``round_*`` this round (the held-out numbers are on this round's new labels too)."""
+
+
 def query_rounds(cfg: TrainConfig, agent: str) -> int:
     """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
     step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
@@ -339,9 +346,11 @@ class Workspace:
             row = report._asdict()
             row.update(row.pop("method_stats"))
             self.logger.reward.write(row)
-            console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
+            console = {ROUND_CONSOLE.get(k, k): v for k, v in row.items()
+                       if k not in ("sampler", "new_labels")}
             if self.label_store is not None:
-                console.update(new_labels=report.new_labels, pending=self.learner.pending())
+                console.update(round_new_labels=report.new_labels,
+                               pending=self.learner.pending())
             self.logger.console("reward", console)
         self.interact_count = 0
         return report
