@@ -277,6 +277,9 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(run / "config.yaml"))
     assert isinstance(cfg, DictConfig)
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    # keys for people (refused without them): the rebuilt workspace asks nobody
+    cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
+        "none", ""
     cfg.replay_buffer_capacity = max(1000, cfg.segment)  # no training here: a small buffer
     for key, value in overrides.items():
         setattr(cfg, key, value)

@@ -8,6 +8,8 @@ dependencies.
 from __future__ import annotations
 
 import getpass
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,37 @@ def teacher_description(cfg: Any) -> str:
     return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
             f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
             f"eps_equal={cfg.teacher_eps_equal})")
+
+
+INSTRUCTIONS_LIMIT = 8000
+"""Most characters of ``label_instructions`` (a page of text)."""
+
+
+def label_instructions(cfg: Any) -> str:
+    """What "better" means for this run (``label_instructions``): the text itself, or the
+    text of the ``.md`` / ``.txt`` file it names; ``""`` when unset.
+
+    Raises:
+        ConfigError: a file that cannot be read, text over :data:`INSTRUCTIONS_LIMIT`
+            characters, or instructions without a person to read them.
+    """
+    value = str(cfg.label_instructions or "").strip()
+    if not value:
+        return ""
+    if not cfg.human_teacher:
+        raise ConfigError("label_instructions are shown to people (human_teacher=true); a "
+                          "synthetic teacher does not read them: drop the key")
+    text = value
+    if value.lower().endswith((".md", ".txt", ".markdown")):
+        try:
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
+            raise ConfigError(f"label_instructions={value}: cannot read it ({reason})") from None
+    if len(text) > INSTRUCTIONS_LIMIT:
+        raise ConfigError(f"label_instructions: {len(text)} characters; keep them under "
+                          f"{INSTRUCTIONS_LIMIT} (what a person reads before labeling)")
+    return text.strip()
 
 
 def teacher_name(cfg: Any) -> str:
@@ -210,6 +243,7 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
                                        cfg.clip_fps, first_query=done) \
             if cfg.feedback == "rating" else \
             TerminalTeacher(clip_dir, reader, cfg.human_viewer, cfg.clip_fps, first_query=done)
+        person.instructions = label_instructions(cfg)
 
         def header() -> str:
             return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
@@ -265,9 +299,17 @@ def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]]
     """``teacher_ui=web``: the run's SQLite label store and the labelers' tokens (``None``
     for a labeler that exists already: only its token's hash is stored)."""
     cfg = ws.cfg
+    text = label_instructions(cfg)  # checked for every run (a synthetic one refuses them)
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):
         return None
     store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
+    page_text = ws.run_dir / "web" / "instructions.md"  # what the labeling page shows
+    if text:
+        page_text.parent.mkdir(parents=True, exist_ok=True)
+        page_text.with_suffix(".tmp").write_text(text + "\n", encoding="utf-8")
+        os.replace(page_text.with_suffix(".tmp"), page_text)
+    else:
+        page_text.unlink(missing_ok=True)
     return store, store.add_labelers(cfg.labelers)
 
 
@@ -298,6 +340,7 @@ def start_label_server(ws: Any) -> Any:
     return server
 
 
-__all__ = ["make_channel", "make_clips", "make_label_store", "make_learner", "run_title",
+__all__ = ["label_instructions", "make_channel", "make_clips", "make_label_store",
+           "make_learner", "run_title",
            "start_label_server", "teacher_description", "teacher_name"]
 
