@@ -253,6 +253,8 @@ class TerminalTeacher:
         self.labels: dict[str, float] = LABELS
         self.help = HELP
         self.question = "which is better? 1/L left, 2/R right, 0/E equal"
+        self.instructions = ""  # the run's label_instructions: shown first and with ? help
+        self.told = False
 
     def say(self, text: str, color: str | None = None, end: str = "\n") -> None:
         self.out.write((colored(text, color) if color else text) + end)
@@ -293,6 +295,9 @@ class TerminalTeacher:
         """
         result = RoundAnswers()
         n = len(frames)
+        if self.instructions and not self.told:  # what "better" means, before the first query
+            self.say(f"instructions: {self.instructions}", "green")
+            self.told = True
         for i in range(n):
             path = self.clip_dir / f"query_{self.query_number:06d}.mp4"
             extra = panels(i, path) if panels is not None else None
@@ -310,6 +315,8 @@ class TerminalTeacher:
                 elif action in self.labels or action == "skip":
                     break
                 else:  # help or an unknown key: never a crash, just the keys again
+                    if self.instructions and action == "help":
+                        self.say(f"instructions: {self.instructions}", "green")
                     self.say(self.help, "yellow")
             label = self.labels.get(action or "")
             on_answer(i, label)

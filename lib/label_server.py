@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -278,6 +279,32 @@ def allowed_hosts(host: str) -> list[str]:
     return sorted({*LOOPBACK_NAMES, host})
 
 
+INSTRUCTIONS_FILE = "instructions.md"
+"""``RUN_DIR/web/instructions.md``: the run's ``label_instructions``, written by the run."""
+INSTRUCTIONS_LIMIT = 8000
+
+
+def read_instructions(run_dir: Path | None) -> str:
+    """The run's instructions for labelers (:data:`INSTRUCTIONS_FILE`), as plain text the page
+    shows as text, never as HTML; ``""`` without them. A received run folder is not trusted:
+    a link (the file or ``web/``) or anything but a regular file is ignored, and at most
+    :data:`INSTRUCTIONS_LIMIT` bytes are read, undecodable bytes replaced."""
+    if run_dir is None:
+        return ""
+    web = Path(run_dir) / "web"
+    path = web / INSTRUCTIONS_FILE
+    if web.is_symlink() or not web.is_dir() or path.is_symlink():
+        return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        return f.read(INSTRUCTIONS_LIMIT).decode("utf-8", errors="replace").strip()
+
+
 def create_app(store: LabelStore, run_dir: Path | None = None,
                hosts: list[str] | tuple[str, ...] = LOOPBACK_NAMES) -> Any:
     """The labeling app for a store (``run_dir``: where ``eval.csv`` is, for the status page;
@@ -288,6 +315,7 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
     """
     app = FastAPI(title="Themis labeling", version="1", docs_url=None, redoc_url=None,
                   openapi_url=None)
+    instructions = read_instructions(run_dir)  # what "better" means (label_instructions)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -329,7 +357,8 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
         qid = store.next_query(who)
         return {"query_id": qid, "labeler": who, "pending": store.pending_count(),
                 "answered": store.answered_by(who),
-                "rating_classes": store.rating_classes(qid) if qid is not None else 0}
+                "rating_classes": store.rating_classes(qid) if qid is not None else 0,
+                "instructions": instructions}
 
     @app.get("/api/clips/{query_id}", response_class=FileResponse)
     def clip(query_id: int = PathParam(ge=1, le=2**62),
@@ -356,6 +385,10 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
                 raise ValueError(f"query {body.query_id} takes " + (
                     f"a rating 1 … {classes} or skip" if classes else
                     "a label (left, right, equal, skip), not a rating"))
+            if classes and body.rating is not None and not 1 <= body.rating <= classes:
+                raise ValueError(f"rating {body.rating} is out of range: query {body.query_id} "
+                                 f"takes an integer rating from 1 (worst) to {classes} (best), "
+                                 "or the label skip")
             store.answer(body.query_id, who, label)
         except UnknownQuery:
             raise HTTPException(404, f"no query {body.query_id}") from None
@@ -479,22 +512,32 @@ class LabelServer:
 LABEL_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Themis labeling</title>
 <style>
- body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; }
- video { width: 100%; background: #eee; }
- button { font-size: 1.2em; margin: 0.3em; padding: 0.4em 1em; }
- #counters { color: #555; margin: 0.5em 0; }
+ body { font-family: system-ui, sans-serif; margin: 0.5em auto; max-width: 60em;
+        padding: 0 0.5em; }
+ h1 { font-size: 1.5em; margin: 0.2em 0; }
+ /* the clip and its buttons stay in view on a laptop screen (1366x768) */
+ video { display: block; width: 100%; max-height: calc(100vh - 16em); object-fit: contain;
+         background: #eee; }
+ button { font-size: 1.2em; margin: 0.2em; padding: 0.35em 1em; }
+ #counters { color: #555; margin: 0.3em 0; }
+ #instructions { white-space: pre-wrap; max-height: 5.5em; overflow: auto; margin: 0.3em 0;
+                 padding: 0.3em 0.6em; border-left: 4px solid #4a90d9; background: #f3f7fc; }
+ .hint { margin: 0.2em 0; color: #333; }
+ #answers { display: flex; flex-wrap: wrap; align-items: center; }
 </style></head>
 <body>
 <h1 id="question">Which clip is better?</h1>
 <div id="counters">answered: <span id="answered">0</span> · pending: <span id="pending">0</span>
  · labeler: <span id="labeler"></span> · <a id="status-link" href="status">status</a></div>
+<div id="instructions" hidden></div>
 <div id="query"><video id="clip" autoplay loop muted playsinline></video>
-<div id="pairwise"><p>Left = clip 1, right = clip 2.</p>
+<div id="answers"><div id="pairwise"><span class="hint">Left = clip 1, right = clip 2.</span>
  <button id="left" onclick="send('left')">Left better (1)</button>
  <button id="right" onclick="send('right')">Right better (2)</button>
  <button id="equal" onclick="send('equal')">Equal (0)</button></div>
-<div id="rating" hidden><p>1 = worst, the last = best.</p><span id="ratings"></span></div>
-<button id="skip" onclick="send('skip')">Can't tell (s)</button>
+<div id="rating" hidden><span class="hint">1 = worst, the last = best.</span>
+ <span id="ratings"></span></div>
+<button id="skip" onclick="send('skip')">Can't tell (s)</button></div>
 </div>
 <p id="empty" hidden>No query waiting. This page checks again every few seconds.</p>
 <script>
@@ -510,6 +553,9 @@ async function load() {
   document.getElementById("labeler").textContent = d.labeler;
   current = d.query_id;
   classes = d.rating_classes;
+  const told = document.getElementById("instructions");
+  told.textContent = d.instructions || "";  // text, never HTML
+  told.hidden = !d.instructions;
   document.getElementById("pairwise").hidden = classes > 0;
   document.getElementById("rating").hidden = classes === 0;
   document.getElementById("question").textContent =
@@ -553,7 +599,9 @@ STATUS_PAGE = """<!doctype html>
 <body><h1>Run status</h1>
 <p>Queries: <span id="queries"></span> · pending: <span id="pending"></span> · answers:
  <span id="answers"></span> · agreement between labelers: <span id="agreement"></span></p>
-<h2>Learning curve (true return)</h2><svg id="curve" width="600" height="250"></svg>
+<h2>Learning curve (true return)</h2><p id="no-curve">No evaluation yet: the curve appears
+ after the run's second evaluation (every eval_frequency steps).</p>
+<div id="curve-box" hidden><svg id="curve" width="600" height="250"></svg></div>
 <h2>Labelers</h2><table id="labelers"><tr><th>labeler</th><th>answers</th><th>gold answers</th>
 <th>gold accuracy</th><th>agreement with others</th><th>median s per answer</th>
 <th>flagged</th></tr></table>
@@ -574,6 +622,8 @@ fetch("api/status" + q).then(r => r.json()).then(d => {
       row.insertCell().textContent = v;
   }
   const c = d.learning_curve, svg = document.getElementById("curve");
+  document.getElementById("no-curve").hidden = c.length > 1;
+  document.getElementById("curve-box").hidden = c.length <= 1;
   if (c.length > 1) {
     const xs = c.map(p => p[0]), ys = c.map(p => p[1]);
     const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);

@@ -11,7 +11,8 @@ python="${THEMIS_PYTHON:-python3}"  # THEMIS_PYTHON: another environment's inter
 if [ -z "${THEMIS_PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ]; then
   python="$root/.venv/bin/python"
 fi
-# Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere.
+# Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere (the rule of
+# themis.envs.choose_gl_backend, which scripts run without a launcher get from make_env).
 if [ -z "${MUJOCO_GL:-}" ]; then
   if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
 fi

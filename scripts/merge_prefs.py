@@ -5,7 +5,8 @@
     ./themis_train.sh prefs_path=merged/ max_feedback=0      # learn a reward from them alone
 
 Every input must have the same segment length and observation/action sizes. Pairs keep their
-``labeler``; the merged ``meta.json`` lists the sources.
+``labeler``; the merged ``meta.json`` lists the sources. An existing, non-empty ``OUT`` is left
+alone (exit 2) unless ``--force`` replaces it.
 """
 
 from __future__ import annotations
@@ -43,9 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = ScriptParser(prog="merge_prefs", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="folder of the merged dataset")
     parser.add_argument("sources", type=Path, nargs="+", help="dataset folders to merge")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT when it exists (it may be one of the sources)")
     args = parser.parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"{args.out} is a file; the merged dataset is a folder: name a new folder")
+    out = args.out
+    if not args.force and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        what = "holds a preference dataset" if (out / "meta.json").is_file() else \
+            "exists and is not an empty folder"
+        print(f"merge_prefs: {out} {what}; choose another OUT, or add --force to replace it",
+              file=sys.stderr)
+        return 2
     try:
         merged = merge(args.sources, args.out)
     except (OSError, ValueError) as e:  # FileNotFoundError too

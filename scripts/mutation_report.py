@@ -37,7 +37,12 @@ def statuses() -> dict[str, str]:
     Raises:
         RuntimeError: ``mutmut results`` failed (no ``mutants/`` yet, or mutmut is missing).
     """
-    out = subprocess.run(["mutmut", "results", "--all", "true"], capture_output=True, text=True)
+    try:
+        out = subprocess.run(["mutmut", "results", "--all", "true"], capture_output=True,
+                             text=True)
+    except FileNotFoundError:
+        raise RuntimeError("mutmut is not installed; scripts/mutation.sh installs it and makes "
+                           "the mutants this script reports on") from None
     if out.returncode != 0:
         raise RuntimeError(f"mutmut results failed: {out.stderr.strip()}")
     found = {}

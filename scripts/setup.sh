@@ -15,7 +15,16 @@ for arg in "$@"; do
   case "$arg" in
     --cuda) torch_flavour=cuda ;;
     --cpu) torch_flavour=cpu ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help)
+      cat <<'USAGE'
+Usage: scripts/setup.sh [--cpu | --cuda]
+One set-up command for Themis on a fresh Debian/Ubuntu machine: apt-installs what headless
+MuJoCo rendering needs (as root, when missing), creates .venv in the repository root, installs
+PyTorch, then Themis with its dev extras.
+  --cpu    the CPU build of PyTorch (default)
+  --cuda   the CUDA build (or: THEMIS_TORCH=cuda scripts/setup.sh)
+USAGE
+      exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (use --cpu or --cuda)" >&2; exit 2 ;;
   esac
 done

@@ -6,7 +6,8 @@
 
 Every run dir below SWEEP_DIR that holds ``eval.csv`` and ``.hydra/overrides.yaml`` is one run;
 its *setting* is its command-line overrides minus ``seed``. For each setting the table gives the
-number of runs, mean and std of the final eval return, and the interquartile mean (IQM) with a
+number of runs (and how many are unfinished: their last evaluation comes before
+``num_train_steps``), mean and std of the final eval return, and the interquartile mean (IQM) with a
 95 % bootstrap confidence interval (Agarwal et al. 2021; SciPy's bootstrap); for envs that log a
 ``success_rate`` (Meta-World), the final success rate's IQM and CI too. Written
 to ``--out`` (default SWEEP_DIR): ``summary.md``, ``summary.csv``, ``learning_curves.png`` (all
@@ -59,8 +60,23 @@ def find_runs(sweep_dir: Path) -> pd.DataFrame:
                      "final_step": int(curve["step"].iloc[-1]),
                      "total_feedback": int(curve["total_feedback"].iloc[-1]),
                      "final_success": float(curve["success_rate"].iloc[-1])
-                     if "success_rate" in curve else float("nan"), "curve": curve})
+                     if "success_rate" in curve else float("nan"),
+                     "finished": int(curve["step"].iloc[-1]) >= target_steps(run_dir, pairs),
+                     "curve": curve})
     return pd.DataFrame(rows)
+
+
+def target_steps(run_dir: Path, overrides: dict[str, str]) -> int:
+    """The ``num_train_steps`` a run was started with (its ``config.yaml``, else its
+    overrides); 0 when neither says (the run then counts as finished)."""
+    config = run_dir / "config.yaml"
+    value = overrides.get("num_train_steps")
+    if config.is_file():
+        value = (yaml.safe_load(config.read_text()) or {}).get("num_train_steps", value)
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def iqm_with_ci(scores: np.ndarray, reps: int, seed: int = 0) -> tuple[float, float, float]:
@@ -86,7 +102,8 @@ def summarize(runs: pd.DataFrame, reps: int) -> pd.DataFrame:
     for setting, group in runs.groupby("setting", sort=True):
         scores = group["final_return"].to_numpy()
         iqm, lo, hi = iqm_with_ci(scores, reps)
-        table.append({"setting": setting, "runs": len(scores), "final_step":
+        table.append({"setting": setting, "runs": len(scores),
+                      "unfinished": int((~group["finished"].astype(bool)).sum()), "final_step":
                       int(group["final_step"].max()), "mean": scores.mean(),
                       "std": scores.std(ddof=1) if len(scores) > 1 else 0.0,
                       "iqm": iqm, "iqm_ci_low": lo, "iqm_ci_high": hi,
@@ -155,12 +172,16 @@ def to_markdown(table: pd.DataFrame) -> str:
         (["success rate IQM [95% CI]"] if success else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in table.itertuples():
-        line = (f"| {r.setting} | {r.runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
+        runs = f"{r.runs} ({r.unfinished} unfinished)" if r.unfinished else str(r.runs)
+        line = (f"| {r.setting} | {runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
                 f"{r.iqm:.1f} [{r.iqm_ci_low:.1f}, {r.iqm_ci_high:.1f}] | {r.total_feedback} |")
         if success:
             line += (f" {r.success_iqm:.2f} [{r.success_ci_low:.2f}, {r.success_ci_high:.2f}] |"
                      if np.isfinite(r.success_iqm) else " - |")
         lines.append(line)
+    if table["unfinished"].any():
+        lines += ["", "Unfinished runs (still running or stopped) count with their last "
+                  "evaluation, before `num_train_steps`."]
     return "\n".join(lines) + "\n"
 
 

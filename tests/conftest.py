@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from themis.envs import choose_gl_backend
+
+choose_gl_backend()
+
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("MUJOCO_GL", "egl" if os.path.exists("/dev/nvidia0") else "osmesa")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 

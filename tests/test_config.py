@@ -138,3 +138,22 @@ def test_resume_is_read_one_way(value, target):
     from themis.config import resume_target
 
     assert resume_target(value) == target
+
+
+def test_reward_batch_auto_fits_a_short_schedule_and_the_run_spends_its_budget(
+        compose, tmp_path, capsys):
+    import pandas as pd
+
+    from tests.conftest import TINY_PENDULUM
+    from themis.train import make_workspace
+
+    tiny = [o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "max_feedback"))]
+    ws = make_workspace(compose([*tiny, "max_feedback=20"]), tmp_path / "auto")
+    assert ws.cfg.reward_batch == 7  # three rounds (steps 400, 700, 1000), not ten of 2
+    ws.run()
+    assert pd.read_csv(tmp_path / "auto" / "reward.csv")["total_feedback"].tolist() == [7, 14, 20]
+    assert "queries: 20 of max_feedback=20, in 3 rounds of 7" in capsys.readouterr().out
+
+    fixed = make_workspace(compose([*tiny, "max_feedback=20", "reward_batch=5"]), tmp_path / "b")
+    fixed.banner()  # a number given is used as is, and the start says what it leaves unasked
+    assert "queries: 15 of max_feedback=20" in capsys.readouterr().out

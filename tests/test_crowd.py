@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -66,3 +67,20 @@ def test_dawid_skene_keeps_gold_answers_clamped_and_checks_labels():
     assert crowd.dawid_skene([]) == {}
     with pytest.raises(ValueError, match=r"0, 0\.5 or 1"):
         crowd.dawid_skene([(1, "a", 2.0)])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["gold_fraction=0.1"], "gold_fraction=0.1 check people labeling on the web page"),
+    (["label_quality=model", "labels_per_query=3"], "with a synthetic teacher they do nothing"),
+    (["human_teacher=true", "human_piped=true", "gold_fraction=0.2", "label_quality=filter"],
+     "gold_fraction=0.2 and label_quality=filter check people labeling on the web page "
+     "(human_teacher=true teacher_ui=web); with a person in the terminal"),
+])
+def test_crowd_keys_without_people_on_the_web_are_refused(compose, overrides, message):
+    from omegaconf import OmegaConf
+
+    from themis.config import validate
+    from themis.utils import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(OmegaConf.to_object(compose(overrides)))

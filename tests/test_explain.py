@@ -176,3 +176,28 @@ def test_unknown_explanation_method_fails_before_training(tmp_path):
                   f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2
     assert "xplain_method=lime is unknown; use one of integrated_gradients" in proc.stderr
+
+
+def test_explain_renders_mujoco_clips_with_no_gl_variable_set(compose, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from omegaconf import OmegaConf
+
+    from tests.conftest import ROOT
+    from themis.train import make_workspace
+
+    cfg = compose(["domain=Control", "env=HalfCheetah-v5", "segment=10", "sac.hidden_dim=32",
+                   "reward_hidden_dim=32", "ensemble_size=1", "max_feedback=10"])
+    ws = make_workspace(cfg, tmp_path)
+    ws.save_checkpoints()  # a "finished run": config, agent and reward model
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "explain.py"), str(tmp_path),
+                           "--clips", "1", "--steps", "40", "--method", "saliency"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert len(list((tmp_path / "explanations" / "queries").glob("query_*.mp4"))) == 1

@@ -82,6 +82,46 @@ def test_terminal_teacher_maps_keys_to_labels_reprompts_and_stops(tmp_path):
     assert "2 queries not asked" in text
 
 
+def test_the_runs_instructions_come_before_the_first_query_and_with_help(tmp_path, compose):
+    from omegaconf import OmegaConf
+
+    from lib.label_server import read_instructions
+    from themis.feedback.factory import label_instructions
+    from themis.utils import ConfigError
+
+    out = io.StringIO()
+    teacher = TerminalTeacher(tmp_path, KeyReader(io.StringIO("1\n?\n2\n"), piped=True),
+                              viewer="none", fps=5, out=out)
+    teacher.instructions = "Better = the pendulum stays upright."
+    teacher.ask(np.zeros((2, 2, 3, 16, 16, 3), dtype=np.uint8), lambda i, label: None)
+    text = out.getvalue()
+    assert text.count("instructions: Better = the pendulum stays upright.") == 2  # first, ?
+    assert text.index("instructions:") < text.index("[query 0")
+
+    md = tmp_path / "better.md"
+    md.write_text("# What is better\n\nStaying upright.\n")
+
+    def cfg(*overrides: str):
+        return OmegaConf.to_object(compose(list(overrides)))
+
+    assert label_instructions(cfg("human_teacher=true", f"label_instructions={md}")) == \
+        "# What is better\n\nStaying upright."
+    with pytest.raises(ConfigError, match="cannot read it"):
+        label_instructions(cfg("human_teacher=true", f"label_instructions={tmp_path}/no.md"))
+    with pytest.raises(ConfigError, match="a synthetic teacher does not read them"):
+        label_instructions(cfg("label_instructions=Upright"))
+    # the page reads only a regular file of the run, never through a link
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "instructions.md").symlink_to(md)
+    assert read_instructions(tmp_path) == ""
+    from themis.train import make_workspace  # a web run writes them where its page reads
+
+    ws = make_workspace(compose([*HUMAN_RUN, "teacher_ui=web", f"label_instructions={md}"]),
+                        tmp_path / "run")
+    assert read_instructions(tmp_path / "run") == "# What is better\n\nStaying upright."
+    ws.logger.close()
+
+
 # ----------------------------------------------------------------- end to end in a pty
 def spawn(*overrides: str) -> pexpect.spawn:
     env = {**os.environ, "THEMIS_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -123,6 +163,35 @@ def test_a_person_labels_in_a_terminal_and_the_reward_model_trains_on_it(tmp_pat
     reader.close()
     pendulum_width = FRAME  # Pendulum renders square frames
     assert (width, height) == (2 * pendulum_width + GAP, FRAME + BANNER)
+
+
+def visible_line(text: str) -> str:
+    """What a terminal shows of the last line of ``text`` (``\\r`` returns to its start;
+    colour codes dropped)."""
+    import re
+
+    line = re.sub(r"\x1b\[[0-9;]*m", "", text.rsplit("\n", 1)[-1])
+    shown = ""
+    for part in line.split("\r"):
+        shown = part + shown[len(part):]
+    return shown
+
+
+@pytest.mark.slow
+def test_the_progress_bar_is_off_the_terminal_while_a_person_is_asked(tmp_path):
+    run = tmp_path / "run"
+    child = spawn(*HUMAN_RUN, "max_feedback=4", "num_train_steps=500", f"hydra.run.dir={run}")
+    child.expect_exact("clip: ")
+    assert "step/s" in child.before  # the bar was running (a pty: tqdm draws it)
+    assert visible_line(child.before).strip() == "", "the clip line starts behind the bar"
+    child.expect_exact("q stop: ")
+    with pytest.raises(pexpect.TIMEOUT):  # nothing is drawn over the question while it waits
+        child.expect(r"\r|step/s", timeout=2)
+    child.send("q")
+    child.expect(r"\d+step/s")  # the bar is back once the person has answered
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
 
 
 @pytest.mark.slow

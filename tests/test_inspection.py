@@ -49,6 +49,13 @@ def test_a_reward_model_equal_to_the_true_reward_correlates_perfectly(scale, shi
     np.testing.assert_allclose(curve.spread, 0.0, atol=1e-6)
 
 
+def test_report_numbers_are_whole_where_they_are_whole():
+    from themis.inspection import _number
+
+    assert [_number(1000.0), _number(np.float64(0.0)), _number(0.12345), _number(7)] == [
+        "1000", "0", "0.123", "7"]  # not 1e+03
+
+
 def test_affine_alignment_recovers_scale_and_shift():
     rng = np.random.default_rng(0)
     predicted = rng.normal(size=100)
@@ -95,6 +102,7 @@ def test_report_is_written_for_a_tiny_run(tmp_path):
                     "### Learned vs true reward along episodes", "## Teacher",
                     "## Labelled clips", "## Configuration", "Over all steps: Pearson"):
         assert section in text
+    assert "PEBBLE · sampler uniform · teacher oracle" in text  # what ran
     for png in ("learning_curve.png", "reward_model.png", "reward_curves.png"):
         assert (report.parent / png).stat().st_size > 0
     # the tables hold this run's numbers

@@ -379,3 +379,19 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
     assert rounds["mrn_updates"].tolist() == [0, 2, 5]
     assert ws.learner.meta.updates == 5 and np.isfinite(rounds["mrn_outer_loss"].iloc[-1])
     assert pd.read_csv(tmp_path / "eval.csv")["episode_reward"].notna().all()
+
+
+def test_the_banner_and_the_learning_curve_name_method_sampler_and_teacher(
+        compose, tmp_path, capsys, monkeypatch):
+    import themis.workspace
+
+    titles: list[str] = []
+    monkeypatch.setattr(themis.workspace, "plot_learning_curve",
+                        lambda csv, png, title="": titles.append(title))
+    ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600", "method=[surf,rune]",
+                                 "feed_type=1", "teacher=skip"]), tmp_path)
+    ws.run()
+    ws.finish()
+    what = "SURF+RUNE · sampler disagreement · teacher skip"
+    assert what in capsys.readouterr().out.splitlines()[0]  # the banner, the first line
+    assert titles == [f"Pendulum-v1: {what}"]  # not "(PEBBLE)"

@@ -377,3 +377,52 @@ def test_saved_labels_of_the_other_kind_are_refused_with_one_line(compose, tmp_p
                                           "feedback=pairwise"):
         make_workspace(compose([*TINY_PENDULUM, f"prefs_path={tmp_path / 'ratings'}"]),
                        tmp_path / "run2")
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
+                    "(.ci/run installs it)")
+def test_the_rating_page_at_1366x768_shows_instructions_clip_and_buttons_in_view(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from lib.human_interface import single_clip, write_clip
+    from lib.label_server import LabelServer
+
+    clip = write_clip(single_clip(np.random.default_rng(0).integers(
+        0, 255, (20, 256, 256, 3), dtype=np.uint8)), tmp_path / "web" / "clips" / "r.mp4", 20)
+    store = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
+    (qid,) = store.post(1, segments(1), [clip], 1, rating_classes=5)
+    told = "Better = the hopper moves forward without falling.\nIgnore the camera."
+    (tmp_path / "web" / "instructions.md").write_text(told)  # written by the run
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        error = httpx.post(server.url + "api/answers", json={"query_id": qid, "rating": 7})
+        assert error.status_code == 422  # says what is allowed, not "not 6.0"
+        assert "integer rating from 1 (worst) to 5 (best)" in error.json()["detail"]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"),
+                                        headless=True, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1366, "height": 768})
+            page.goto(server.url)
+            page.wait_for_selector("body[data-query]")
+            deadline = time.time() + 30
+            while not page.evaluate("document.getElementById('clip').readyState >= 1"):
+                assert time.time() < deadline, "the clip did not load"
+                time.sleep(0.1)
+            assert page.inner_text("#instructions") == told  # shown as text
+            for element in ["#clip", "#skip", *(f"#rate{c}" for c in range(1, 6))]:
+                box = page.locator(element).bounding_box()
+                assert box is not None and box["height"] > 20, element
+                assert box["x"] >= 0 and box["x"] + box["width"] <= 1366, element
+                assert box["y"] >= 0 and box["y"] + box["height"] <= 768, element
+            # /status before the first evaluation: a sentence, no empty chart
+            status = browser.new_page(viewport={"width": 1366, "height": 768})
+            status.goto(server.url + "status")
+            status.wait_for_selector("#answers:not(:empty)")
+            assert status.is_visible("#no-curve") and not status.is_visible("#curve")
+            (tmp_path / "eval.csv").write_text("step,episode_reward\n600,-900\n1200,-300\n")
+            status.reload()
+            status.wait_for_selector("#curve polyline")
+            assert status.is_visible("#curve") and not status.is_visible("#no-curve")
+            browser.close()
+    finally:
+        server.stop()

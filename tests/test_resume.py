@@ -300,3 +300,34 @@ def test_agent_and_reward_model_files_survive_a_crash_while_they_are_written(com
     assert safe_load(tmp_path / "checkpoints" / "agent.pt")["step"] == 0
     load_reward_model(tmp_path)  # the previous one, whole
     ws.logger.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
+    import re
+
+    import pexpect
+
+    run = tmp_path / "run"
+    child = pexpect.spawn(str(ROOT / "themis_train.sh"),
+                          [*TINY_PENDULUM, "checkpoint_frequency=300", f"hydra.run.dir={run}"],
+                          cwd=str(ROOT), env={**os.environ, "THEMIS_THREADS": "1"},
+                          encoding="utf-8", timeout=300, dimensions=(50, 200))
+    child.expect_exact("step 800")  # past the checkpoints of steps 400 and 700
+    child.sendintr()  # Ctrl-C in the terminal
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    tail = child.before[child.before.rindex("^C"):]
+    lines = [line for line in re.split(r"[\r\n]+", tail) if line.strip(" ^C")]
+    assert len(lines) == 1, tail
+    found = re.fullmatch(r"themis: stopped at step (\d+); last checkpoint at step (\d+); "
+                         r"continue with \./themis_train\.sh resume=(\S+)", lines[0].strip())
+    assert found, lines[0]
+    assert int(found.group(1)) >= 800 and int(found.group(2)) == 700
+    assert found.group(3) == str(run.resolve())
+
+    resumed = launch("themis_train.sh", f"resume={found.group(3)}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout and "at step 700" in resumed.stdout
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200]

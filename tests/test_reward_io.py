@@ -108,6 +108,24 @@ def test_merge_prefs_script(tmp_path):
     assert "cannot merge" in proc.stderr
 
 
+def test_merge_prefs_refuses_to_overwrite_an_existing_out_without_force(tmp_path):
+    filled_dataset(n=3, seed=1, labeler="alice").save(tmp_path / "a")
+    filled_dataset(n=5, seed=2, labeler="bob").save(tmp_path / "b")
+    script = ROOT / "scripts" / "merge_prefs.py"
+
+    def merge(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                              text=True, cwd=ROOT)
+
+    proc = merge(str(tmp_path / "a"), str(tmp_path / "b"))  # OUT = a: 3 pairs would become 5
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "holds a preference dataset" in proc.stderr and "--force" in proc.stderr
+    assert len(PreferenceDataset.load(tmp_path / "a")) == 3  # untouched
+    proc = merge(str(tmp_path / "a"), str(tmp_path / "a"), str(tmp_path / "b"), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert len(PreferenceDataset.load(tmp_path / "a")) == 8
+
+
 # -------------------------------------------------------------- reward-model checkpoints
 def test_reward_model_save_load_round_trip(tmp_path):
     model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=16, hidden_depth=2)

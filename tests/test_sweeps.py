@@ -73,10 +73,34 @@ def test_summarize_aggregates_the_success_rate_of_meta_world_runs(tmp_path):
     assert "success rate IQM" in (tmp_path / "summary.md").read_text()
 
 
+def test_summarize_marks_unfinished_runs(tmp_path):
+    fake_run(tmp_path, "done", ["num_train_steps=2000", "seed=0"], [1000, 2000], [0.0, 5.0])
+    stopped = fake_run(tmp_path, "stopped", ["num_train_steps=2000", "seed=1"], [1000], [3.0])
+    (stopped / "config.yaml").write_text("num_train_steps: 2000\n")  # stopped at 1000
+    proc = summarize(tmp_path, "--reps", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert pd.read_csv(tmp_path / "summary.csv")["unfinished"].tolist() == [1]
+    text = (tmp_path / "summary.md").read_text()
+    assert "| (defaults) | 2 (1 unfinished) |" in text and "Unfinished runs" in text
+
+
 def test_summarize_reports_a_folder_without_runs(tmp_path):
     proc = summarize(tmp_path)
     assert proc.returncode == 2
     assert "no run with an eval.csv" in proc.stderr
+
+
+@pytest.mark.parametrize("sweep,message", [
+    (["sed=0,1"], "sed is not a Themis config key (did you mean seed?)"),
+    (["seed=0,1", "teacher=oracle,skp"], "teacher=skp is unknown"),
+    (["seed=0,abc"], "seed: Value 'abc'"),  # a later value of a sweep is checked too
+])
+def test_a_typo_inside_a_sweep_is_one_line_and_exit_2(tmp_path, sweep, message):
+    proc = launch("themis_train.sh", "-m", *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("themis: error: ") and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()  # no job started
 
 
 def test_slurm_launcher_config_composes():
@@ -239,3 +263,13 @@ def test_mutation_sample_is_seeded_per_module_and_has_a_wilson_interval():
     row = report._row("m", collections.Counter(killed=8, timeout=1, survived=1), ci=True)
     # 9 of 10 killed: 90 %, 8 by a failing test; Wilson 95 % interval [59.6 %, 98.2 %]
     assert "| 90.0 % | 80.0 % | 60–98 % |" in row
+
+
+def test_mutation_report_without_mutmut_is_one_line(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # no mutmut on the PATH
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mutation_report.py")],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("mutation_report: error: mutmut is not installed; "
+                                   "scripts/mutation.sh installs it and makes the mutants this "
+                                   "script reports on")

@@ -167,3 +167,22 @@ def test_bpref_threshold_schedule_squares_eps():
     np.testing.assert_array_equal(teacher.label(r1, r2)[1], [0.5, 0.5])
     teacher.threshold_power = 2  # eps² * margin = 0.25: only the first
     np.testing.assert_array_equal(teacher.label(r1, r2)[1], [0.5, 1.0])
+
+
+def test_a_run_says_once_when_negative_returns_turn_the_skip_and_equal_thresholds_off(
+        compose, tmp_path, capsys):
+    from tests.conftest import TINY_PENDULUM
+    from themis.train import make_workspace
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "teacher=skip", "teacher_eps_equal=0.1"]),
+                        tmp_path)
+    ws.run()  # Pendulum's returns are negative: three rounds with margin < 0
+    out = capsys.readouterr().out
+    assert out.count("thresholds ε × margin are ≤ 0") == 1
+    assert "teacher_eps_skip skips nothing" in out
+    assert "teacher_eps_equal makes no pair equal" in out
+    ws.learner.teacher.set_margin(5.0)
+    ws.learner.warn_thresholds_off()  # positive again: quiet, and warned anew next time
+    ws.learner.teacher.set_margin(-5.0)
+    ws.learner.warn_thresholds_off()
+    assert capsys.readouterr().out.count("thresholds ε × margin are ≤ 0") == 1

@@ -247,6 +247,38 @@ def test_a_snapshot_keeps_the_recent_returns_for_the_first_margin(compose, tmp_p
     resumed.logger.close()
 
 
+def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ended(
+        compose, tmp_path, capsys):
+    import pandas as pd
+    import torch
+
+    ws = make_workspace(compose(TINY_PENDULUM), tmp_path / "pre")  # 200 seed + 200 unsup
+    ws.run(until=ws.pretrain_end)
+    snapshot = ws.save_snapshot()
+    ws.logger.close()
+    # no pretraining keys given: the defaults (1000 + 5000) would not even fit 1500 steps
+    tiny = [o for o in TINY_PENDULUM if not o.startswith(("num_seed", "num_unsup"))]
+    run = make_workspace(compose([*tiny, f"pretrained_snapshot={snapshot}",
+                                  "num_train_steps=1500"]), tmp_path / "train")
+    assert (run.step, run.pretrain_end) == (400, 400)
+    assert "num_seed_steps=200, num_unsup_steps=200 (instead of 1000 and 5000)" in \
+        capsys.readouterr().out
+    run.run()
+    assert pd.read_csv(tmp_path / "train" / "reward.csv")["step"].iloc[0] == 400
+    assert set(pd.read_csv(tmp_path / "train" / "train.csv")["phase"]) == {"reward"}
+
+    from themis.checkpoint import safe_load
+
+    old = safe_load(snapshot)  # a snapshot of an earlier version
+    del old["num_seed_steps"], old["num_unsup_steps"]
+    torch.save(old, tmp_path / "old.pt")
+    again = make_workspace(compose([*tiny, f"pretrained_snapshot={tmp_path / 'old.pt'}",
+                                    "num_train_steps=1500"]), tmp_path / "again")
+    assert again.pretrain_end == 400  # pretraining ended at its step: no random actions again
+    assert "reward learning starts at once" in capsys.readouterr().out
+    again.logger.close()
+
+
 def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tmp_path):
     """Hopper falls within tens of steps under a random policy: no episode holds a 100-step
     segment, so the rounds are postponed (one console line, a reward.csv row) and the run

@@ -51,13 +51,14 @@ _NUMPY_GLOBALS += [type(np.dtype(t)) for t in (np.float32, np.float64, np.int32,
                                                  np.uint8, np.uint32, np.bool_)]
 
 
-def safe_load(path: str | Path, map_location: Any = "cpu") -> Any:
+def safe_load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> Any:
     """Load a PyTorch file without running code from it: ``torch.load(weights_only=True)``
     with NumPy arrays and scalars allowed. Tensors, numbers, strings, lists, tuples, dicts and
     NumPy arrays load; anything else (a pickled class or function) is refused.
 
     Use it for every file a user may have received from someone else: snapshots, checkpoints,
-    a run's ``agent.pt``.
+    a run's ``agent.pt``. ``mmap``: tensors stay on disk until read (a few keys of a large
+    file, cheaply).
 
     Raises:
         FileNotFoundError: no file at ``path``.
@@ -65,7 +66,7 @@ def safe_load(path: str | Path, map_location: Any = "cpu") -> Any:
     """
     try:
         with torch.serialization.safe_globals(_NUMPY_GLOBALS):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise
     except pickle.UnpicklingError as e:

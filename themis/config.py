@@ -164,6 +164,9 @@ class TrainConfig:
     """label_quality=filter: gold accuracy a labeler needs to keep counting."""
     min_gold_answers: int = 5
     """label_quality=filter: gold answers before a labeler can be flagged."""
+    label_instructions: str = ""
+    """human_teacher: what "better" means for this run, shown to people on the labeling page
+    and in the terminal: the text itself, or a .md / .txt file holding it (shown as text)."""
     human_piped: bool = False
     """human_teacher: read answers line by line from a pipe instead of keys from a terminal."""
     human_labeler: str = ""

@@ -136,6 +136,14 @@ def check_crowd(cfg: Any) -> None:
     if cfg.label_quality not in ("none", "filter", "model"):
         raise ConfigError(f"label_quality={cfg.label_quality} is unknown; use none, filter or "
                           "model")
+    crowd_keys = [f"{key}={getattr(cfg, key)}" for key, unset in (
+        ("gold_fraction", 0), ("gold_path", None), ("label_quality", "none"))
+        if getattr(cfg, key) not in (unset, "")]
+    if crowd_keys and not (cfg.human_teacher and cfg.teacher_ui == "web"):
+        teacher = "a person in the terminal" if cfg.human_teacher else "a synthetic teacher"
+        raise ConfigError(f"{' and '.join(crowd_keys)} check people labeling on the web page "
+                          f"(human_teacher=true teacher_ui=web); with {teacher} they do "
+                          "nothing: drop them (scripts/simulate_crowd.py simulates a crowd)")
     if cfg.label_quality == "filter" and cfg.gold_fraction == 0 and not cfg.gold_path:
         raise ConfigError("label_quality=filter scores labelers on gold queries: set "
                           "gold_fraction (e.g. 0.1)")

@@ -288,6 +288,20 @@ def get_domain(name: str) -> Domain:
     return DOMAINS[name]
 
 
+def choose_gl_backend() -> str:
+    """Choose MuJoCo's OpenGL backend as the launchers do: ``MUJOCO_GL`` as set, else ``egl``
+    on NVIDIA machines (``/dev/nvidia0``), else ``osmesa`` (software). Sets the variable, which
+    MuJoCo, dm_control and gymnasium read when they first import or render, and returns it.
+
+    Without it, a headless process that renders MuJoCo falls through gymnasium's backend
+    search (GLFW first) and fails with "an OpenGL platform library has not been loaded".
+    :func:`make_env` calls it, so every script that makes an env renders as the launchers do.
+    """
+    if not os.environ.get("MUJOCO_GL"):
+        os.environ["MUJOCO_GL"] = "egl" if os.path.exists("/dev/nvidia0") else "osmesa"
+    return os.environ["MUJOCO_GL"]
+
+
 def make_env(domain: str, env: str, seed: int | None = None,
              render_mode: str | None = None, render_size: int = 128,
              task_seed: int | None = None, **env_kwargs: Any) -> gym.Env:
@@ -308,6 +322,8 @@ def make_env(domain: str, env: str, seed: int | None = None,
     Raises:
         ConfigError: unknown domain or env, or ``env_kwargs`` the env does not accept.
     """
+    if render_mode != "human":  # before the domain's suite imports MuJoCo (DMC: dm_control)
+        choose_gl_backend()
     dom = get_domain(domain)
     env_id = dom.resolve(env)
     if render_mode == "rgb_array" and sys.platform.startswith("linux") and not (

@@ -277,6 +277,9 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
     cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    # keys for people (refused without them): the rebuilt workspace asks nobody
+    cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
+        "none", ""
     cfg.replay_buffer_capacity = max(1000, cfg.segment)  # no training here: a small buffer
     for key, value in overrides.items():
         setattr(cfg, key, value)
@@ -333,13 +336,20 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
     ws = load_run(run, Path(scratch.name))
     env_id = ws.env_id
-    lines = [f"# Themis run report: {env_id}", "", f"Run dir: `{run.resolve()}`", ""]
+    from themis.config import load_received_config
+    from themis.feedback.factory import run_title
+
+    saved = load_received_config(run / "config.yaml")  # the run's, not the rebuild's
+    title = run_title(saved, ws.driver.NAME)
+    lines = [f"# Themis run report: {env_id}", "", title, "",
+             f"Run dir: `{run.resolve()}`", ""]
 
     evals = _read_csv(run / "eval.csv")
     rounds = _read_csv(run / "reward.csv")
     lines += ["## Learning curve", ""]
     if evals is not None and len(evals):
-        plot_learning_curve(run / "eval.csv", out / "learning_curve.png", title=env_id)
+        plot_learning_curve(run / "eval.csv", out / "learning_curve.png",
+                            title=f"{env_id}: {title}")
         last = evals.iloc[-1]
         lines += ["![learning curve](learning_curve.png)", "",
                   f"Final evaluation at step {int(last['step'])}: true return "
@@ -386,8 +396,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
         stats = {k: last[k] for k in ("labeled_feedback", "skip_fraction", "equal_fraction",
                                       "oracle_agreement") if k in last}
         lines += ["| statistic | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.3g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                  for k, v in stats.items()]
+        lines += [f"| {k} | {_number(v)} |" for k, v in stats.items()]
         lines.append("")
     labels = _read_csv(run / "preferences" / "labels.csv")
     if labels is not None and len(labels):
@@ -397,13 +406,15 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
                   for name, r in counts.iterrows()]
         lines.append("")
     lines += labels_section(run, out)  # people's labels (teacher_ui=web): audit
-    clips = sorted((run / "queries").glob("query_*.mp4")) if (run / "queries").is_dir() else []
     lines += ["## Labelled clips", ""]
-    if clips:
-        lines += [f"- [{c.name}](../queries/{c.name})" for c in clips[:50]]
+    shown = False
+    for folder, pattern in (("queries", "query_*.mp4"), ("web/clips", "round*.mp4")):
+        clips = sorted((run / folder).glob(pattern)) if (run / folder).is_dir() else []
+        lines += [f"- [{c.name}](../{folder}/{c.name})" for c in clips[:50]]
         if len(clips) > 50:
-            lines.append(f"- ... and {len(clips) - 50} more in `queries/`")
-    else:
+            lines.append(f"- ... and {len(clips) - 50} more in `{folder}/`")
+        shown = shown or bool(clips)
+    if not shown:
         lines.append("No clips (clips are written with `human_teacher=true` or `xplain_*`).")
     lines += ["", "## Configuration", "", "```yaml", (run / "config.yaml").read_text().strip(),
               "```", ""]  # the run's own configuration, not the inspection's
@@ -412,6 +423,14 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     ws.logger.close()
     scratch.cleanup()
     return report
+
+
+def _number(value: Any) -> str:
+    """A table cell: whole numbers as integers (``1000``, not ``1e+03``), others to 3
+    significant digits."""
+    if isinstance(value, float | np.floating):
+        return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+    return str(value)
 
 
 def _read_csv(path: Path) -> pd.DataFrame | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import sys
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,6 +56,34 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, 6) if math.isfinite(value) else value
     return value
+
+
+@contextlib.contextmanager
+def progress_bars_paused() -> Iterator[None]:
+    """Clear the run's progress bars and keep them off the terminal inside the ``with`` block,
+    then draw them again: while a person reads a question and types the answer, no bar redraws
+    itself over the prompt (tqdm's monitor thread refreshes a bar that has been still for
+    ``maxinterval`` seconds, and every :meth:`Logger.info` redraws it after its line).
+    """
+    with tqdm.get_lock():
+        paused = [bar for bar in list(getattr(tqdm, "_instances", ())) if not bar.disable]
+        for bar in paused:
+            bar.clear(nolock=True)
+            bar.disable = True  # refresh() and clear() do nothing while disabled
+    try:
+        yield
+    finally:
+        with tqdm.get_lock():
+            for bar in paused:
+                bar.disable = False
+                bar.refresh(nolock=True)
+
+
+def close_progress_bars() -> None:
+    """Close (and so clear) every progress bar, e.g. before the last line of a run that was
+    stopped, which would otherwise be printed after the bar on its line."""
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 LOGGER_BACKENDS = ("csv", "tensorboard")
@@ -162,16 +192,20 @@ def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
     if "episode_reward_std" in df:
         ax.fill_between(df["step"], df["episode_reward"] - df["episode_reward_std"],
                         df["episode_reward"] + df["episode_reward_std"], alpha=0.2,
-                        color="tab:blue")
+                        color="tab:blue", label="± std over the eval episodes")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean true episode return (eval)")
     ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
     if "total_feedback" in df and df["total_feedback"].max() > 0:  # no axis without queries
         ax2 = ax.twinx()
         ax2.plot(df["step"], df["total_feedback"], color="tab:orange", linestyle="--",
-                 label="total feedback")
+                 label="queries asked (total)")
         ax2.set_ylabel("queries asked", color="tab:orange")
-    ax.set_title(title)
+        more = ax2.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, fontsize=8, loc="best")
+    ax.set_title(textwrap.fill(title, 80), fontsize=10)  # env: method · sampler · teacher
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)
     plt.close(fig)

@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from themis.train import build_workspace, preflight, register_configs
+from themis.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
 
 register_configs()
 
@@ -19,7 +19,7 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../config", config_name="pretrain_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
-    ws.run(until=ws.pretrain_end)
+    run_or_stop(ws, "./themis_pretrain.sh", until=ws.pretrain_end)
     path = ws.save_snapshot()
     ws.logger.info(f"snapshot written: {path}\n"
                    f"continue with: ./themis_train.sh pretrained_snapshot={path.resolve()}",
@@ -29,4 +29,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     preflight("pretrain_themis", sys.argv[1:])
-    main()
+    main_or_stop(main)

@@ -52,6 +52,9 @@ def dmc_setup() -> None:
 
 
 def dmc_ids() -> list[str]:
+    from themis.envs import choose_gl_backend
+
+    choose_gl_backend()  # dm_control reads MUJOCO_GL when it is imported
     import shimmy
 
     gym.register_envs(shimmy)
@@ -90,6 +93,9 @@ METAWORLD_FEATURES = [*METAWORLD_FEATURES, *(f"prev_{n}" for n in METAWORLD_FEAT
 
 
 def metaworld_ids() -> list[str]:
+    from themis.envs import choose_gl_backend
+
+    choose_gl_backend()  # MuJoCo reads MUJOCO_GL when it is imported
     import metaworld
 
     return list(metaworld.ALL_V3_ENVIRONMENTS)

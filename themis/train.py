@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.threads import parse_threads
 from themis.utils import ConfigError
-from themis.workspace import Workspace
+from themis.workspace import Workspace, query_rounds, take_snapshot_schedule
 
 register_configs()
 
@@ -98,25 +98,16 @@ def preflight(config_name: str, argv: list[str]) -> None:
 
         print(help_text(compose([a for a in argv if "=" in a], config_name)))
         sys.exit(0)
-    if any(a.startswith("-") for a in argv):
+    flags = {a for a in argv if a.startswith("-")}
+    overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
+                                                      "~hydra"))]
+    if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked
+        for job in sweep_variants(overrides):
+            check_overrides(job, config_name)
         return
-    from themis.config import compose
-
-    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
-    try:
-        cfg = compose(overrides, config_name)
-        OmegaConf.to_object(cfg)
-    except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
-        fail(describe_composition_error(e))
-    from themis.config import TrainConfig
-
-    known = set(OmegaConf.structured(TrainConfig).keys())
-    for name in map(str, cfg):
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
-                 "them")
+    if flags:  # other Hydra flags (--cfg, --info, ...): Hydra's own
+        return
+    cfg = check_overrides(overrides, config_name)
     resume = resume_target(cfg.get("resume"))
     if resume not in (None, "here") and not (Path(str(resume)) / "config.yaml").is_file():
         fail(f"resume={resume}: no Themis run there (config.yaml missing); point resume= at "
@@ -131,6 +122,60 @@ def preflight(config_name: str, argv: list[str]) -> None:
     except OSError as e:
         fail(f"run dir {target} cannot be created or written ({e.strerror}); choose another "
              "with hydra.run.dir=PATH")
+
+
+def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
+    """Compose ``overrides`` as Hydra will and build the typed config; bad input ends the
+    program with one line (:func:`fail`). Returns the composed config."""
+    from themis.config import TrainConfig, compose
+
+    try:
+        cfg = compose(overrides, config_name)
+        OmegaConf.to_object(cfg)
+    except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
+        fail(describe_composition_error(e))
+    known = set(OmegaConf.structured(TrainConfig).keys())
+    for name in map(str, cfg):
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
+                 "them")
+    return cfg
+
+
+SWEEP_CHECKS = 32
+"""At most this many jobs of a sweep are composed before it starts (each value once)."""
+
+
+def sweep_variants(overrides: list[str]) -> list[list[str]]:
+    """Override lists that together try every value of a sweep (``seed=0,1,2``,
+    ``range(...)``, ``choice(...)``) once: the first value of each swept key, then each other
+    value with the rest at their first (at most :data:`SWEEP_CHECKS` lists). A sweep Hydra
+    cannot list (an interval for an optimising sweeper) is left to Hydra, as is a line Hydra
+    cannot parse (:func:`fail` with its first line)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:  # Hydra's parser errors: bad input
+        fail(str(e).splitlines()[0])
+    values: list[list[str]] = []
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values.append([f"{key}={override.get_value_element_as_str()}"])
+            continue
+        try:
+            values.append([f"{key}={v}" for v in override.sweep_string_iterator()] or
+                          [f"{key}="])
+        except Exception:  # e.g. interval(0, 1): no values to list
+            return []
+    first = [v[0] for v in values]
+    jobs = [first]
+    for i, options in enumerate(values):
+        jobs += [[*first[:i], option, *first[i + 1:]] for option in options[1:]]
+    return jobs[:SWEEP_CHECKS]
 
 
 def run_dir() -> Path:
@@ -209,12 +254,16 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     from themis.agents import resolve_agent
     from themis.config import validate
     from themis.envs import make_env
+    from themis.feedback.selector import resolve_reward_batch
     from themis.loops import pebble, prefppo
     from themis.methods import check_methods
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     assert isinstance(cfg, TrainConfig)
+    auto_batch = cfg.reward_batch == "auto"
+    snapshot_note = take_snapshot_schedule(cfg) if cfg.pretrained_snapshot and \
+        resume_target(cfg.resume) is None else None
     validate(cfg)
     probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
     try:
@@ -224,7 +273,12 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     finally:
         probe.close()
     check_methods(cfg, discrete=name == "ppo")
-    return Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+    if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
+        cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
+    ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+    if snapshot_note is not None:
+        ws.logger.info(snapshot_note, "cyan")
+    return ws
 
 
 def remove_if_unused(run: Path) -> None:
@@ -264,21 +318,42 @@ def build_workspace(cfg: DictConfig) -> Workspace:
         if resume_target(cfg.resume) is None:
             remove_if_unused(out)
         fail(str(e))
+    for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
+        cfg[key] = getattr(ws.cfg, key)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return ws
+
+
+def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
+    """``ws.run(until)``; Ctrl-C ends the program with one line on stderr (the step reached,
+    the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback; a
+    :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`."""
+    try:
+        ws.run(until)
+    except ConfigError as e:
+        ws.logger.close()
+        fail(str(e))
+    except KeyboardInterrupt:
+        print(f"themis: {ws.stopped(launcher)}", file=sys.stderr)
+        sys.exit(130)
+
+
+def main_or_stop(main: Any) -> None:
+    """Run a Hydra main; Ctrl-C before the run starts ends with one line and exit code 130."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("themis: stopped before training started", file=sys.stderr)
+        sys.exit(130)
 
 
 @hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
-    try:
-        ws.run()
-    except ConfigError as e:  # found when the run starts, e.g. a labeling port already taken
-        ws.logger.close()
-        fail(str(e))
+    run_or_stop(ws, "./themis_train.sh")
     ws.finish()
 
 
 if __name__ == "__main__":
     preflight("train_themis", sys.argv[1:])
-    main()
+    main_or_stop(main)

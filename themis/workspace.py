@@ -23,6 +23,7 @@ from themis.agents.encoders import observation_kind, random_encoder
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
     MALFORMED,
+    STATE_FILE,
     CheckpointError,
     UnsafeFileError,
     describe,
@@ -40,19 +41,80 @@ from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     make_label_store,
     make_learner,
+    run_title,
     start_label_server,
     teacher_description,
+    teacher_name,
 )
+from themis.feedback.selector import feedback_rounds
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
-from themis.logger import Logger, plot_learning_curve
+from themis.logger import Logger, close_progress_bars, plot_learning_curve
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
+
+
+ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
+                 "skipped": "round_skipped", "equal": "round_equal",
+                 "oracle_agreement": "round_oracle_agreement"}
+"""Console names of ``reward.csv`` columns in a round's line: ``*_total`` counts the whole run,
+``round_*`` this round (the held-out numbers are on this round's new labels too)."""
+
+
+def query_rounds(cfg: TrainConfig, agent: str) -> int:
+    """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
+    step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
+                           cfg.num_interact, rollout)
+
+
+def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """A pretraining snapshot (:meth:`Workspace.save_snapshot`), loaded without pickle.
+
+    Raises:
+        ConfigError: the file is missing, unsafe or unreadable, or not a snapshot.
+    """
+    if not path.is_file():
+        raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
+                          "./themis_pretrain.sh first or drop the option")
+    try:
+        snap = safe_load(path, device, mmap=mmap)
+    except UnsafeFileError as e:
+        raise ConfigError(f"pretrained_snapshot: {e}") from None
+    if not isinstance(snap, dict) or "step" not in snap:
+        raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
+    return snap
+
+
+def take_snapshot_schedule(cfg: TrainConfig) -> str:
+    """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
+    ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
+    pretraining that ended at its step), so the run continues where it ended: neither random
+    actions again nor pretraining to the defaults' step 6000, and no pretraining keys to
+    repeat. Returns the console line that says so.
+
+    Raises:
+        ConfigError: see :func:`read_snapshot`.
+    """
+    path = Path(str(cfg.pretrained_snapshot))
+    snap = read_snapshot(path, mmap=True)
+    step = int(snap["step"])
+    seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
+    unsup = int(snap.get("num_unsup_steps", step - seed))
+    given = (cfg.num_seed_steps, cfg.num_unsup_steps)
+    cfg.num_seed_steps, cfg.num_unsup_steps = seed, unsup
+    end = seed + unsup
+    then = "reward learning starts at once" if step >= end else \
+        f"pretraining continues to step {end}, then reward learning starts"
+    note = f" (instead of {given[0]} and {given[1]})" if given != (seed, unsup) else ""
+    return (f"pretraining from the snapshot: num_seed_steps={seed}, num_unsup_steps={unsup}"
+            f"{note}; it ended at step {step}: {then}")
 
 
 class Driver(Protocol):
@@ -241,18 +303,48 @@ class Workspace:
         if not cfg.learn_reward:
             reward = "environment"
         elif cfg.human_teacher:
-            where = self.run_dir / ("web/clips" if cfg.teacher_ui == "web" else "queries")
-            reward = f"learned from a person ({teacher_description(cfg)}, clips in {where})"
+            web = cfg.teacher_ui == "web"
+            where = self.run_dir / ("web/clips" if web else "queries")
+            reward = (f"learned from {'people' if web else 'a person'} ({teacher_name(cfg)}, "
+                      f"clips in {where})")
         elif cfg.max_feedback == 0:
             reward = f"learned from the saved preferences in {cfg.prefs_path}"
         else:
             reward = f"learned from {teacher_description(cfg)}"
         self.logger.info(
-            f"Themis | {self.env_id} | agent {self.driver.NAME} ({self.agent_reason}: "
+            f"Themis | {self.env_id} | {self.title} | agent {self.driver.NAME} "
+            f"({self.agent_reason}: "
             f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
             f"{self.thread_choice.describe()}"
             f"{', bf16 matmuls' if self.precision is not None else ''} | "
             f"run dir {self.run_dir}", "cyan")
+        schedule = self.query_schedule()
+        if schedule is not None:
+            self.logger.info(*schedule)
+
+    def query_schedule(self) -> tuple[str, str] | None:
+        """The console line (and its colour) that says at the start how many queries the run
+        will ask, in how many rounds (README: Query schedule); yellow when the schedule cannot
+        spend ``max_feedback``. ``None`` without queries."""
+        cfg = self.cfg
+        if self.learner is None or cfg.max_feedback == 0:
+            return None
+        rounds = query_rounds(cfg, self.driver.NAME)
+        asked = min(cfg.max_feedback, rounds * cfg.reward_batch)
+        used = -(-asked // cfg.reward_batch)
+        line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in {used} rounds of "
+                f"{cfg.reward_batch} (reward_batch), every {cfg.num_interact} steps from step "
+                f"{cfg.num_seed_steps + cfg.num_unsup_steps}")
+        if asked < cfg.max_feedback:
+            return (f"{line}: the run holds only {rounds} rounds, so "
+                    f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
+                    "num_train_steps or reward_batch, or lower num_interact", "yellow")
+        return line, "cyan"
+
+    @property
+    def title(self) -> str:
+        """Method, sampler and teacher (:func:`themis.feedback.factory.run_title`)."""
+        return run_title(self.cfg, self.driver.NAME)
 
     @property
     def agent_reason(self) -> str:
@@ -279,9 +371,11 @@ class Workspace:
             row = report._asdict()
             row.update(row.pop("method_stats"))
             self.logger.reward.write(row)
-            console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
+            console = {ROUND_CONSOLE.get(k, k): v for k, v in row.items()
+                       if k not in ("sampler", "new_labels")}
             if self.label_store is not None:
-                console.update(new_labels=report.new_labels, pending=self.learner.pending())
+                console.update(round_new_labels=report.new_labels,
+                               pending=self.learner.pending())
             self.logger.console("reward", console)
         self.interact_count = 0
         return report
@@ -441,6 +535,8 @@ class Workspace:
         save_durably({
             "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
             "step": self.step, "episode": self.episode,
+            "num_seed_steps": self.cfg.num_seed_steps,  # the pretraining it ran
+            "num_unsup_steps": self.cfg.num_unsup_steps,
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
@@ -455,15 +551,7 @@ class Workspace:
         Raises:
             ConfigError: the file is missing or was written for another env or shape.
         """
-        if not path.is_file():
-            raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
-                              "./themis_pretrain.sh first or drop the option")
-        try:
-            snap = safe_load(path, self.device)
-        except UnsafeFileError as e:
-            raise ConfigError(f"pretrained_snapshot: {e}") from None
-        if not isinstance(snap, dict):
-            raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
+        snap = read_snapshot(path, self.device)
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")
@@ -478,6 +566,30 @@ class Workspace:
         except MALFORMED as e:
             raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
+
+    def stopped(self, launcher: str) -> str:
+        """After Ctrl-C: stop the labeling server and the thread governor, close the logs,
+        envs and progress bar, and return the one line to print — the step reached, the last
+        checkpoint and the command that continues from it (``launcher resume=RUN_DIR``).
+
+        Nothing is saved here (the interrupted step may be half done); a person's answers are
+        saved as given, and web answers wait in the label store for ``resume=``."""
+        if self.label_server is not None:
+            self.label_server.stop()
+            self.label_server = None
+        if self.thread_governor is not None:
+            self.thread_governor.stop()
+        self.logger.close()
+        close_progress_bars()
+        for env in (self.env, self.eval_env):
+            env.close()
+        if not (self.run_dir / "checkpoints" / STATE_FILE).is_file():
+            first = min(self.pretrain_end, self.cfg.checkpoint_frequency)
+            return (f"stopped at step {self.step}, before the first checkpoint (at step "
+                    f"{first}): run the command again to start over")
+        return (f"stopped at step {self.step}; last checkpoint at step "
+                f"{self.last_checkpoint_step}; continue with {launcher} "
+                f"resume={self.run_dir.resolve()}")
 
     def finish(self) -> None:
         """Final checkpoints (a finished run can be extended with resume= and a larger
@@ -504,8 +616,6 @@ class Workspace:
             env.close()
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
-            method = self.driver.METHOD if self.cfg.learn_reward else \
-                f"{self.driver.NAME.upper()}, true reward"
             plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
-                                title=f"{self.env_id} ({method})")
+                                title=f"{self.env_id}: {self.title}")
         self.logger.info(f"done: {self.run_dir}", "cyan")

@@ -20,6 +20,7 @@ import numpy as np
 
 from themis import crowd
 from themis.buffers import SegmentPairs
+from themis.logger import progress_bars_paused
 from themis.teachers import SyntheticTeacher
 
 
@@ -129,7 +130,8 @@ class TerminalChannel(AnswersAtOnce):
                 self.record(queries.take(np.array([i])), np.array([label], np.float32),
                             self.labeler)
 
-        result = self.teacher.ask(frames, answered, self.header(), panels)
+        with progress_bars_paused():  # no progress bar drawn over the question
+            result = self.teacher.ask(frames, answered, self.header(), panels)
         keep = np.array(result.keep, dtype=bool)
         labels = np.array(result.labels, dtype=np.float32)[keep]
         self._answered = Gathered(queries.take(np.arange(result.asked)), keep, labels,

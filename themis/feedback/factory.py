@@ -8,6 +8,8 @@ dependencies.
 from __future__ import annotations
 
 import getpass
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.selector import QuerySelector
 from themis.label_store import OWNER, LabelStore
+from themis.methods import method_title
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import RobustLabelFilter, WarmStart
@@ -25,7 +28,7 @@ from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
 from themis.sampling import resolve_feed_type
-from themis.teachers import SyntheticRatingTeacher, SyntheticTeacher
+from themis.teachers import PRESETS, SyntheticRatingTeacher, SyntheticTeacher, TeacherPreset
 from themis.utils import ConfigError
 
 
@@ -37,6 +40,71 @@ def teacher_description(cfg: Any) -> str:
     return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
             f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
             f"eps_equal={cfg.teacher_eps_equal})")
+
+
+INSTRUCTIONS_LIMIT = 8000
+"""Most characters of ``label_instructions`` (a page of text)."""
+
+
+def label_instructions(cfg: Any) -> str:
+    """What "better" means for this run (``label_instructions``): the text itself, or the
+    text of the ``.md`` / ``.txt`` file it names; ``""`` when unset.
+
+    Raises:
+        ConfigError: a file that cannot be read, text over :data:`INSTRUCTIONS_LIMIT`
+            characters, or instructions without a person to read them.
+    """
+    value = str(cfg.label_instructions or "").strip()
+    if not value:
+        return ""
+    if not cfg.human_teacher:
+        raise ConfigError("label_instructions are shown to people (human_teacher=true); a "
+                          "synthetic teacher does not read them: drop the key")
+    text = value
+    if value.lower().endswith((".md", ".txt", ".markdown")):
+        try:
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
+            raise ConfigError(f"label_instructions={value}: cannot read it ({reason})") from None
+    if len(text) > INSTRUCTIONS_LIMIT:
+        raise ConfigError(f"label_instructions: {len(text)} characters; keep them under "
+                          f"{INSTRUCTIONS_LIMIT} (what a person reads before labeling)")
+    return text.strip()
+
+
+def teacher_name(cfg: Any) -> str:
+    """Who answers, in a few words, for the banner, plot titles and the run report: the preset
+    (``oracle``, ``skip``, ...) or ``synthetic(...)`` for a synthetic teacher; for people the
+    labeler names their labels are stored under (``human:ann``; on the web ``human:local``
+    without tokens, ``human:labeler1`` ... with ``labelers=N``)."""
+    if cfg.human_teacher and cfg.teacher_ui == "web":
+        if not cfg.labelers:
+            from lib.label_server import LOCAL_LABELER
+
+            return f"human:{LOCAL_LABELER} (web page)"
+        names = "human:labeler1" + (f"…labeler{cfg.labelers}" if cfg.labelers > 1 else "")
+        return f"{names} (web links)"
+    if cfg.human_teacher:
+        return f"{teacher_description(cfg)} (terminal)"
+    values = TeacherPreset(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
+                           cfg.teacher_eps_skip, cfg.teacher_eps_equal)
+    return next((name for name, preset in PRESETS.items() if preset == values),
+                teacher_description(cfg))
+
+
+def run_title(cfg: Any, agent: str) -> str:
+    """What a run is, for the banner, ``learning_curve.png`` and the run report: the method
+    (``PEBBLE``, ``SURF+RUNE``; ``PrefPPO`` or ``… on PrefPPO`` for PPO), the sampler and the
+    teacher — or the agent on the true reward (``learn_reward=false``)."""
+    if not cfg.learn_reward:
+        return f"{agent.upper()} on the true reward"
+    base = "PrefPPO" if agent == "ppo" else "PEBBLE"
+    methods = method_title(cfg)
+    method = base if methods == "PEBBLE" else methods + (" on PrefPPO" if agent == "ppo" else "")
+    if cfg.max_feedback == 0:
+        return f"{method} · reward from saved preferences"
+    return f"{method} · sampler {resolve_feed_type(cfg.feed_type)} · teacher {teacher_name(cfg)}"
 
 
 def explaining(cfg: Any) -> bool:
@@ -176,6 +244,7 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
                                        cfg.clip_fps, first_query=done) \
             if cfg.feedback == "rating" else \
             TerminalTeacher(clip_dir, reader, cfg.human_viewer, cfg.clip_fps, first_query=done)
+        person.instructions = label_instructions(cfg)
 
         def header() -> str:
             return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
@@ -232,9 +301,17 @@ def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]]
     for a labeler that exists already: only its token's hash is stored), the run owner's last
     (named :data:`themis.label_store.OWNER`) when there are labelers."""
     cfg = ws.cfg
+    text = label_instructions(cfg)  # checked for every run (a synthetic one refuses them)
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):
         return None
     store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
+    page_text = ws.run_dir / "web" / "instructions.md"  # what the labeling page shows
+    if text:
+        page_text.parent.mkdir(parents=True, exist_ok=True)
+        page_text.with_suffix(".tmp").write_text(text + "\n", encoding="utf-8")
+        os.replace(page_text.with_suffix(".tmp"), page_text)
+    else:
+        page_text.unlink(missing_ok=True)
     tokens = store.add_labelers(cfg.labelers)
     return store, [*tokens, (OWNER, store.owner_token())] if tokens else tokens
 
@@ -270,6 +347,7 @@ def start_label_server(ws: Any) -> Any:
     return server
 
 
-__all__ = ["make_channel", "make_clips", "make_label_store", "make_learner",
-           "start_label_server", "teacher_description"]
+__all__ = ["label_instructions", "make_channel", "make_clips", "make_label_store",
+           "make_learner", "run_title",
+           "start_label_server", "teacher_description", "teacher_name"]
 

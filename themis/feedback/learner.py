@@ -342,10 +342,31 @@ class PreferenceLearner:
                                             if len(recent_lengths) else None)
         if len(recent_returns) and length:
             self.teacher.set_margin(float(np.mean(recent_returns)) * self.segment / length)
+            self.warn_thresholds_off()
         elif self.teacher.margin == 0.0 and (self.teacher.eps_skip > 0
                                              or self.teacher.eps_equal > 0):
             self.info("no episode has ended yet, so the teacher has no margin: "
                       "teacher_eps_skip/teacher_eps_equal have no effect this round", "yellow")
+
+    thresholds_off = False
+    """The last margin made the skip/equal thresholds ≤ 0 (warned once until it changes)."""
+
+    def warn_thresholds_off(self) -> None:
+        """Say so when ``teacher_eps_skip`` / ``teacher_eps_equal`` > 0 but the margin is ≤ 0
+        (recent returns ≤ 0: Pendulum, early HalfCheetah): thresholds ε × margin ≤ 0 skip
+        nothing and make nothing equal (B-Pref's rule), so the teacher answers as the oracle
+        would on those knobs. Once per stretch of such rounds."""
+        effects = [effect for eps, effect in (
+            (self.teacher.eps_skip, "teacher_eps_skip skips nothing"),
+            (self.teacher.eps_equal, "teacher_eps_equal makes no pair equal")) if eps > 0]
+        synthetic = getattr(self.channel, "teacher", None) is self.teacher  # not a person
+        off = bool(effects) and synthetic and self.teacher.margin <= 0
+        if off and not self.thresholds_off:
+            self.info(f"teacher margin {self.teacher.margin:.3g} ≤ 0 (recent returns ≤ 0), so "
+                      f"the thresholds ε × margin are ≤ 0: {' and '.join(effects)} while it "
+                      "stays so, answering as the oracle there (B-Pref's rule; README, "
+                      "Synthetic teachers)", "yellow")
+        self.thresholds_off = off
 
     def quality(self, pairs: SegmentPairs,
                 labels: np.ndarray) -> tuple[float, float, float, float]:

@@ -21,19 +21,47 @@ FEEDBACK_ROUNDS = 10
 """Rounds that ``reward_batch=auto`` spreads ``max_feedback`` over (README: Query schedule)."""
 
 
-def resolve_reward_batch(reward_batch: object, max_feedback: int) -> int:
+def resolve_reward_batch(reward_batch: object, max_feedback: int,
+                         rounds: int = FEEDBACK_ROUNDS) -> int:
     """Queries per feedback round: ``reward_batch`` itself, or for ``"auto"`` ceil(
-    ``max_feedback`` / :data:`FEEDBACK_ROUNDS`), at least 1 — the whole budget in ten rounds,
-    ``num_interact`` steps apart, whatever ``max_feedback`` a user sets.
+    ``max_feedback`` / min(:data:`FEEDBACK_ROUNDS`, ``rounds``)), at least 1 — the whole
+    budget in ten rounds, ``num_interact`` steps apart, whatever ``max_feedback`` a user sets;
+    in fewer, larger rounds when the run's schedule holds fewer than ten (``rounds``, see
+    :func:`feedback_rounds`), so that a short run still spends its budget.
 
     Raises:
         ValueError: ``reward_batch`` is neither ``"auto"`` nor an integer.
     """
     if reward_batch == "auto":
-        return max(1, -(-max_feedback // FEEDBACK_ROUNDS))
+        return max(1, -(-max_feedback // max(1, min(FEEDBACK_ROUNDS, rounds))))
     if isinstance(reward_batch, bool) or not isinstance(reward_batch, int):
         raise ValueError(f"reward_batch={reward_batch} must be a positive integer or auto")
     return reward_batch
+
+
+def feedback_rounds(num_train_steps: int, first_step: int, num_interact: int,
+                    rollout: int = 1) -> int:
+    """How many feedback rounds a run's schedule holds: the first when pretraining ends
+    (``first_step`` = ``num_seed_steps + num_unsup_steps``), then one every ``num_interact``
+    steps until ``num_train_steps``.
+
+    Args:
+        num_train_steps, first_step, num_interact: the schedule, in environment steps.
+        rollout: 1 for the off-policy loop (a round is checked before each step ``<
+            num_train_steps``); PPO's steps per rollout (``ppo.num_envs × ppo.num_steps``):
+            rounds come after whole rollouts, so the first and the spacing round up to
+            multiples of it, and the last rollout may end past ``num_train_steps``.
+
+    Returns:
+        the number of rounds (0 when pretraining does not end before the run does).
+    """
+    if rollout <= 1:
+        first, every, last = first_step, num_interact, num_train_steps - 1
+    else:
+        first = -(-first_step // rollout) * rollout
+        every = -(-num_interact // rollout) * rollout
+        last = -(-num_train_steps // rollout) * rollout
+    return 0 if first > last else 1 + (last - first) // max(1, every)
 
 class QuerySelector:
     """Cuts candidates from a store and picks queries with a named sampler.

@@ -112,8 +112,12 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
         agent.update(replay(ws).sample(cfg.sac.batch_size, ws.rng), index)
     ws.pretraining_done = True
     ws.interact_count = 0
-    ws.logger.info(f"step {ws.step}: pretraining done"
-                   + (", critic reset" if cfg.reset_critic else ""), "cyan")
+    if not cfg.learn_reward and cfg.num_unsup_steps == 0:  # plain SAC: nothing was pretrained
+        ws.logger.info(f"step {ws.step}: random seed steps done; SAC learns from the "
+                       "environment reward", "cyan")
+    else:
+        ws.logger.info(f"step {ws.step}: pretraining done"
+                       + (", critic reset" if cfg.reset_critic else ""), "cyan")
 
 
 def run(ws: Workspace, until: int) -> None:

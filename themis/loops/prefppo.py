@@ -122,7 +122,10 @@ def end_pretraining(ws: Workspace) -> None:
         ws.feedback_round(first=True)
     ws.pretraining_done = True
     ws.interact_count = 0
-    ws.logger.info(f"step {ws.step}: pretraining done", "cyan")
+    ws.logger.info(f"step {ws.step}: " + (
+        "random seed steps done; PPO learns from the environment reward"
+        if not ws.cfg.learn_reward and ws.cfg.num_unsup_steps == 0 else "pretraining done"),
+        "cyan")
 
 
 def new_episode_id(ws: Workspace) -> int:
