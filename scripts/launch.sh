@@ -14,7 +14,12 @@ fi
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere (the rule of
 # themis.envs.choose_gl_backend, which scripts run without a launcher get from make_env).
 if [ -z "${MUJOCO_GL:-}" ]; then
-  if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
+  # EGL on NVIDIA machines that have libEGL (GPU containers often lack it), else OSMesa
+  if [ -e /dev/nvidia0 ] && ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1'; then
+    export MUJOCO_GL=egl
+  else
+    export MUJOCO_GL=osmesa
+  fi
 fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # logger=csv,tensorboard means a list, never a sweep: pass it to Hydra as logger=[csv,tensorboard]

@@ -337,3 +337,19 @@ def test_ppo_bootstraps_time_limit_truncations(compose, tmp_path, monkeypatch):
         np.testing.assert_allclose(r.rewards[ends], 1.0 + 0.99 * 10.0, rtol=1e-6)
         np.testing.assert_allclose(r.rewards[~ends], 1.0)
         np.testing.assert_allclose(r.next_values, 10.0)
+
+
+def test_egl_is_chosen_only_where_libegl_is_found(monkeypatch):
+    """On a GPU container without libEGL, MUJOCO_GL=egl made ``import mujoco`` fail with a
+    traceback (seen on a bare H100 machine): fall back to OSMesa there."""
+    import ctypes.util
+
+    from themis.envs import choose_gl_backend
+
+    monkeypatch.setattr("os.path.exists", lambda path: path == "/dev/nvidia0")
+    for found, expected in ((None, "osmesa"), ("libEGL.so.1", "egl")):
+        monkeypatch.delenv("MUJOCO_GL", raising=False)
+        monkeypatch.setattr(ctypes.util, "find_library", lambda name, found=found: found)
+        assert choose_gl_backend() == expected
+    monkeypatch.setenv("MUJOCO_GL", "glfw")  # a user's choice stays
+    assert choose_gl_backend() == "glfw"

@@ -8,6 +8,7 @@ Adding a domain is one entry in :data:`DOMAINS`.
 from __future__ import annotations
 
 import contextlib
+import ctypes.util
 import difflib
 import io
 import logging
@@ -290,7 +291,8 @@ def get_domain(name: str) -> Domain:
 
 def choose_gl_backend() -> str:
     """Choose MuJoCo's OpenGL backend as the launchers do: ``MUJOCO_GL`` as set, else ``egl``
-    on NVIDIA machines (``/dev/nvidia0``), else ``osmesa`` (software). Sets the variable, which
+    on NVIDIA machines (``/dev/nvidia0``) that have ``libEGL`` (GPU containers often do not:
+    ``import mujoco`` then failed with a traceback), else ``osmesa`` (software). Sets the variable, which
     MuJoCo, dm_control and gymnasium read when they first import or render, and returns it.
 
     Without it, a headless process that renders MuJoCo falls through gymnasium's backend
@@ -298,7 +300,8 @@ def choose_gl_backend() -> str:
     :func:`make_env` calls it, so every script that makes an env renders as the launchers do.
     """
     if not os.environ.get("MUJOCO_GL"):
-        os.environ["MUJOCO_GL"] = "egl" if os.path.exists("/dev/nvidia0") else "osmesa"
+        egl = os.path.exists("/dev/nvidia0") and ctypes.util.find_library("EGL") is not None
+        os.environ["MUJOCO_GL"] = "egl" if egl else "osmesa"
     return os.environ["MUJOCO_GL"]
 
 
