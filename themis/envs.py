@@ -292,8 +292,9 @@ def get_domain(name: str) -> Domain:
 def choose_gl_backend() -> str:
     """Choose MuJoCo's OpenGL backend as the launchers do: ``MUJOCO_GL`` as set, else ``egl``
     on NVIDIA machines (``/dev/nvidia0``) that have ``libEGL`` (GPU containers often do not:
-    ``import mujoco`` then failed with a traceback), else ``osmesa`` (software). Sets the variable, which
-    MuJoCo, dm_control and gymnasium read when they first import or render, and returns it.
+    ``import mujoco`` then failed with a traceback), else ``osmesa`` (software). Sets the
+    variable, which MuJoCo, dm_control and gymnasium read when they first import or render, and
+    returns it.
 
     Without it, a headless process that renders MuJoCo falls through gymnasium's backend
     search (GLFW first) and fails with "an OpenGL platform library has not been loaded".
