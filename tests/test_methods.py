@@ -83,14 +83,33 @@ def test_surf_pseudo_labels_only_confident_pairs_with_weight_lambda_u():
             model.segment_returns(o[:, :, 1], a[:, :, 1]), y
 
     surf.start_epoch()
-    rng = np.random.default_rng(0)
-    loss = surf.loss(model, batch=4, rng=rng, returns=returns)
-    drawn = np.random.default_rng(0).integers(0, 2, size=(1, 4))[0]  # the same draw
-    confident = drawn == 0
-    expected = 2.0 * confident.sum() * -math.log(torch.sigmoid(torch.tensor(5.0)).item()) / 4
+    # a training batch of 4: min(mu × 4, 2 kept) = both pairs, each once (no replacement)
+    loss = surf.loss(model, train_batch=4, rng=np.random.default_rng(0), returns=returns)
+    expected = 2.0 * -math.log(torch.sigmoid(torch.tensor(5.0)).item()) / 2  # pair 0 only
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     surf.end_epoch()
-    assert surf.used == confident.sum() and surf.agreement == 1.0  # R1 > R0 truly
+    assert surf.used == 1 and surf.agreement == 1.0  # R1 > R0 truly
+
+
+def test_surf_draws_mu_times_the_training_batch_size_whatever_the_number_of_labels():
+    # official semi_train_reward: u_last_index = u_start_index + train_batch_size * mu
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    surf = PseudoLabeler(SURFConfig(enabled=True, threshold_u=0.5, mu=4), segment=2,
+                         obs_dim=2, action_dim=1)
+    def pairs(n):
+        return SegmentPairs(rng.standard_normal((n, 2, 2, 2), dtype=np.float32),
+                            np.zeros((n, 2, 2, 1), np.float32),
+                            rng.standard_normal((n, 2, 2), dtype=np.float32),
+                            np.zeros((n, 2), np.int64))
+    surf.add(pairs(1000))
+    data = PreferenceDataset(10, 2, 2, 1)
+    data.add(pairs(10), rng.integers(0, 2, 10).astype(np.float32))  # 10 labels: one batch
+    trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8), 1e-3, 128,
+                            rng, pseudo=surf)
+    trainer.train_epoch(data)
+    assert surf.used == 3 * 4 * 128  # threshold 0.5: every drawn pair is confident
 
 
 # ------------------------------------------------------------------------------- RUNE

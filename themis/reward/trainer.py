@@ -127,7 +127,7 @@ class RewardTrainer:
                     counted += strict.sum()
                     total_loss += loss.detach() * batch.shape[1]
             if self.pseudo is not None:  # SURF: pseudo-labelled unlabelled pairs
-                extra = self.pseudo.loss(self.model, batch.shape[1], self.rng, self.pair_returns)
+                extra = self.pseudo.loss(self.model, self.batch_size, self.rng, self.pair_returns)
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
