@@ -215,6 +215,34 @@ def test_rime_in_the_trainer_judges_the_trained_rows_against_their_own_truth(row
     np.testing.assert_array_equal(labels, data.labels[picked])  # shape (n,), not (1, n)
     np.testing.assert_array_equal(oracle, true_preference(true[picked]))
 
+def test_rime_trains_at_least_least_reward_update_epochs_then_stops_above_98_percent(
+        compose, tmp_path):
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    sign = rng.choice([-1.0, 1.0], size=(64, 2, 1, 1))  # good (+1) and bad (-1) segments
+    obs = (sign + 0.1 * rng.standard_normal((64, 2, 3, 2))).astype(np.float32)
+    true = obs.sum(-1)  # the reward is the sum of the observation: easy to fit
+    data = PreferenceDataset(64, 3, 2, 1)
+    data.add(SegmentPairs(obs, np.zeros((64, 2, 3, 1), np.float32), true,
+                          np.zeros((64, 2), np.int64)),
+             (true[:, 1].sum(-1) > true[:, 0].sum(-1)).astype(np.float32))
+
+    def fit(**stop):
+        torch.manual_seed(0)
+        trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=2, hidden_dim=32), 3e-3,
+                                16, np.random.default_rng(1), **stop)
+        return trainer.train(data, max_epochs=40)
+
+    bpref = fit()
+    assert bpref.accuracy > 0.97 and bpref.epochs < 6  # the generic stop comes early
+    rime = fit(target_accuracy=0.98, min_epochs=6)  # train_RIME.py: epoch > least (0-based)
+    assert rime.epochs >= 8 and (rime.accuracy > 0.98 or rime.epochs == 40)
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
+    trainer = ws.learner.trainer
+    assert (trainer.min_epochs, trainer.target_accuracy) == (15, 0.98)  # DMC/MuJoCo default
+
+
 # ------------------------------------------------------------------ runs per method
 @pytest.mark.parametrize("method, columns", [
     ("surf", ["unlabelled", "pseudo_labels", "pseudo_agreement"]),

@@ -103,7 +103,9 @@ def make_learner(ws: Any) -> PreferenceLearner:
         np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
         model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
         crop=make_crop(cfg), pseudo=pseudo,
-        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None)
+        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None,
+        **({"target_accuracy": cfg.rime.target_accuracy,
+            "min_epochs": cfg.rime.least_reward_update} if cfg.rime.enabled else {}))
     teacher_rng = np.random.default_rng(cfg.seed + 2)
     teacher = SyntheticRatingTeacher(cfg.rating_classes, cfg.teacher_beta, cfg.teacher_gamma,
                                      cfg.teacher_eps_mistake, cfg.teacher_eps_skip,

@@ -74,6 +74,8 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
               ("surf.lambda_u", cfg.surf.lambda_u, 0.0, float("inf")),
               ("qpa.her_ratio", cfg.qpa.her_ratio, 0.0, 1.0),
               ("rime.flip_tau", cfg.rime.flip_tau, 0.0, 1.0),
+              ("rime.target_accuracy", cfg.rime.target_accuracy, 0.0, 1.0),
+              ("rime.least_reward_update", cfg.rime.least_reward_update, 0, float("inf")),
               ("mrn.outer_weight", cfg.mrn.outer_weight, 0.0, float("inf"))]
     for key, value, lo, hi in checks:
         if not lo <= value <= hi:

@@ -16,6 +16,11 @@ probability p̄ᵢ = mean_m sigmoid(R¹ − R⁰);
   the label with probability > 1 − flip_tau); ties are never flipped;
 - otherwise left out of this epoch (kept in the dataset: the next epoch decides again).
 
+**Epochs**: each round trains at least ``least_reward_update + 2`` epochs (up to
+``reward_update``) and then stops once train accuracy exceeds 0.98 (``train_RIME.py``
+``learn_reward``: ``total_acc > 0.98 and epoch > least_reward_update``), so β falls over the
+rounds as the official schedule intends (BPref's 0.97 stop ends most rounds after 1–3 epochs).
+
 A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
 the official code trains on it twice.
 
@@ -58,6 +63,12 @@ class RIMEConfig:
     """Labels the model contradicts with probability above 1 − flip_tau are flipped."""
     warm_start_steps: int = 5
     """Reward-model steps on the intrinsic reward per pretraining update (0: no warm start)."""
+    least_reward_update: int = 15
+    """Reward training stops early (train accuracy > ``target_accuracy``) only after epoch
+    index ``least_reward_update`` (0-based): at least ``least_reward_update + 2`` epochs per
+    round, up to ``reward_update`` (15 on DMC and MuJoCo, 5 on Meta-World)."""
+    target_accuracy: float = 0.98
+    """Train accuracy that ends a round's reward training early (``train_RIME.py``: 0.98)."""
 
 
 class RobustLabelFilter:
