@@ -276,15 +276,55 @@ def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, colum
 def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "method=rime", "reset_update=0"]), tmp_path)
     before = [p.detach().clone() for p in ws.reward_model.parameters()]
+    rewards, update = [], ws.agent.update
+
+    def recording(batch, step, **kw):
+        rewards.append(batch.rewards)
+        return update(batch, step, **kw)
+
+    ws.agent.update = recording
     ws.run(until=ws.pretrain_end)
     assert any(not torch.equal(a, b) for a, b in zip(before, ws.reward_model.parameters(),
                                                       strict=True))  # trained in pretraining
     assert ws.learner.warm.loss < 0.5  # fits the scaled intrinsic reward (chance: ~1)
+    # the agent's pretraining reward: clip((d - mean) / 3 std, -1, 1) (agent/sac_RIME.py),
+    # not PEBBLE's d / std (mean ~3 here), so the kept critic's values stay near r̂'s
+    r = torch.cat(rewards)
+    assert r.abs().max() <= 1.0 and abs(float(r.mean())) < 0.3
+    # the warm-started r̂ is centred (target z / max|z|, train_RIME.py), not in [0, 1]
+    n = len(ws.buffer)
+    r_hat = ws.learner.model.predict(ws.buffer.obs[:n], ws.buffer.actions[:n])
+    assert 0.2 < (r_hat < 0).mean() < 0.8
     critic = [p.detach().clone() for p in ws.agent.critic.parameters()]
     ws.agent.update = lambda batch, step, **kw: {}
     ws.run(until=ws.pretrain_end + 1)
     assert all(torch.equal(a, b) for a, b in zip(critic, ws.agent.critic.parameters(),
                                                   strict=True))  # no critic reset
+
+
+def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
+        compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
+    ws.run(until=ws.cfg.num_seed_steps + 50)
+    draws, warm = [], ws.learner.warm
+
+    def spy(draw):
+        def recorded():
+            draws.append(draw())
+            return draws[-1]
+        warm(recorded)
+
+    ws.learner.warm = spy
+    ws.run(until=ws.step + 1)  # one agent update
+    assert len(draws) == 5  # train_RIME.py: for _ in range(5): a fresh sample_state_ent batch
+    assert all(not torch.equal(draws[0].observations, d.observations) for d in draws[1:])
+    z = torch.cat([d.novelty for d in draws])
+    # z = (d(s) - mean) / std: centred; the target z / max|z| of the extremes seen
+    assert (z < 0).any() and (z > 0).any()
+    assert float((z / draws[0].bound).abs().max()) < 1.5
+    mean, std = float(ws.state_entropy.stats.mean), float(ws.state_entropy.stats.std)
+    assert draws[0].bound == pytest.approx(
+        max(abs(ws.state_entropy.low - mean), abs(ws.state_entropy.high - mean)) / std)
 
 
 def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):

@@ -20,6 +20,7 @@ from themis.agents.sac import SACConfig
 from themis.crowd import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.selector import resolve_reward_batch
+from themis.intrinsic import SCALES
 from themis.methods import check_methods
 from themis.methods.mrn import MRNConfig
 from themis.methods.qpa import QPAConfig
@@ -70,6 +71,9 @@ class TrainConfig:
     """k of the k-NN state-entropy estimate."""
     entropy_pool_size: int = 10_000
     """Replay states sampled as k-NN references for each batch."""
+    state_entropy_scale: str = "std"
+    """Pretraining reward from the k-NN distance d: std (PEBBLE: d / running std) or centred
+    (RIME: clip((d − mean) / 3 std, −1, 1); ``method=rime`` sets it)."""
     reset_update: int = 100
     """Gradient updates right after the critic reset that ends pretraining (BPref)."""
 
@@ -356,6 +360,9 @@ def validate(cfg: Any) -> None:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}={getattr(cfg, key)} must be positive")
     check_methods(cfg)
+    if cfg.state_entropy_scale not in SCALES:
+        raise ConfigError(f"state_entropy_scale={cfg.state_entropy_scale} is unknown; use "
+                          f"{' or '.join(SCALES)}")
     if cfg.teacher_thres_schedule not in ("themis", "bpref"):
         raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
                           "themis or bpref")

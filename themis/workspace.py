@@ -135,7 +135,8 @@ class Workspace:
         self.feature_encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
         self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size,
-                                                encoder=self.feature_encoder)
+                                                encoder=self.feature_encoder,
+                                                scale=cfg.state_entropy_scale)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
@@ -340,6 +341,7 @@ class Workspace:
             "interact_count": self.interact_count,
             "agent": self.agent.state_dict(), "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "state_entropy_range": self.state_entropy.range_state(),
             "rng": self.rng.bit_generator.state, "global_rng": rng_states(),
             "action_space_rng": self.env.action_space.np_random.bit_generator.state,
         }
@@ -378,6 +380,8 @@ class Workspace:
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
         self.state_entropy.stats.load_state_dict(state["state_entropy_stats"])
+        self.state_entropy.low, self.state_entropy.high = state.get(  # older: none kept
+            "state_entropy_range", [float("inf"), float("-inf")])
         self.rng.bit_generator.state = state["rng"]
         set_rng_states(state["global_rng"])
         self.env.action_space.np_random.bit_generator.state = state["action_space_rng"]
@@ -396,6 +400,7 @@ class Workspace:
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "state_entropy_range": self.state_entropy.range_state(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
         }, path)
@@ -425,6 +430,8 @@ class Workspace:
         except ValueError as e:
             raise ConfigError(f"pretrained_snapshot={path}: {e}") from None
         self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+        self.state_entropy.low, self.state_entropy.high = snap.get(
+            "state_entropy_range", [float("inf"), float("-inf")])
         self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
         self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
         self.step = int(snap["step"])

@@ -23,6 +23,7 @@ from scipy import stats as scipy_stats
 from themis.buffers import NoSegmentsError, SegmentPairs
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
+from themis.intrinsic import NoveltySample
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import WarmStart
 from themis.methods.rune import UncertaintyBonus
@@ -118,11 +119,12 @@ class PreferenceLearner:
                 return self.bonus(self.model.predict_members(obs, action))
             return self.model.predict(obs, action)
 
-    def warm_start(self, obs: Any, action: Any, intrinsic: Any) -> None:
-        """Pretraining: RIME's warm start of the reward model on the intrinsic reward (tensors
-        ``(B, *obs_shape)``, ``(B, a)``, ``(B,)``); nothing for other methods."""
+    def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
+        """Pretraining, after an agent update: RIME's warm start of the reward model on the
+        novelty of fresh batches from ``draw()`` (:class:`themis.intrinsic.NoveltySample`);
+        nothing for other methods (``draw`` is not called)."""
         if self.warm is not None:
-            self.warm(obs, action, intrinsic)
+            self.warm(draw)
 
     def method_stats(self) -> dict[str, float]:
         """The successors' own numbers for ``reward.csv`` (empty for PEBBLE)."""

@@ -24,16 +24,22 @@ rounds as the official schedule intends (BPref's 0.97 stop ends most rounds afte
 A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
 the official code trains on it twice.
 
-**Warm start** (:class:`WarmStart`): during unsupervised pretraining the reward model regresses
-onto the intrinsic (state-entropy) reward the agent is trained on, scaled into [−1, 1] (the
-ensemble's tanh range), ``warm_start_steps`` Adam steps per agent update (mean squared error,
-summed over members), so the first queries are asked with a model that already ranks novel
-states. **No critic reset** at the end of pretraining (``config/method/rime.yaml`` sets
-``reset_critic=false``): the warm-started reward keeps the critic meaningful.
+**Warm start** (:class:`WarmStart`): during unsupervised pretraining, after every agent
+update, the reward model takes ``warm_start_steps`` (5) Adam steps, each on a fresh replay batch,
+regressing r̂(s, a) onto z / max|z| (mean squared error, summed over members), with
+z = (d(s) − μ) / σ the standardised novelty of the state ``s`` (its k-NN distance d under the
+running statistics of the agent's pretraining reward) and max|z| that of the smallest and
+largest d seen: a target centred in about [−1, 1], the ensemble's tanh range
+(``train_RIME.py``, ``update reward model to fit with intrinsic reward``). The agent's own
+pretraining reward is ``clip((d − μ) / 3σ, −1, 1)`` (``agent/sac_RIME.py``
+``update_critic_state_ent``; ``state_entropy_scale=centred``), so its critic's values stay in
+the range of the warm-started r̂ and RIME keeps it: **no critic reset** at the end of
+pretraining (``config/method/rime.yaml`` sets ``reset_critic=false``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
+    from themis.intrinsic import NoveltySample
     from themis.reward.ensemble import RewardEnsemble
 
 
@@ -162,12 +169,12 @@ class RobustLabelFilter:
 
 
 class WarmStart:
-    """Regresses the reward ensemble onto the pretraining intrinsic reward.
+    """Regresses the reward ensemble onto the standardised novelty of replay states.
 
     Args:
         model: the reward ensemble.
         optimizer: its Adam optimiser (shared with preference training).
-        steps: gradient steps per call.
+        steps: gradient steps per call, each on a fresh batch.
     """
 
     def __init__(self, model: RewardEnsemble, optimizer: torch.optim.Optimizer,
@@ -179,18 +186,21 @@ class WarmStart:
         """``reward.csv`` column: the last warm-start loss."""
         return {"warm_start_loss": self.loss}
 
-    def __call__(self, obs: torch.Tensor, action: torch.Tensor, intrinsic: torch.Tensor) -> None:
-        """Shapes: ``obs (B, *obs_shape)``, ``action (B, a)``, ``intrinsic (B,)`` or ``(B, 1)``."""
-        target = intrinsic.reshape(-1).float()
-        target = target / target.abs().max().clamp_min(1e-8)  # into the tanh range [-1, 1]
+    def __call__(self, draw: Callable[[], NoveltySample]) -> None:
+        """``steps`` Adam steps; ``draw()`` gives each one a fresh batch: observations
+        ``(B, *obs_shape)``, actions ``(B, a)``, novelty z ``(B,)`` and its bound max|z|; the
+        target is z / bound."""
         self.model.train()
+        loss = torch.full((), float("nan"))
         for _ in range(self.steps):
-            pred = self.model(obs, action)  # (E, B)
+            batch = draw()
+            target = batch.novelty.reshape(-1).float() / batch.bound
+            pred = self.model(batch.observations, batch.actions)  # (E, B)
             loss = ((pred - target) ** 2).mean(-1).sum()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-        self.loss = float(loss.detach()) if self.steps else float("nan")
+        self.loss = float(loss.detach())
 
 
 __all__ = ["RIMEConfig", "RobustLabelFilter", "WarmStart"]
