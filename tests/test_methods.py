@@ -450,6 +450,17 @@ def test_mrn_update_steps_the_reward_model_not_the_critic_and_lowers_the_outer_l
     assert meta.due(20) and not meta.due(25)
 
 
+@pytest.mark.parametrize("overrides, meta_steps", [
+    (["method=mrn"], 1000),  # RyanLiu112/MRN README, walker_walk: num_meta_steps=1000
+    (["method=mrn", "domain=DMC"], 1000),
+    (["method=mrn", "domain=MetaWorld"], 10000),  # README, door-open: num_meta_steps=10000
+    (["method=[surf,mrn]", "domain=MetaWorld"], 10000),
+    (["method=mrn", "domain=MetaWorld", "mrn.meta_steps=300"], 300),  # the command line wins
+])
+def test_mrn_meta_steps_follow_the_official_runs_per_domain(compose, overrides, meta_steps):
+    assert compose(overrides).mrn.meta_steps == meta_steps
+
+
 def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, tmp_path):
     # pretraining ends at 400; rounds at 400, 700, 1000 (the budget is spent at 1000)
     ws = make_workspace(compose([*TINY_PENDULUM, "method=mrn", "mrn.meta_steps=100"]),
