@@ -112,6 +112,20 @@ def test_surf_draws_mu_times_the_training_batch_size_whatever_the_number_of_labe
     assert surf.used == 3 * 4 * 128  # threshold 0.5: every drawn pair is confident
 
 
+@pytest.mark.parametrize("overrides, mu, ratio, feed_type", [
+    (["method=surf"], 4, 100, 1),  # alinlab/SURF README, walker_walk
+    (["method=surf", "domain=DMC"], 4, 100, 1),
+    (["method=surf", "domain=MetaWorld"], 4, 10, 1),  # README, hammer
+    (["method=rune"], 1, 100, 1),  # rll-research/rune scripts: feed_type=1
+])
+def test_surf_and_rune_defaults_are_those_of_the_published_runs(compose, overrides, mu, ratio,
+                                                                 feed_type):
+    cfg = compose(overrides)
+    if cfg.surf.enabled:
+        assert (cfg.surf.mu, cfg.surf.inv_label_ratio) == (mu, ratio)
+    assert str(cfg.feed_type) == str(feed_type)
+
+
 # ------------------------------------------------------------------------------- RUNE
 def test_rune_reward_is_mean_plus_decaying_beta_times_std():
     step = [0]
@@ -263,7 +277,7 @@ def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, colum
     for column in columns:  # (the agent's reward is first computed after round 1)
         assert column in rounds and rounds[column].iloc[1:].notna().all(), column
     if "surf" in method:
-        assert (rounds["unlabelled"] == [100, 200, 300]).all()  # 10 per query asked
+        assert (rounds["unlabelled"] == [1000, 2000, 3000]).all()  # 100 per query asked
         assert rounds["pseudo_labels"].iloc[-1] > 0
     if method == "rune":
         assert (rounds["rune_beta"] < 0.05).all() and (rounds["rune_std"].iloc[1:] > 0).all()
@@ -331,8 +345,11 @@ def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
     from tests.test_wiring import PPO_TINY
 
     ws = make_workspace(compose([*PPO_TINY, "num_train_steps=700", "method=rune",
-                                 "rune.beta_init=1.0", "rune.beta_decay=0"]), tmp_path)
+                                 "rune.ppo_beta=1.0"]), tmp_path)
+    # train_PrefPPO_explore.py: beta_init 0.01, beta_schedule constant (not SAC's decay)
+    assert compose(["method=rune"]).rune.ppo_beta == 0.01
     ws.run()
+    assert ws.learner.bonus.beta(0) == ws.learner.bonus.beta(10**6) == 1.0
     obs = ws.buffer.obs[:50].reshape(50, -1)
     act = np.eye(ws.action_dim, dtype=np.float32)[np.zeros(50, int)]
     members = ws.reward_model.predict_members(obs, act)

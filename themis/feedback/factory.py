@@ -133,7 +133,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
                               f"obs_dim={gold.obs_dim}, action_dim={gold.action_dim}; this run "
                               f"has {cfg.segment}, {ws.obs_dim}, {ws.action_dim}")
     if cfg.rune.enabled:
-        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step))
+        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step),
+                                         on_policy=ws.driver.NAME == "ppo")
     if cfg.rime.enabled and cfg.rime.warm_start_steps:
         learner.warm = WarmStart(model, trainer.optimizer, cfg.rime.warm_start_steps)
     if cfg.mrn.enabled:

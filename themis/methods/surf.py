@@ -41,8 +41,9 @@ Returns = Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
 
 @dataclass
 class SURFConfig:
-    """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the official yaml, with
-    the README's ``threshold_u`` 0.99."""
+    """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the published runs
+    (alinlab/SURF README, walker_walk: ``threshold_u`` 0.99, ``mu`` 4, ``inv_label_ratio``
+    100; ``method=surf domain=MetaWorld``: ``inv_label_ratio`` 10, as its hammer run)."""
 
     enabled: bool = False
     """Switch SURF on (``method=surf``)."""
@@ -50,14 +51,17 @@ class SURFConfig:
     """Confidence max(p, 1 − p) an unlabelled pair needs to get a pseudo-label (τ)."""
     lambda_u: float = 1.0
     """Weight of the pseudo-label loss."""
-    mu: int = 1
+    mu: int = 4
     """Unlabelled pairs per training step: ``mu × reward_train_batch`` for each member."""
-    inv_label_ratio: int = 10
-    """Unlabelled pairs drawn per query asked, each round."""
+    inv_label_ratio: int = 100
+    """Unlabelled pairs drawn per query asked, each round (100 on DMC and MuJoCo, 10 on
+    Meta-World)."""
     crop_range: int = 5
     """Temporal cropping: crop lengths in [segment − 2·crop_range, segment] (0: no cropping)."""
     max_unlabelled: int = 100_000
-    """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k)."""
+    """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k). Memory:
+    about max_unlabelled × 2 × segment × (obs_dim + action_dim + 1) × 4 bytes once full
+    (0.9 GB for HalfCheetah at segment 50)."""
 
 
 class PseudoLabeler:
