@@ -173,6 +173,18 @@ def test_qpa_queries_come_from_the_last_episodes(compose):
     assert compose(["method=qpa", "qpa.recent_episodes=4"]).query_pool_episodes == 4
 
 
+def test_qpa_on_meta_world_trains_without_crops_on_a_pool_of_30_episodes(compose):
+    # huxiao09/QPA run_QPA.sh (max_reward_buffer_size=30, no data_aug_ratio) and train_QPA.py
+    # (metaworld: train_reward, no cropping mask, reward_update=200 epochs, 97 % stop)
+    from themis.feedback.factory import make_crop
+
+    dmc, meta = compose(["method=qpa"]), compose(["method=qpa", "domain=MetaWorld"])
+    assert make_crop(dmc).copies == 20 and dmc.query_pool_episodes == 10
+    assert make_crop(meta) is None
+    assert (meta.query_pool_episodes, meta.reward_update) == (30, 200)
+    assert make_crop(compose(["method=[surf,qpa]", "domain=MetaWorld"])).copies == 1  # SURF's
+
+
 # ------------------------------------------------------------------------------- RIME
 def test_rime_keeps_drops_and_flips_labels_by_their_loss():
     rime = RobustLabelFilter(RIMEConfig(enabled=True, threshold_alpha=0.5))
@@ -255,6 +267,16 @@ def test_rime_trains_at_least_least_reward_update_epochs_then_stops_above_98_per
     ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
     trainer = ws.learner.trainer
     assert (trainer.min_epochs, trainer.target_accuracy) == (15, 0.98)  # DMC/MuJoCo default
+
+
+@pytest.mark.parametrize("domain, k, least, epochs", [
+    ("Control", 60, 15, 50), ("DMC", 60, 15, 50),
+    ("MetaWorld", 600, 5, 10),  # train_RIME.py k = 600; run_parallel.sh 5 and 10 epochs
+])
+def test_rime_settings_per_domain_are_the_official_ones(compose, domain, k, least, epochs):
+    cfg = compose(["method=rime", f"domain={domain}"])
+    assert (cfg.rime.beta_decay_epochs, cfg.rime.least_reward_update, cfg.reward_update) == \
+        (k, least, epochs)
 
 
 # ------------------------------------------------------------------ runs per method

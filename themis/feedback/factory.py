@@ -143,9 +143,10 @@ def make_learner(ws: Any) -> PreferenceLearner:
 
 
 def make_crop(cfg: Any) -> TemporalCrop | None:
-    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps) or SURF's (one, H −
-    2·crop_range … H); QPA's when both are on; ``None`` for the other methods."""
-    if cfg.qpa.enabled:
+    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps; none at 0, as QPA on
+    Meta-World) or SURF's (one, H − 2·crop_range … H); QPA's when both are on; ``None`` for
+    the other methods."""
+    if cfg.qpa.enabled and cfg.qpa.data_aug_ratio:
         return TemporalCrop(cfg.segment - 15, cfg.segment - 5, cfg.qpa.data_aug_ratio)
     if cfg.surf.enabled and cfg.surf.crop_range:
         return TemporalCrop(cfg.segment - 2 * cfg.surf.crop_range, cfg.segment)

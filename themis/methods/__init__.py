@@ -81,7 +81,7 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
         if not lo <= value <= hi:
             raise ConfigError(f"{key}={value} must be in [{lo}, {hi}]")
     for key, value in (("surf.inv_label_ratio", cfg.surf.inv_label_ratio),
-                       ("surf.mu", cfg.surf.mu), ("qpa.data_aug_ratio", cfg.qpa.data_aug_ratio),
+                       ("surf.mu", cfg.surf.mu),
                        ("rime.beta_decay_epochs", cfg.rime.beta_decay_epochs),
                        ("mrn.meta_steps", cfg.mrn.meta_steps)):
         if value < 1:
@@ -89,7 +89,10 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
     if "surf" in methods and (cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment):
         raise ConfigError(f"surf.crop_range={cfg.surf.crop_range} must be >= 0 and leave "
                           f"segments of at least one step (segment={cfg.segment})")
-    if "qpa" in methods and cfg.segment <= 15:
+    if cfg.qpa.data_aug_ratio < 0:
+        raise ConfigError(f"qpa.data_aug_ratio={cfg.qpa.data_aug_ratio} must be >= 0 "
+                          "(0: no crops)")
+    if "qpa" in methods and cfg.qpa.data_aug_ratio and cfg.segment <= 15:
         raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
                           f"segment={cfg.segment} is too short (at least 16)")
 
