@@ -206,6 +206,18 @@ def test_rime_keeps_drops_and_flips_labels_by_their_loss():
     assert rime.max_ema == pytest.approx(1.0 + 0.1 * (-math.log(0.9) - 1.0))
 
 
+def test_rime_statistics_count_labels_both_trusted_and_flipped():
+    # reward_model_RIME.py: KL_div.update(KL_div[trust_sample_bool_index]), before flipping
+    rime = RobustLabelFilter(RIMEConfig(enabled=True))  # x = 0: τ_lower ≈ 18 > τ_upper ≈ 6.9
+    p = np.array([0.9, 0.0005])
+    obs = torch.zeros(2, 2, 1, 1)
+    obs[:, 1, 0, 0] = torch.from_numpy(np.log(p / (1 - p)).astype(np.float32))
+    index, used = rime.select(SumModel(), obs, torch.zeros(2, 2, 1, 1), torch.ones(2))
+    assert index.tolist() == [0, 1] and used.tolist() == [1.0, 0.0]  # row 1 flipped once
+    assert rime.max_ema == pytest.approx(0.1 * -math.log(0.0005), rel=1e-4)  # its loss counts
+    assert rime.count == 2
+
+
 def test_rime_trusts_every_label_first_and_beta_decays_linearly():
     rime = RobustLabelFilter(RIMEConfig(enabled=True, beta_init=3.0, beta_min=1.0,
                                         beta_decay_epochs=4))

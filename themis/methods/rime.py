@@ -22,7 +22,8 @@ probability p̄ᵢ = mean_m sigmoid(R¹ − R⁰);
 rounds as the official schedule intends (BPref's 0.97 stop ends most rounds after 1–3 epochs).
 
 A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
-the official code trains on it twice.
+the official code trains on it twice. Its loss counts in the running statistics (x, var) as
+in the official code.
 
 **Warm start** (:class:`WarmStart`): during unsupervised pretraining, after every agent
 update, the reward model takes ``warm_start_steps`` (5) Adam steps, each on a fresh replay batch,
@@ -130,8 +131,11 @@ class RobustLabelFilter:
         lower, upper = self.thresholds()
         strict = labels != 0.5
         flipped = (loss > upper) & strict
-        trusted = (loss < lower) & ~flipped
-        trusted_loss = loss[trusted].double().cpu().numpy()
+        below = loss < lower
+        trusted = below & ~flipped
+        # the statistics take every label below τ_lower, those also flipped included, as
+        # the official KL_div.update(KL_div[trust_sample_bool_index])
+        trusted_loss = loss[below].double().cpu().numpy()
         if len(trusted_loss):  # official RunningMeanStd(mode="fixed", lr=0.1)
             self.max_ema += 0.1 * (float(trusted_loss.max()) - self.max_ema)
             m, v, k = float(trusted_loss.mean()), float(trusted_loss.var()), len(trusted_loss)
