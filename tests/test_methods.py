@@ -375,6 +375,18 @@ def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
         max(abs(ws.state_entropy.low - mean), abs(ws.state_entropy.high - mean)) / std)
 
 
+def test_heldout_correlations_measure_r_hat_not_r_hat_plus_runes_bonus(compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rune", "rune.beta_init=1000"]),
+                        tmp_path)
+    ws.run(until=ws.pretrain_end + 1)  # one round: a trained reward model
+    pairs = ws.buffer.sample_segment_pairs(30, ws.cfg.segment, np.random.default_rng(0))
+    labels = np.ones(30)
+    with_bonus = ws.learner.quality(pairs, labels)
+    ws.learner.bonus = None
+    assert ws.learner.quality(pairs, labels) == with_bonus  # the bonus plays no part
+    assert not np.isnan(with_bonus[2])
+
+
 def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
     from tests.test_wiring import PPO_TINY
 

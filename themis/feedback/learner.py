@@ -320,13 +320,15 @@ class PreferenceLearner:
         """Held-out quality of the reward model on labelled pairs it was not trained on:
         accuracy against the labels and against the true returns' labels (ties excluded; the
         two differ when the teacher errs, e.g. a crowd), and Pearson / Spearman correlation of
-        predicted and true returns of the ``2 n`` segments."""
+        predicted (the ensemble mean r̂, without RUNE's bonus) and true returns of the ``2 n``
+        segments."""
         accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
         oracle = self.trainer.accuracy(pairs.observations, pairs.actions,
                                        self.oracle_labels(pairs.true_rewards))
         n, width, horizon = pairs.true_rewards.shape
-        predicted = self.reward(pairs.observations.reshape(n * width * horizon, -1),
-                                pairs.actions.reshape(n * width * horizon, -1))
+        with eval_mode(self.model):  # r̂ itself: the agent's reward may add RUNE's bonus
+            predicted = self.model.predict(pairs.observations.reshape(n * width * horizon, -1),
+                                           pairs.actions.reshape(n * width * horizon, -1))
         predicted = predicted.reshape(n * width, horizon).sum(1)
         true = pairs.true_rewards.reshape(n * width, horizon).sum(1)
         pearson = spearman = float("nan")
