@@ -291,6 +291,25 @@ def test_rime_settings_per_domain_are_the_official_ones(compose, domain, k, leas
         (k, least, epochs)
 
 
+@pytest.mark.parametrize("method", ["pebble", "surf"])
+def test_queries_come_from_finished_episodes_only(compose, tmp_path, method):
+    # BPref get_queries (and SURF's, QPA's): the trajectory in progress is left out
+    ws = make_workspace(compose([*TINY_PENDULUM, f"method={method}"]),
+                        tmp_path)
+    seen, sample = [], ws.buffer.sample_segment_pairs
+
+    def recording(*args, **kwargs):
+        pairs = sample(*args, **kwargs)
+        seen.append((ws.buffer.episode[pairs.starts], ws.episode, len(pairs)))
+        return pairs
+
+    ws.buffer.sample_segment_pairs = recording
+    ws.run()
+    assert len(seen) >= 3 and sum(n for *_, n in seen) >= 30
+    for episodes, running, _ in seen:  # rounds at 400 (episode 2 just began), 700, 1000, ...
+        assert (episodes < running).all()
+
+
 # ------------------------------------------------------------------ runs per method
 @pytest.mark.parametrize("method, columns", [
     ("surf", ["unlabelled", "pseudo_labels", "pseudo_agreement"]),

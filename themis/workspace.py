@@ -153,6 +153,7 @@ class Workspace:
         self.step = 0
         self.episode = 0  # training episodes finished (the id of the current one, for SAC)
         self.episodes_started = 0  # PPO's episode ids, in the order its envs start them
+        self.running_episodes: list[int] = []  # ids of the episodes in progress (the driver's)
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
@@ -243,14 +244,13 @@ class Workspace:
             and self.learner.is_open()
 
     def feedback_round(self, first: bool = False, ask: bool = True) -> RoundReport | None:
-        """One round of the learner (queries from the recent episodes; ``ask=False``: only
-        gather the answers that exist), logged."""
+        """One round of the learner (queries from the last ``query_pool_episodes`` finished
+        episodes; ``ask=False``: only gather the answers that exist), logged."""
         assert self.learner is not None
-        pool = max(0, self.episodes_started - self.cfg.query_pool_episodes)
+        pool = max(0, self.episodes_started - self.cfg.query_pool_episodes
+                   - len(self.running_episodes))
         report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
-                                    self.recent_lengths,
-                                    self.frames.has if self.frames is not None else None,
-                                    ask=ask)
+                                    self.recent_lengths, self.query_slots, ask=ask)
         if report is not None:
             row = report._asdict()
             row.update(row.pop("method_stats"))
@@ -261,6 +261,15 @@ class Workspace:
             self.logger.console("reward", console)
         self.interact_count = 0
         return report
+
+    def query_slots(self, steps: np.ndarray) -> np.ndarray:
+        """Which store slots ``steps`` (any shape) a query may use: steps of finished episodes
+        only, as B-Pref's ``get_queries`` and its successors' (an episode in progress is left
+        out), and, when a person watches clips, steps whose frames are kept."""
+        ok = ~np.isin(self.buffer.episode[steps], self.running_episodes)
+        if self.frames is not None:
+            ok &= self.frames.has(steps)
+        return ok
 
     def end_episode(self, episode_return: float, length: int) -> None:
         """Record a finished training episode: recent returns (teacher margin), ``train.csv``."""

@@ -138,7 +138,8 @@ def run(ws: Workspace, until: int) -> None:
         if cfg.qpa.enabled else buffer
     ws.banner()
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
-    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode
+    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode ...
+    ws.running_episodes = [ws.episode]  # ... and leaves it out of the queries until it ends
     frame: Any = env.render() if ws.frames is not None else None
     episode_reward, episode_step = 0.0, 0
     last_log_time, last_log_step = time.time(), ws.step
@@ -200,6 +201,7 @@ def run(ws: Workspace, until: int) -> None:
             ws.end_episode(episode_reward, episode_step)
             obs, _ = env.reset()
             ws.episodes_started = ws.episode + 1
+            ws.running_episodes = [ws.episode]
             if ws.frames is not None:
                 frame = env.render()
             episode_reward, episode_step = 0.0, 0

@@ -250,6 +250,7 @@ def run(ws: Workspace, until: int) -> None:
                                               rewards.astype(np.float32), dones, next_values))
 
         # ------------------------------------------------------------ PEBBLE schedule
+        ws.running_episodes = [stage.episode for stage in staging]  # not queried yet
         checkpoint_now = False
         if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
                 ws.step >= ws.pretrain_end:
