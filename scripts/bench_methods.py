@@ -9,9 +9,12 @@
     python scripts/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
-``method=``, ``max_feedback=``, ``seed=``; ``learn_reward=false`` for the SAC ceiling), in
-``OUT/clean/<env>/<budget>/<method>/seed<k>/`` (SAC, which needs no budget:
-``OUT/clean/<env>/sac/seed<k>/``); a run whose ``eval.csv`` reached the last step is
+``method=``, ``max_feedback=``, ``seed=``), in ``OUT/clean/<env>/<budget>/<method>/seed<k>/``.
+The ceiling, the ``sac`` row, is plain SAC on the true reward with the same networks and
+overrides: ``learn_reward=false num_unsup_steps=0 reset_update=0`` (no state-entropy
+pretraining, no critic reset; these win over overrides after ``--``), in
+``OUT/clean/<env>/plain_sac/seed<k>/`` (it needs no budget; ``sac/`` held the earlier ceiling
+with pretraining, which is not tabled). A run whose ``eval.csv`` reached the last step is
 skipped, so an interrupted benchmark continues where it stopped. Runs go ``--jobs`` at a time,
 each with cores / jobs PyTorch threads. The query schedule is the same for every method:
 ``reward_batch`` = budget / ``--rounds`` (10 rounds, ``num_interact`` apart). With ``--noisy
@@ -60,8 +63,8 @@ def overrides(domain: str, env: str, steps: int, budget: int, method: str, seed:
     """The command line of one run."""
     out = [f"domain={domain}", f"env={env}", f"num_train_steps={steps}", f"seed={seed}",
            f"torch_threads={threads}", f"eval_frequency={max(steps // 10, 100)}", *extra]
-    if method == "sac":
-        return [*out, "learn_reward=false"]
+    if method == "sac":  # plain SAC on the true reward: no pretraining, no critic reset
+        return [*out, "learn_reward=false", "num_unsup_steps=0", "reset_update=0"]
     out += [f"method={method}", f"max_feedback={budget}",
             f"reward_batch={max(1, budget // rounds)}"]
     if noisy:
@@ -70,9 +73,11 @@ def overrides(domain: str, env: str, steps: int, budget: int, method: str, seed:
 
 
 def run_dir(out: Path, env: str, budget: int, method: str, seed: int, noisy: bool) -> Path:
-    """Where one run lives; SAC on the true reward needs no budget, so it runs once per env."""
+    """Where one run lives; plain SAC on the true reward needs no budget, so it runs once per
+    env (``plain_sac/``: not ``sac/``, where earlier versions ran SAC after pretraining)."""
     base = out / ("noisy" if noisy else "clean") / env
-    return (base / method if method == "sac" else base / str(budget) / method) / f"seed{seed}"
+    return (base / "plain_sac" if method == "sac" else base / str(budget) / method) \
+        / f"seed{seed}"
 
 
 def finished(run: Path, steps: int) -> bool:

@@ -31,9 +31,12 @@ def test_train_launcher_writes_logs_checkpoints_and_plot(tmp_path):
     evals = pd.read_csv(run / "eval.csv")
     assert {"step", "episode_reward", "total_feedback"} <= set(evals.columns)
     assert evals["step"].tolist() == [1250, 2500]
-    assert evals["total_feedback"].iloc[-1] == 40  # 4 rounds of 10 (steps 600, 1100, 1600, 2100)
+    # rounds at steps 600, 1100, 1600, 2100; the first is postponed: no 1000-step episode has
+    # ended yet, and queries come from finished episodes only (B-Pref get_queries)
+    assert evals["total_feedback"].iloc[-1] == 30
     rounds = pd.read_csv(run / "reward.csv")
     assert rounds["step"].tolist() == [600, 1100, 1600, 2100]
+    assert rounds["postponed"].tolist() == [1, 0, 0, 0]
     train = pd.read_csv(run / "train.csv")
     assert train["episode_length"].eq(1000).all()
     # SAC metrics have fixed columns (updates start at step 300, before the first episode ends)

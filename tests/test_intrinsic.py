@@ -70,6 +70,27 @@ def test_state_entropy_reward_is_knn_distance_over_its_std():
     assert reward(far, replay, rng).item() > r.max()
 
 
+def test_rimes_centred_scale_is_clipped_standardised_distance_over_three():
+    # agent/sac_RIME.py update_critic_state_ent: clip((d - mean) / (3 std), -1, 1)
+    rng = np.random.default_rng(0)
+    replay = rng.normal(size=(50, 4)).astype(np.float32)
+    reward = StateEntropyReward(k=3, pool_size=1000, scale="centred")
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    r = reward(torch.from_numpy(x), replay, rng).numpy()
+    dist = _brute_knn(x, replay, 3)
+    mean, std = dist.mean(), dist.std()  # the statistics of this first batch (and 1e-4 prior)
+    np.testing.assert_allclose(r, np.clip((dist - mean) / (3 * std), -1, 1), rtol=1e-3,
+                               atol=1e-4)
+    assert (r < 0).any() and (r > 0).any() and np.abs(r).max() <= 1
+    assert reward(torch.full((1, 4), 10.0), replay, rng).item() == 1.0  # clipped
+    # RIME's warm-start target: z = (d - mean) / std, bound = max |z| of the extremes seen
+    z, bound = reward.standardise(torch.from_numpy(dist.astype(np.float32)))
+    m, s = float(reward.stats.mean), float(reward.stats.std)
+    np.testing.assert_allclose(z.numpy(), (dist - m) / s, rtol=1e-4, atol=1e-5)
+    assert bound == pytest.approx(max(abs(reward.low - m), abs(reward.high - m)) / s)
+    assert reward.high > dist.max() and reward.low == pytest.approx(dist.min())
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_a_state_is_never_its_own_neighbour(k):
     rng = np.random.default_rng(k)

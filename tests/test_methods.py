@@ -83,14 +83,47 @@ def test_surf_pseudo_labels_only_confident_pairs_with_weight_lambda_u():
             model.segment_returns(o[:, :, 1], a[:, :, 1]), y
 
     surf.start_epoch()
-    rng = np.random.default_rng(0)
-    loss = surf.loss(model, batch=4, rng=rng, returns=returns)
-    drawn = np.random.default_rng(0).integers(0, 2, size=(1, 4))[0]  # the same draw
-    confident = drawn == 0
-    expected = 2.0 * confident.sum() * -math.log(torch.sigmoid(torch.tensor(5.0)).item()) / 4
+    # a training batch of 4: min(mu × 4, 2 kept) = both pairs, each once (no replacement)
+    loss = surf.loss(model, train_batch=4, rng=np.random.default_rng(0), returns=returns)
+    expected = 2.0 * -math.log(torch.sigmoid(torch.tensor(5.0)).item()) / 2  # pair 0 only
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     surf.end_epoch()
-    assert surf.used == confident.sum() and surf.agreement == 1.0  # R1 > R0 truly
+    assert surf.used == 1 and surf.agreement == 1.0  # R1 > R0 truly
+
+
+def test_surf_draws_mu_times_the_training_batch_size_whatever_the_number_of_labels():
+    # official semi_train_reward: u_last_index = u_start_index + train_batch_size * mu
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    surf = PseudoLabeler(SURFConfig(enabled=True, threshold_u=0.5, mu=4), segment=2,
+                         obs_dim=2, action_dim=1)
+    def pairs(n):
+        return SegmentPairs(rng.standard_normal((n, 2, 2, 2), dtype=np.float32),
+                            np.zeros((n, 2, 2, 1), np.float32),
+                            rng.standard_normal((n, 2, 2), dtype=np.float32),
+                            np.zeros((n, 2), np.int64))
+    surf.add(pairs(1000))
+    data = PreferenceDataset(10, 2, 2, 1)
+    data.add(pairs(10), rng.integers(0, 2, 10).astype(np.float32))  # 10 labels: one batch
+    trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8), 1e-3, 128,
+                            rng, pseudo=surf)
+    trainer.train_epoch(data)
+    assert surf.used == 3 * 4 * 128  # threshold 0.5: every drawn pair is confident
+
+
+@pytest.mark.parametrize("overrides, mu, ratio, feed_type", [
+    (["method=surf"], 4, 100, 1),  # alinlab/SURF README, walker_walk
+    (["method=surf", "domain=DMC"], 4, 100, 1),
+    (["method=surf", "domain=MetaWorld"], 4, 10, 1),  # README, hammer
+    (["method=rune"], 1, 100, 1),  # rll-research/rune scripts: feed_type=1
+])
+def test_surf_and_rune_defaults_are_those_of_the_published_runs(compose, overrides, mu, ratio,
+                                                                 feed_type):
+    cfg = compose(overrides)
+    if cfg.surf.enabled:
+        assert (cfg.surf.mu, cfg.surf.inv_label_ratio) == (mu, ratio)
+    assert str(cfg.feed_type) == str(feed_type)
 
 
 # ------------------------------------------------------------------------------- RUNE
@@ -140,6 +173,18 @@ def test_qpa_queries_come_from_the_last_episodes(compose):
     assert compose(["method=qpa", "qpa.recent_episodes=4"]).query_pool_episodes == 4
 
 
+def test_qpa_on_meta_world_trains_without_crops_on_a_pool_of_30_episodes(compose):
+    # huxiao09/QPA run_QPA.sh (max_reward_buffer_size=30, no data_aug_ratio) and train_QPA.py
+    # (metaworld: train_reward, no cropping mask, reward_update=200 epochs, 97 % stop)
+    from themis.feedback.factory import make_crop
+
+    dmc, meta = compose(["method=qpa"]), compose(["method=qpa", "domain=MetaWorld"])
+    assert make_crop(dmc).copies == 20 and dmc.query_pool_episodes == 10
+    assert make_crop(meta) is None
+    assert (meta.query_pool_episodes, meta.reward_update) == (30, 200)
+    assert make_crop(compose(["method=[surf,qpa]", "domain=MetaWorld"])).copies == 1  # SURF's
+
+
 # ------------------------------------------------------------------------------- RIME
 def test_rime_keeps_drops_and_flips_labels_by_their_loss():
     rime = RobustLabelFilter(RIMEConfig(enabled=True, threshold_alpha=0.5))
@@ -159,6 +204,18 @@ def test_rime_keeps_drops_and_flips_labels_by_their_loss():
     assert (rime.kept, rime.flipped, rime.dropped) == (1, 1, 2)
     assert (rime.caught, rime.discarded_clean) == (2, 1)
     assert rime.max_ema == pytest.approx(1.0 + 0.1 * (-math.log(0.9) - 1.0))
+
+
+def test_rime_statistics_count_labels_both_trusted_and_flipped():
+    # reward_model_RIME.py: KL_div.update(KL_div[trust_sample_bool_index]), before flipping
+    rime = RobustLabelFilter(RIMEConfig(enabled=True))  # x = 0: τ_lower ≈ 18 > τ_upper ≈ 6.9
+    p = np.array([0.9, 0.0005])
+    obs = torch.zeros(2, 2, 1, 1)
+    obs[:, 1, 0, 0] = torch.from_numpy(np.log(p / (1 - p)).astype(np.float32))
+    index, used = rime.select(SumModel(), obs, torch.zeros(2, 2, 1, 1), torch.ones(2))
+    assert index.tolist() == [0, 1] and used.tolist() == [1.0, 0.0]  # row 1 flipped once
+    assert rime.max_ema == pytest.approx(0.1 * -math.log(0.0005), rel=1e-4)  # its loss counts
+    assert rime.count == 2
 
 
 def test_rime_trusts_every_label_first_and_beta_decays_linearly():
@@ -196,6 +253,63 @@ def test_rime_in_the_trainer_judges_the_trained_rows_against_their_own_truth(row
     np.testing.assert_array_equal(labels, data.labels[picked])  # shape (n,), not (1, n)
     np.testing.assert_array_equal(oracle, true_preference(true[picked]))
 
+def test_rime_trains_at_least_least_reward_update_epochs_then_stops_above_98_percent(
+        compose, tmp_path):
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    sign = rng.choice([-1.0, 1.0], size=(64, 2, 1, 1))  # good (+1) and bad (-1) segments
+    obs = (sign + 0.1 * rng.standard_normal((64, 2, 3, 2))).astype(np.float32)
+    true = obs.sum(-1)  # the reward is the sum of the observation: easy to fit
+    data = PreferenceDataset(64, 3, 2, 1)
+    data.add(SegmentPairs(obs, np.zeros((64, 2, 3, 1), np.float32), true,
+                          np.zeros((64, 2), np.int64)),
+             (true[:, 1].sum(-1) > true[:, 0].sum(-1)).astype(np.float32))
+
+    def fit(**stop):
+        torch.manual_seed(0)
+        trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=2, hidden_dim=32), 3e-3,
+                                16, np.random.default_rng(1), **stop)
+        return trainer.train(data, max_epochs=40)
+
+    bpref = fit()
+    assert bpref.accuracy > 0.97 and bpref.epochs < 6  # the generic stop comes early
+    rime = fit(target_accuracy=0.98, min_epochs=6)  # train_RIME.py: epoch > least (0-based)
+    assert rime.epochs >= 8 and (rime.accuracy > 0.98 or rime.epochs == 40)
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
+    trainer = ws.learner.trainer
+    assert (trainer.min_epochs, trainer.target_accuracy) == (15, 0.98)  # DMC/MuJoCo default
+
+
+@pytest.mark.parametrize("domain, k, least, epochs", [
+    ("Control", 60, 15, 50), ("DMC", 60, 15, 50),
+    ("MetaWorld", 600, 5, 10),  # train_RIME.py k = 600; run_parallel.sh 5 and 10 epochs
+])
+def test_rime_settings_per_domain_are_the_official_ones(compose, domain, k, least, epochs):
+    cfg = compose(["method=rime", f"domain={domain}"])
+    assert (cfg.rime.beta_decay_epochs, cfg.rime.least_reward_update, cfg.reward_update) == \
+        (k, least, epochs)
+
+
+@pytest.mark.parametrize("method", ["pebble", "surf"])
+def test_queries_come_from_finished_episodes_only(compose, tmp_path, method):
+    # BPref get_queries (and SURF's, QPA's): the trajectory in progress is left out
+    ws = make_workspace(compose([*TINY_PENDULUM, f"method={method}"]),
+                        tmp_path)
+    seen, sample = [], ws.buffer.sample_segment_pairs
+
+    def recording(*args, **kwargs):
+        pairs = sample(*args, **kwargs)
+        seen.append((ws.buffer.episode[pairs.starts], ws.episode, len(pairs)))
+        return pairs
+
+    ws.buffer.sample_segment_pairs = recording
+    ws.run()
+    assert len(seen) >= 3 and sum(n for *_, n in seen) >= 30
+    for episodes, running, _ in seen:  # rounds at 400 (episode 2 just began), 700, 1000, ...
+        assert (episodes < running).all()
+
+
 # ------------------------------------------------------------------ runs per method
 @pytest.mark.parametrize("method, columns", [
     ("surf", ["unlabelled", "pseudo_labels", "pseudo_agreement"]),
@@ -216,7 +330,7 @@ def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, colum
     for column in columns:  # (the agent's reward is first computed after round 1)
         assert column in rounds and rounds[column].iloc[1:].notna().all(), column
     if "surf" in method:
-        assert (rounds["unlabelled"] == [100, 200, 300]).all()  # 10 per query asked
+        assert (rounds["unlabelled"] == [1000, 2000, 3000]).all()  # 100 per query asked
         assert rounds["pseudo_labels"].iloc[-1] > 0
     if method == "rune":
         assert (rounds["rune_beta"] < 0.05).all() and (rounds["rune_std"].iloc[1:] > 0).all()
@@ -229,10 +343,25 @@ def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, colum
 def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "method=rime", "reset_update=0"]), tmp_path)
     before = [p.detach().clone() for p in ws.reward_model.parameters()]
+    rewards, update = [], ws.agent.update
+
+    def recording(batch, step, **kw):
+        rewards.append(batch.rewards)
+        return update(batch, step, **kw)
+
+    ws.agent.update = recording
     ws.run(until=ws.pretrain_end)
     assert any(not torch.equal(a, b) for a, b in zip(before, ws.reward_model.parameters(),
                                                       strict=True))  # trained in pretraining
     assert ws.learner.warm.loss < 0.5  # fits the scaled intrinsic reward (chance: ~1)
+    # the agent's pretraining reward: clip((d - mean) / 3 std, -1, 1) (agent/sac_RIME.py),
+    # not PEBBLE's d / std (mean ~3 here), so the kept critic's values stay near r̂'s
+    r = torch.cat(rewards)
+    assert r.abs().max() <= 1.0 and abs(float(r.mean())) < 0.3
+    # the warm-started r̂ is centred (target z / max|z|, train_RIME.py), not in [0, 1]
+    n = len(ws.buffer)
+    r_hat = ws.learner.model.predict(ws.buffer.obs[:n], ws.buffer.actions[:n])
+    assert 0.2 < (r_hat < 0).mean() < 0.8
     critic = [p.detach().clone() for p in ws.agent.critic.parameters()]
     ws.agent.update = lambda batch, step, **kw: {}
     ws.run(until=ws.pretrain_end + 1)
@@ -240,12 +369,52 @@ def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose,
                                                   strict=True))  # no critic reset
 
 
+def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
+        compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
+    ws.run(until=ws.cfg.num_seed_steps + 50)
+    draws, warm = [], ws.learner.warm
+
+    def spy(draw):
+        def recorded():
+            draws.append(draw())
+            return draws[-1]
+        warm(recorded)
+
+    ws.learner.warm = spy
+    ws.run(until=ws.step + 1)  # one agent update
+    assert len(draws) == 5  # train_RIME.py: for _ in range(5): a fresh sample_state_ent batch
+    assert all(not torch.equal(draws[0].observations, d.observations) for d in draws[1:])
+    z = torch.cat([d.novelty for d in draws])
+    # z = (d(s) - mean) / std: centred; the target z / max|z| of the extremes seen
+    assert (z < 0).any() and (z > 0).any()
+    assert float((z / draws[0].bound).abs().max()) < 1.5
+    mean, std = float(ws.state_entropy.stats.mean), float(ws.state_entropy.stats.std)
+    assert draws[0].bound == pytest.approx(
+        max(abs(ws.state_entropy.low - mean), abs(ws.state_entropy.high - mean)) / std)
+
+
+def test_heldout_correlations_measure_r_hat_not_r_hat_plus_runes_bonus(compose, tmp_path):
+    ws = make_workspace(compose([*TINY_PENDULUM, "method=rune", "rune.beta_init=1000"]),
+                        tmp_path)
+    ws.run(until=ws.pretrain_end + 1)  # one round: a trained reward model
+    pairs = ws.buffer.sample_segment_pairs(30, ws.cfg.segment, np.random.default_rng(0))
+    labels = np.ones(30)
+    with_bonus = ws.learner.quality(pairs, labels)
+    ws.learner.bonus = None
+    assert ws.learner.quality(pairs, labels) == with_bonus  # the bonus plays no part
+    assert not np.isnan(with_bonus[2])
+
+
 def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
     from tests.test_wiring import PPO_TINY
 
     ws = make_workspace(compose([*PPO_TINY, "num_train_steps=700", "method=rune",
-                                 "rune.beta_init=1.0", "rune.beta_decay=0"]), tmp_path)
+                                 "rune.ppo_beta=1.0"]), tmp_path)
+    # train_PrefPPO_explore.py: beta_init 0.01, beta_schedule constant (not SAC's decay)
+    assert compose(["method=rune"]).rune.ppo_beta == 0.01
     ws.run()
+    assert ws.learner.bonus.beta(0) == ws.learner.bonus.beta(10**6) == 1.0
     obs = ws.buffer.obs[:50].reshape(50, -1)
     act = np.eye(ws.action_dim, dtype=np.float32)[np.zeros(50, int)]
     members = ws.reward_model.predict_members(obs, act)
@@ -361,6 +530,17 @@ def test_mrn_update_steps_the_reward_model_not_the_critic_and_lowers_the_outer_l
     assert all(p.grad is None for p in agent.critic.parameters())
     assert not any(torch.equal(a, b) for a, b in zip(reward, model.parameters(), strict=True))
     assert meta.due(20) and not meta.due(25)
+
+
+@pytest.mark.parametrize("overrides, meta_steps", [
+    (["method=mrn"], 1000),  # RyanLiu112/MRN README, walker_walk: num_meta_steps=1000
+    (["method=mrn", "domain=DMC"], 1000),
+    (["method=mrn", "domain=MetaWorld"], 10000),  # README, door-open: num_meta_steps=10000
+    (["method=[surf,mrn]", "domain=MetaWorld"], 10000),
+    (["method=mrn", "domain=MetaWorld", "mrn.meta_steps=300"], 300),  # the command line wins
+])
+def test_mrn_meta_steps_follow_the_official_runs_per_domain(compose, overrides, meta_steps):
+    assert compose(overrides).mrn.meta_steps == meta_steps
 
 
 def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, tmp_path):

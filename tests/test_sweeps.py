@@ -161,7 +161,8 @@ def test_submitit_local_multirun(tmp_path):
 def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_path):
     """A partial grid (a session's worth of a 72-run benchmark) gets its table without runs."""
     clean = tmp_path / "clean" / "HalfCheetah-v5"
-    for name, final in (("sac/seed0", 4000.0), ("500/pebble/seed0", 3000.0),
+    fake_run(clean, "sac/seed0", [], [50_000, 100_000], [0.0, 9000.0])  # the old ceiling
+    for name, final in (("plain_sac/seed0", 4000.0), ("500/pebble/seed0", 3000.0),
                         ("500/pebble/seed1", 1000.0)):
         fake_run(clean, name, [], [50_000, 100_000], [0.0, final])
     fake_run(clean, "500/qpa/seed0", [], [50_000], [2000.0])  # interrupted: not finished
@@ -178,7 +179,7 @@ def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_
     assert rows["sac"][3] == "1" and rows["pebble"][3] == "2"
     assert rows["pebble"][4].startswith("2000 ")  # IQM of two seeds is their mean
     assert rows["pebble"][5] == "0.50 |"
-    assert not (clean / "sac" / "seed1").exists()  # nothing was started
+    assert not (clean / "plain_sac" / "seed1").exists()  # nothing was started
     assert not (clean / "500" / "qpa" / "seed0.log").exists()
 
 
@@ -198,6 +199,22 @@ def test_bench_methods_resumes_an_interrupted_run_or_starts_it_again(tmp_path, m
         bench.run_one(run, ["seed=0"], tmp_path / "log", threads=1)
     assert "resume=true" in calls[0] and (checkpointed / "checkpoints" / "state.pt").exists()
     assert "resume=true" not in calls[1] and not early.exists()  # a fresh start, a clean dir
+
+
+def test_bench_methods_ceiling_is_plain_sac_on_the_true_reward_with_the_methods_networks(
+        compose):
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "scripts" / "bench_methods.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    extra = ["sac.hidden_dim=1024", "num_unsup_steps=9000", "reset_update=100"]
+    sac = bench.overrides("DMC", "walker_walk", 500_000, 100, "sac", 0, 10, 1, False, extra)
+    pebble = bench.overrides("DMC", "walker_walk", 500_000, 100, "pebble", 0, 10, 1, False,
+                             extra)
+    cfg = compose(sac)  # the last value of a key wins, as on the command line
+    assert (cfg.learn_reward, cfg.num_unsup_steps, cfg.reset_update) == (False, 0, 0)
+    assert cfg.sac == compose(pebble).sac  # the same networks as the methods'
+    assert compose(pebble).num_unsup_steps == 9000
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from themis.agents.sac import SACConfig
 from themis.crowd import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.selector import resolve_reward_batch
+from themis.intrinsic import SCALES
 from themis.methods import check_methods
 from themis.methods.mrn import MRNConfig
 from themis.methods.qpa import QPAConfig
@@ -76,6 +77,9 @@ class TrainConfig:
     """k of the k-NN state-entropy estimate."""
     entropy_pool_size: int = 10_000
     """Replay states sampled as k-NN references for each batch."""
+    state_entropy_scale: str = "std"
+    """Pretraining reward from the k-NN distance d: std (PEBBLE: d / running std) or centred
+    (RIME: clip((d − mean) / 3 std, −1, 1); ``method=rime`` sets it)."""
     reset_update: int = 100
     """Gradient updates right after the critic reset that ends pretraining (BPref)."""
 
@@ -333,11 +337,12 @@ NUMERIC_KEYS: dict[str, Range] = {
     "surf.threshold_u": Range(0.5, 1), "surf.lambda_u": NON_NEGATIVE, "surf.mu": POSITIVE,
     "surf.inv_label_ratio": POSITIVE, "surf.crop_range": NON_NEGATIVE,
     "surf.max_unlabelled": POSITIVE,
-    "rune.beta_init": NON_NEGATIVE, "rune.beta_decay": UNIT,
-    "qpa.recent_episodes": POSITIVE, "qpa.her_ratio": UNIT, "qpa.data_aug_ratio": POSITIVE,
+    "rune.beta_init": NON_NEGATIVE, "rune.beta_decay": UNIT, "rune.ppo_beta": NON_NEGATIVE,
+    "qpa.recent_episodes": POSITIVE, "qpa.her_ratio": UNIT, "qpa.data_aug_ratio": NON_NEGATIVE,
     "rime.threshold_alpha": NON_NEGATIVE, "rime.beta_init": NON_NEGATIVE,
     "rime.beta_min": NON_NEGATIVE, "rime.beta_decay_epochs": POSITIVE, "rime.flip_tau": UNIT,
-    "rime.warm_start_steps": NON_NEGATIVE,
+    "rime.warm_start_steps": NON_NEGATIVE, "rime.least_reward_update": NON_NEGATIVE,
+    "rime.target_accuracy": UNIT,
     "mrn.meta_steps": POSITIVE, "mrn.outer_weight": NON_NEGATIVE,
     # agents
     "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
@@ -576,6 +581,9 @@ def validate(cfg: Any) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     check_methods(cfg)
+    if cfg.state_entropy_scale not in SCALES:
+        raise ConfigError(f"state_entropy_scale={cfg.state_entropy_scale} is unknown; use "
+                          f"{' or '.join(SCALES)}")
     if cfg.teacher_thres_schedule not in ("themis", "bpref"):
         raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
                           "themis or bpref")

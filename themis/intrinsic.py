@@ -2,13 +2,37 @@
 
 The particle-based entropy estimate (Singh et al. 2003; Liu & Abbeel 2021, APT) rewards a state by
 its distance to its k-th nearest neighbour among the visited states:
-``r_int(s) = ||s - s^{kNN}||₂``, normalised by a running estimate of its standard deviation.
+``d(s) = ||s - s^{kNN}||₂``, normalised with running statistics of d: ``d / σ`` (PEBBLE,
+``state_entropy_scale=std``) or ``clip((d − μ) / 3σ, −1, 1)`` (RIME, ``centred``:
+CJReinforce/RIME_ICML2024 ``agent/sac_RIME.py`` ``update_critic_state_ent``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
+
+SCALES = ("std", "centred")
+"""``state_entropy_scale`` values: PEBBLE's ``d / σ`` and RIME's ``clip((d − μ) / 3σ, −1, 1)``."""
+
+
+class NoveltySample(NamedTuple):
+    """A batch of states with their standardised novelty (RIME's warm-start target).
+
+    Attributes:
+        observations: ``(B, *obs_shape)``.
+        actions: ``(B, a)``.
+        novelty: ``(B,)`` z = (d(s) − μ) / σ under the running statistics of d.
+        bound: max |z| over the smallest and largest d seen so far (> 0), so that
+            ``novelty / bound`` lies in [−1, 1] for the distances seen.
+    """
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    novelty: torch.Tensor
+    bound: float
 
 
 class RunningMeanStd:
@@ -94,8 +118,9 @@ def knn_distance(x: torch.Tensor, pool: torch.Tensor, k: int,
 
 
 class StateEntropyReward:
-    """Intrinsic reward ``knn_distance(s', sample of replay states, k) / running std``; the
-    state itself, when it is in the sample, is not its own neighbour.
+    """Intrinsic reward of ``d = knn_distance(s', sample of replay states, k)`` under running
+    statistics of d (``scale``); the state itself, when it is in the sample, is not its own
+    neighbour.
 
     Args:
         k: neighbour rank (``topK``).
@@ -103,14 +128,26 @@ class StateEntropyReward:
         encoder: maps ``(B, *obs_shape)`` observations to features; distances are measured
             between features. Pixels and grids use a fixed random CNN (RE3, Seo et al. 2021:
             :func:`themis.agents.encoders.random_encoder`); default: the flattened observation.
+        scale: ``std`` (PEBBLE: ``d / σ``) or ``centred`` (RIME: ``clip((d − μ) / 3σ, −1, 1)``).
+
+    Attributes:
+        stats: running mean and variance of every d rewarded so far.
+        low, high: the smallest and largest d rewarded so far (RIME's warm-start scale).
+
+    Raises:
+        ValueError: an unknown ``scale``.
     """
 
     def __init__(self, k: int = 5, pool_size: int = 10_000,
-                 encoder: torch.nn.Module | None = None) -> None:
+                 encoder: torch.nn.Module | None = None, scale: str = "std") -> None:
+        if scale not in SCALES:
+            raise ValueError(f"state_entropy_scale={scale} is not one of {', '.join(SCALES)}")
         self.k = k
         self.pool_size = pool_size
         self.encoder = encoder
+        self.scale = scale
         self.stats = RunningMeanStd()
+        self.low, self.high = float("inf"), float("-inf")
 
     @torch.no_grad()
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -120,9 +157,46 @@ class StateEntropyReward:
         device = next(self.encoder.parameters()).device
         return self.encoder(obs.to(device)).to(obs.device)
 
+    def distances(self, obs: torch.Tensor, replay_obs: np.ndarray,
+                  rng: np.random.Generator) -> torch.Tensor:
+        """``(B,)`` k-NN distances of ``obs (B, *obs_shape)`` to a sample of ``replay_obs
+        (N, *obs_shape)`` (statistics unchanged)."""
+        n = len(replay_obs)
+        idx = rng.choice(n, size=self.pool_size, replace=False) if n > self.pool_size \
+            else np.arange(n)
+        pool = torch.as_tensor(replay_obs[idx], device=obs.device)
+        return knn_distance(self.features(obs), self.features(pool), self.k, exclude_self=True)
+
+    def update(self, dist: torch.Tensor) -> None:
+        """Merge rewarded distances ``(B,)`` into :attr:`stats`, :attr:`low`, :attr:`high`."""
+        if len(dist):
+            self.stats.update(dist)
+            self.low = min(self.low, float(dist.min()))
+            self.high = max(self.high, float(dist.max()))
+
+    def normalise(self, dist: torch.Tensor) -> torch.Tensor:
+        """The reward of distances ``(B,)`` under the current statistics (:attr:`scale`)."""
+        std = float(self.stats.std + 1e-8)
+        if self.scale == "centred":
+            return ((dist - float(self.stats.mean)) / (3 * std)).clamp(-1.0, 1.0)
+        return dist / std
+
+    def standardise(self, dist: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """``(z, bound)``: z = (d − μ) / σ of distances ``(B,)`` and max |z| of :attr:`low` and
+        :attr:`high` (1 before any update), as RIME's warm start scales its target
+        (``train_RIME.py``: ``scale = ((s_ent_stats − mean) / std).abs().max()``)."""
+        mean, std = float(self.stats.mean), float(self.stats.std + 1e-8)
+        bound = max(abs(self.low - mean), abs(self.high - mean)) / std \
+            if self.high >= self.low else 1.0
+        return (dist - mean) / std, max(bound, 1e-8)
+
+    def range_state(self) -> list[float]:
+        """``[low, high]`` for checkpoints and snapshots."""
+        return [self.low, self.high]
+
     def __call__(self, next_obs: torch.Tensor, replay_obs: np.ndarray,
                  rng: np.random.Generator) -> torch.Tensor:
-        """Normalised state-entropy reward for a batch.
+        """Normalised state-entropy reward for a batch (statistics updated first).
 
         Args:
             next_obs: ``(B, *obs_shape)`` states to reward.
@@ -132,11 +206,6 @@ class StateEntropyReward:
         Returns:
             ``(B,)`` rewards on ``next_obs``'s device.
         """
-        n = len(replay_obs)
-        idx = rng.choice(n, size=self.pool_size, replace=False) if n > self.pool_size \
-            else np.arange(n)
-        pool = torch.as_tensor(replay_obs[idx], device=next_obs.device)
-        dist = knn_distance(self.features(next_obs), self.features(pool), self.k,
-                            exclude_self=True)
-        self.stats.update(dist)
-        return dist / float(self.stats.std + 1e-8)
+        dist = self.distances(next_obs, replay_obs, rng)
+        self.update(dist)
+        return self.normalise(dist)

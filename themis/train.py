@@ -262,6 +262,8 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     assert isinstance(cfg, TrainConfig)
     auto_batch = cfg.reward_batch == "auto"
+    if cfg.pretrained_snapshot:  # a method that cannot start from a snapshot: say so first
+        check_methods(cfg)
     snapshot_note = take_snapshot_schedule(cfg) if cfg.pretrained_snapshot and \
         resume_target(cfg.resume) is None else None
     validate(cfg)

@@ -209,7 +209,8 @@ class Workspace:
         self.feature_encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
         self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size,
-                                                encoder=self.feature_encoder)
+                                                encoder=self.feature_encoder,
+                                                scale=cfg.state_entropy_scale)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
         if self.needs_frames:  # square frames, at the least
@@ -233,6 +234,7 @@ class Workspace:
         self.step = 0
         self.episode = 0  # training episodes finished (the id of the current one, for SAC)
         self.episodes_started = 0  # PPO's episode ids, in the order its envs start them
+        self.running_episodes: list[int] = []  # ids of the episodes in progress (the driver's)
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
@@ -358,15 +360,15 @@ class Workspace:
 
     def feedback_round(self, first: bool = False, ask: bool = True,
                        final: bool = False) -> RoundReport | None:
-        """One round of the learner (queries from the recent episodes; ``ask=False``: only
-        gather the answers that exist; ``final``: the run ends, see
-        :meth:`PreferenceLearner.round`), logged."""
+        """One round of the learner (queries from the last ``query_pool_episodes`` finished
+        episodes; ``ask=False``: only gather the answers that exist; ``final``: the run ends,
+        see :meth:`PreferenceLearner.round`), logged."""
         assert self.learner is not None
-        pool = max(0, self.episodes_started - self.cfg.query_pool_episodes)
+        pool = max(0, self.episodes_started - self.cfg.query_pool_episodes
+                   - len(self.running_episodes))
         report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
-                                    self.recent_lengths,
-                                    self.frames.has if self.frames is not None else None,
-                                    ask=ask, final=final)
+                                    self.recent_lengths, self.query_slots, ask=ask,
+                                    final=final)
         if report is not None:
             row = report._asdict()
             row.update(row.pop("method_stats"))
@@ -379,6 +381,15 @@ class Workspace:
             self.logger.console("reward", console)
         self.interact_count = 0
         return report
+
+    def query_slots(self, steps: np.ndarray) -> np.ndarray:
+        """Which store slots ``steps`` (any shape) a query may use: steps of finished episodes
+        only, as B-Pref's ``get_queries`` and its successors' (an episode in progress is left
+        out), and, when a person watches clips, steps whose frames are kept."""
+        ok = ~np.isin(self.buffer.episode[steps], self.running_episodes)
+        if self.frames is not None:
+            ok &= self.frames.has(steps)
+        return ok
 
     def end_episode(self, episode_return: float, length: int) -> None:
         """Record a finished training episode: recent returns (teacher margin), ``train.csv``."""
@@ -473,6 +484,7 @@ class Workspace:
             "interact_count": self.interact_count,
             "agent": self.agent.state_dict(), "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "state_entropy_range": self.state_entropy.range_state(),
             "rng": self.rng.bit_generator.state, "global_rng": rng_states(),
             "action_space_rng": self.env.action_space.np_random.bit_generator.state,
         }
@@ -520,6 +532,8 @@ class Workspace:
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
         self.state_entropy.stats.load_state_dict(state["state_entropy_stats"])
+        self.state_entropy.low, self.state_entropy.high = state.get(  # older: none kept
+            "state_entropy_range", [float("inf"), float("-inf")])
         self.rng.bit_generator.state = state["rng"]
         set_rng_states(state["global_rng"])
         self.env.action_space.np_random.bit_generator.state = state["action_space_rng"]
@@ -540,6 +554,7 @@ class Workspace:
             "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "state_entropy_range": self.state_entropy.range_state(),
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
         }, path)
@@ -559,6 +574,8 @@ class Workspace:
             self.agent.load_state_dict(snap["agent"])
             self.buffer.load_state_dict(snap["buffer"])
             self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+            self.state_entropy.low, self.state_entropy.high = snap.get(
+                "state_entropy_range", [float("inf"), float("-inf")])
             self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
             self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
             self.step = int(snap["step"])

@@ -172,7 +172,9 @@ def make_learner(ws: Any) -> PreferenceLearner:
         np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
         model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
         crop=make_crop(cfg), pseudo=pseudo,
-        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None)
+        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None,
+        **({"target_accuracy": cfg.rime.target_accuracy,
+            "min_epochs": cfg.rime.least_reward_update} if cfg.rime.enabled else {}))
     teacher_rng = np.random.default_rng(cfg.seed + 2)
     teacher = SyntheticRatingTeacher(cfg.rating_classes, cfg.teacher_beta, cfg.teacher_gamma,
                                      cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
@@ -200,7 +202,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
                               f"obs_dim={gold.obs_dim}, action_dim={gold.action_dim}; this run "
                               f"has {cfg.segment}, {ws.obs_dim}, {ws.action_dim}")
     if cfg.rune.enabled:
-        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step))
+        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step),
+                                         on_policy=ws.driver.NAME == "ppo")
     if cfg.rime.enabled and cfg.rime.warm_start_steps:
         learner.warm = WarmStart(model, trainer.optimizer, cfg.rime.warm_start_steps)
     if cfg.mrn.enabled:
@@ -209,9 +212,10 @@ def make_learner(ws: Any) -> PreferenceLearner:
 
 
 def make_crop(cfg: Any) -> TemporalCrop | None:
-    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps) or SURF's (one, H −
-    2·crop_range … H); QPA's when both are on; ``None`` for the other methods."""
-    if cfg.qpa.enabled:
+    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps; none at 0, as QPA on
+    Meta-World) or SURF's (one, H − 2·crop_range … H); QPA's when both are on; ``None`` for
+    the other methods."""
+    if cfg.qpa.enabled and cfg.qpa.data_aug_ratio:
         return TemporalCrop(cfg.segment - 15, cfg.segment - 5, cfg.qpa.data_aug_ratio)
     if cfg.surf.enabled and cfg.surf.crop_range:
         return TemporalCrop(cfg.segment - 2 * cfg.surf.crop_range, cfg.segment)

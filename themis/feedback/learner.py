@@ -23,6 +23,7 @@ from scipy import stats as scipy_stats
 from themis.buffers import NoSegmentsError, SegmentPairs
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
+from themis.intrinsic import NoveltySample
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import WarmStart
 from themis.methods.rune import UncertaintyBonus
@@ -127,11 +128,12 @@ class PreferenceLearner:
                 return self.bonus(self.model.predict_members(obs, action))
             return self.model.predict(obs, action)
 
-    def warm_start(self, obs: Any, action: Any, intrinsic: Any) -> None:
-        """Pretraining: RIME's warm start of the reward model on the intrinsic reward (tensors
-        ``(B, *obs_shape)``, ``(B, a)``, ``(B,)``); nothing for other methods."""
+    def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
+        """Pretraining, after an agent update: RIME's warm start of the reward model on the
+        novelty of fresh batches from ``draw()`` (:class:`themis.intrinsic.NoveltySample`);
+        nothing for other methods (``draw`` is not called)."""
         if self.warm is not None:
-            self.warm(obs, action, intrinsic)
+            self.warm(draw)
 
     def method_stats(self) -> dict[str, float]:
         """The successors' own numbers for ``reward.csv`` (empty for PEBBLE)."""
@@ -373,13 +375,15 @@ class PreferenceLearner:
         """Held-out quality of the reward model on labelled pairs it was not trained on:
         accuracy against the labels and against the true returns' labels (ties excluded; the
         two differ when the teacher errs, e.g. a crowd), and Pearson / Spearman correlation of
-        predicted and true returns of the ``2 n`` segments."""
+        predicted (the ensemble mean r̂, without RUNE's bonus) and true returns of the ``2 n``
+        segments."""
         accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
         oracle = self.trainer.accuracy(pairs.observations, pairs.actions,
                                        self.oracle_labels(pairs.true_rewards))
         n, width, horizon = pairs.true_rewards.shape
-        predicted = self.reward(pairs.observations.reshape(n * width * horizon, -1),
-                                pairs.actions.reshape(n * width * horizon, -1))
+        with eval_mode(self.model):  # r̂ itself: the agent's reward may add RUNE's bonus
+            predicted = self.model.predict(pairs.observations.reshape(n * width * horizon, -1),
+                                           pairs.actions.reshape(n * width * horizon, -1))
         predicted = predicted.reshape(n * width, horizon).sum(1)
         true = pairs.true_rewards.reshape(n * width, horizon).sum(1)
         pearson = spearman = float("nan")

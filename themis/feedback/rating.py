@@ -101,11 +101,12 @@ def check_rating(cfg: Any) -> None:
         raise ConfigError(f"feedback={cfg.feedback} is unknown; use pairwise or rating")
     if cfg.feedback != "rating":
         return
-    refused = [("feed_type", cfg.feed_type not in (0, "uniform"),
-                "segments to rate are cut uniformly: the samplers score pairs"),
-               ("method", cfg.surf.enabled or cfg.rime.enabled or cfg.qpa.enabled
+    # method=rune sets feed_type=1 as its published runs; ratings ignore it (uniform cuts)
+    refused = [("method", cfg.surf.enabled or cfg.rime.enabled or cfg.qpa.enabled
                 or cfg.mrn.enabled,
                 "SURF, QPA, RIME and MRN work on pairwise labels; RUNE works with ratings"),
+               ("feed_type", cfg.feed_type not in (0, "uniform") and not cfg.rune.enabled,
+                "segments to rate are cut uniformly: the samplers score pairs"),
                ("teacher_eps_equal", cfg.teacher_eps_equal > 0,
                 "'equally good' needs two segments"),
                ("gold_fraction", cfg.gold_fraction > 0 or bool(cfg.gold_path),

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from themis.agents import SAC
 from themis.buffers import ReplayBuffer
+from themis.intrinsic import NoveltySample
 from themis.methods.qpa import HybridReplay
 from themis.utils import ConfigError, eval_mode
 
@@ -89,13 +90,24 @@ def relabel(ws: Workspace) -> None:
 
 
 def unsupervised_update(ws: Workspace, agent: SAC) -> None:
-    """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3)."""
+    """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3; RIME's
+    centred scale with ``state_entropy_scale=centred``), then RIME's warm start."""
     batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
     intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
                                  ws.rng)
     ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
     if ws.learner is not None and not ws.pretraining_done:  # RIME's warm start
-        ws.learner.warm_start(batch.observations, batch.actions, intrinsic)
+        ws.learner.warm_start(lambda: novelty_sample(ws))
+
+
+def novelty_sample(ws: Workspace) -> NoveltySample:
+    """A fresh replay batch with the standardised novelty of its states ``s`` (RIME's
+    warm-start target; the statistics are the agent's pretraining reward's, unchanged)."""
+    batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
+    dist = ws.state_entropy.distances(batch.observations, ws.buffer.obs[: len(ws.buffer)],
+                                      ws.rng)
+    z, bound = ws.state_entropy.standardise(dist)
+    return NoveltySample(batch.observations, batch.actions, z, bound)
 
 
 def end_pretraining(ws: Workspace, agent: SAC) -> None:
@@ -130,7 +142,8 @@ def run(ws: Workspace, until: int) -> None:
         if cfg.qpa.enabled else buffer
     ws.banner()
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
-    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode
+    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode ...
+    ws.running_episodes = [ws.episode]  # ... and leaves it out of the queries until it ends
     frame: Any = env.render() if ws.frames is not None else None
     episode_reward, episode_step = 0.0, 0
     last_log_time, last_log_step = time.time(), ws.step
@@ -193,6 +206,7 @@ def run(ws: Workspace, until: int) -> None:
             ws.end_episode(episode_reward, episode_step)
             obs, _ = env.reset()
             ws.episodes_started = ws.episode + 1
+            ws.running_episodes = [ws.episode]
             if ws.frames is not None:
                 frame = env.render()
             episode_reward, episode_step = 0.0, 0

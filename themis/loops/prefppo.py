@@ -29,7 +29,7 @@ from themis.agents.ppo import Rollout
 from themis.buffers import EpisodeStore
 from themis.envs import make_env
 from themis.frames import FrameStore
-from themis.intrinsic import knn_distance
+from themis.intrinsic import NoveltySample, knn_distance
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -134,18 +134,35 @@ def new_episode_id(ws: Workspace) -> int:
     return ws.episodes_started - 1
 
 
-def intrinsic_rewards(ws: Workspace, rollout_obs: np.ndarray) -> np.ndarray:
-    """State-entropy reward of each state of the rollout: distance to its ``topK``-th nearest
-    neighbour among the rollout's other states (RE3 / PEBBLE Eq. 3), normalised by a running
-    std. Shape ``(T, N)``."""
+def rollout_distances(ws: Workspace, rollout_obs: np.ndarray) -> torch.Tensor:
+    """Each state's distance to its ``topK``-th nearest neighbour among the rollout's other
+    states (RE3 / PEBBLE Eq. 3), ``(T * N,)``; the running statistics are updated."""
     horizon, n_envs = rollout_obs.shape[:2]
     flat = torch.as_tensor(rollout_obs.reshape(horizon * n_envs, *ws.obs_shape),
                            device=ws.device)
     feats = ws.state_entropy.features(flat)
     dist = knn_distance(feats, feats, min(ws.cfg.topK, len(feats) - 1), exclude_self=True)
-    ws.state_entropy.stats.update(dist)
-    reward = dist / float(ws.state_entropy.stats.std + 1e-8)
-    return reward.reshape(horizon, n_envs).cpu().numpy().astype(np.float32)
+    ws.state_entropy.update(dist)
+    return dist
+
+
+def warm_start(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray,
+               dist: torch.Tensor) -> None:
+    """RIME's warm start on the rollout: each step a fresh minibatch of its states with their
+    standardised novelty (:func:`themis.loops.pebble.novelty_sample` for SAC)."""
+    assert ws.learner is not None
+    obs = torch.as_tensor(rollout_obs.reshape(-1, *ws.obs_shape), device=ws.device)
+    act = torch.as_tensor(np.eye(ws.action_dim, dtype=np.float32)[actions.reshape(-1)],
+                          device=ws.device)
+    z, bound = ws.state_entropy.standardise(dist)
+    size = max(1, len(z) // ws.cfg.ppo.num_minibatches)
+
+    def draw() -> NoveltySample:
+        idx = torch.as_tensor(ws.rng.choice(len(z), size=size, replace=False),
+                              device=ws.device)
+        return NoveltySample(obs[idx], act[idx], z[idx], bound)
+
+    ws.learner.warm_start(draw)
 
 
 def learned_rewards(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -221,12 +238,10 @@ def run(ws: Workspace, until: int) -> None:
         # ------------------------------------------------------------ rewards and update
         phase = ws.phase
         if phase in ("unsup", "collect"):  # collect_prefs_only keeps exploring
-            rewards = intrinsic_rewards(ws, rollout_obs)
+            dist = rollout_distances(ws, rollout_obs)
+            rewards = ws.state_entropy.normalise(dist).reshape(horizon, n_envs).cpu().numpy()
             if phase == "unsup" and ws.learner is not None:  # RIME's warm start
-                ws.learner.warm_start(
-                    torch.as_tensor(rollout_obs.reshape(-1, *ws.obs_shape), device=ws.device),
-                    torch.as_tensor(eye[actions.reshape(-1)], device=ws.device),
-                    torch.as_tensor(rewards.reshape(-1), device=ws.device))
+                warm_start(ws, rollout_obs, actions, dist)
         elif phase == "reward":
             rewards = learned_rewards(ws, rollout_obs, actions)
         else:
@@ -239,6 +254,7 @@ def run(ws: Workspace, until: int) -> None:
                                               rewards.astype(np.float32), dones, next_values))
 
         # ------------------------------------------------------------ PEBBLE schedule
+        ws.running_episodes = [stage.episode for stage in staging]  # not queried yet
         checkpoint_now = False
         if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
                 ws.step >= ws.pretrain_end:

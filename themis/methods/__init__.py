@@ -54,27 +54,36 @@ def check_methods(cfg: Any, discrete: bool | None = None) -> None:
     Raises:
         ConfigError: RUNE with one ensemble member (no std), an uncertainty sampler with one
             member, QPA or MRN with PPO (QPA's hybrid replay mixes SAC batches, MRN steps
-            through SAC's critic), or crops longer than the segments. (Each hyperparameter's
-            own range is checked by :func:`themis.config.check_numbers`.)
+            through SAC's critic), RIME from a ``pretrained_snapshot`` (which has no
+            warm-started reward model), or crops longer than the segments. (Each
+            hyperparameter's own range is checked by :func:`themis.config.check_numbers`.)
     """
     methods = active_methods(cfg)
     uncertainty = str(cfg.feed_type) not in ("0", "uniform")
-    if cfg.ensemble_size < 2 and uncertainty:
-        raise ConfigError(f"feed_type={cfg.feed_type} ranks queries by ensemble disagreement, "
-                          f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
     if "rune" in methods and cfg.ensemble_size < 2:
         raise ConfigError("method=rune adds beta * the ensemble's std of r̂: it needs "
                           f"ensemble_size >= 2 (got {cfg.ensemble_size})")
+    if cfg.ensemble_size < 2 and uncertainty:
+        raise ConfigError(f"feed_type={cfg.feed_type} ranks queries by ensemble disagreement, "
+                          f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
     if "qpa" in methods and (discrete or cfg.agent == "ppo"):
         raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
                           "trains on fresh rollouts only: use it with SAC (Box actions)")
+    if "rime" in methods and cfg.pretrained_snapshot and cfg.rime.warm_start_steps:
+        raise ConfigError("method=rime warm-starts the reward model during pretraining, and "
+                          "a pretraining snapshot keeps no reward model: drop "
+                          "pretrained_snapshot (RIME pretrains itself), or set "
+                          "rime.warm_start_steps=0 to start from it without the warm start")
     if "mrn" in methods and (discrete or cfg.agent == "ppo"):
         raise ConfigError("method=mrn trains the reward model through one step of SAC's "
                           "critic; PPO has no Q-function: use it with SAC (Box actions)")
     if "surf" in methods and (cfg.surf.crop_range < 0 or 2 * cfg.surf.crop_range >= cfg.segment):
         raise ConfigError(f"surf.crop_range={cfg.surf.crop_range} must be >= 0 and leave "
                           f"segments of at least one step (segment={cfg.segment})")
-    if "qpa" in methods and cfg.segment <= 15:
+    if cfg.qpa.data_aug_ratio < 0:
+        raise ConfigError(f"qpa.data_aug_ratio={cfg.qpa.data_aug_ratio} must be >= 0 "
+                          "(0: no crops)")
+    if "qpa" in methods and cfg.qpa.data_aug_ratio and cfg.segment <= 15:
         raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
                           f"segment={cfg.segment} is too short (at least 16)")
 

@@ -18,8 +18,10 @@ Every ``meta_steps`` environment steps while feedback is open, on one SAC batch:
 
 The agent's own critic is not touched (the official code does the same on a copy); the loop
 then relabels the replay buffer with the updated r̂ and takes its usual SAC step on a new batch
-(the official code takes it on the same batch with the new r̂). The official runs use
-``meta_steps`` 5000, ``outer_weight`` 0.1, ``feed_type=1``.
+(the official code takes it on the same batch with the new r̂). The official runs
+(RyanLiu112/MRN README) use ``num_meta_steps`` 1000 on DeepMind Control and 10000 on
+Meta-World (not ``config/train_MRN.yaml``'s default 5000, which CJReinforce/RIME_ICML2024
+``run_parallel.sh`` passes), ``outer_weight`` 0.1, ``feed_type=1``.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from themis.reward.trainer import bradley_terry_loss
 
 @dataclass
 class MRNConfig:
-    """``mrn.*`` keys (``method=mrn`` sets ``enabled``); defaults: ``run_parallel.sh``."""
+    """``mrn.*`` keys (``method=mrn`` sets ``enabled``); defaults: the official README's DMC
+    runs (``method=mrn domain=MetaWorld``: ``meta_steps`` 10000)."""
 
     enabled: bool = False
     """Switch MRN on (``method=mrn``)."""
-    meta_steps: int = 5000
-    """Environment steps between two bilevel updates of the reward model (``num_meta_steps``)."""
+    meta_steps: int = 1000
+    """Environment steps between two bilevel updates of the reward model (``num_meta_steps``:
+    1000 on DMC and MuJoCo, 10000 on Meta-World)."""
     outer_weight: float = 0.1
     """Weight of the outer (preference) loss through the updated critic."""
 

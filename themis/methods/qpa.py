@@ -15,7 +15,12 @@ with ``get_cropping_mask``), ``agent/sac.py`` (``update_onpolicy_sample``),
   to H − 15 … H − 5 steps (:class:`themis.methods.crop.TemporalCrop`).
 
 The official runs use one reward network (``ensemble_size=1``); ``config/method/qpa.yaml`` sets
-that, the uniform sampler and the query pool.
+that, the uniform sampler and the query pool. On Meta-World (``run_QPA.sh``; ``method=qpa
+domain=MetaWorld``, ``config/method_domain/qpa/MetaWorld.yaml``) the reward model trains
+without crops (``train_QPA.py`` calls ``train_reward``, not ``train_reward_iter``, for
+``metaworld`` envs: ``data_aug_ratio=0`` here) for up to 200 epochs with the 97 % stop
+(``reward_update=200``), and the pool holds the last 30 episodes (``max_reward_buffer_size``
+30 for drawer-open and door-unlock, 60 for door-open).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class QPAConfig:
     her_ratio: float = 0.5
     """Share of each SAC batch drawn from the recent episodes (hybrid experience replay)."""
     data_aug_ratio: int = 20
-    """Cropped copies of each labelled pair in reward training."""
+    """Cropped copies of each labelled pair in reward training (0: no crops, as on
+    Meta-World)."""
 
 
 class HybridReplay:

@@ -16,19 +16,31 @@ probability p̄ᵢ = mean_m sigmoid(R¹ − R⁰);
   the label with probability > 1 − flip_tau); ties are never flipped;
 - otherwise left out of this epoch (kept in the dataset: the next epoch decides again).
 
-A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
-the official code trains on it twice.
+**Epochs**: each round trains at least ``least_reward_update + 2`` epochs (up to
+``reward_update``) and then stops once train accuracy exceeds 0.98 (``train_RIME.py``
+``learn_reward``: ``total_acc > 0.98 and epoch > least_reward_update``), so β falls over the
+rounds as the official schedule intends (BPref's 0.97 stop ends most rounds after 1–3 epochs).
 
-**Warm start** (:class:`WarmStart`): during unsupervised pretraining the reward model regresses
-onto the intrinsic (state-entropy) reward the agent is trained on, scaled into [−1, 1] (the
-ensemble's tanh range), ``warm_start_steps`` Adam steps per agent update (mean squared error,
-summed over members), so the first queries are asked with a model that already ranks novel
-states. **No critic reset** at the end of pretraining (``config/method/rime.yaml`` sets
-``reset_critic=false``): the warm-started reward keeps the critic meaningful.
+A label both trusted and flipped (possible only when τ_lower > τ_upper) is flipped once here;
+the official code trains on it twice. Its loss counts in the running statistics (x, var) as
+in the official code.
+
+**Warm start** (:class:`WarmStart`): during unsupervised pretraining, after every agent
+update, the reward model takes ``warm_start_steps`` (5) Adam steps, each on a fresh replay batch,
+regressing r̂(s, a) onto z / max|z| (mean squared error, summed over members), with
+z = (d(s) − μ) / σ the standardised novelty of the state ``s`` (its k-NN distance d under the
+running statistics of the agent's pretraining reward) and max|z| that of the smallest and
+largest d seen: a target centred in about [−1, 1], the ensemble's tanh range
+(``train_RIME.py``, ``update reward model to fit with intrinsic reward``). The agent's own
+pretraining reward is ``clip((d − μ) / 3σ, −1, 1)`` (``agent/sac_RIME.py``
+``update_critic_state_ent``; ``state_entropy_scale=centred``), so its critic's values stay in
+the range of the warm-started r̂ and RIME keeps it: **no critic reset** at the end of
+pretraining (``config/method/rime.yaml`` sets ``reset_critic=false``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
+    from themis.intrinsic import NoveltySample
     from themis.reward.ensemble import RewardEnsemble
 
 
@@ -58,6 +71,12 @@ class RIMEConfig:
     """Labels the model contradicts with probability above 1 − flip_tau are flipped."""
     warm_start_steps: int = 5
     """Reward-model steps on the intrinsic reward per pretraining update (0: no warm start)."""
+    least_reward_update: int = 15
+    """Reward training stops early (train accuracy > ``target_accuracy``) only after epoch
+    index ``least_reward_update`` (0-based): at least ``least_reward_update + 2`` epochs per
+    round, up to ``reward_update`` (15 on DMC and MuJoCo, 5 on Meta-World)."""
+    target_accuracy: float = 0.98
+    """Train accuracy that ends a round's reward training early (``train_RIME.py``: 0.98)."""
 
 
 class RobustLabelFilter:
@@ -112,8 +131,11 @@ class RobustLabelFilter:
         lower, upper = self.thresholds()
         strict = labels != 0.5
         flipped = (loss > upper) & strict
-        trusted = (loss < lower) & ~flipped
-        trusted_loss = loss[trusted].double().cpu().numpy()
+        below = loss < lower
+        trusted = below & ~flipped
+        # the statistics take every label below τ_lower, those also flipped included, as
+        # the official KL_div.update(KL_div[trust_sample_bool_index])
+        trusted_loss = loss[below].double().cpu().numpy()
         if len(trusted_loss):  # official RunningMeanStd(mode="fixed", lr=0.1)
             self.max_ema += 0.1 * (float(trusted_loss.max()) - self.max_ema)
             m, v, k = float(trusted_loss.mean()), float(trusted_loss.var()), len(trusted_loss)
@@ -151,12 +173,12 @@ class RobustLabelFilter:
 
 
 class WarmStart:
-    """Regresses the reward ensemble onto the pretraining intrinsic reward.
+    """Regresses the reward ensemble onto the standardised novelty of replay states.
 
     Args:
         model: the reward ensemble.
         optimizer: its Adam optimiser (shared with preference training).
-        steps: gradient steps per call.
+        steps: gradient steps per call, each on a fresh batch.
     """
 
     def __init__(self, model: RewardEnsemble, optimizer: torch.optim.Optimizer,
@@ -168,18 +190,21 @@ class WarmStart:
         """``reward.csv`` column: the last warm-start loss."""
         return {"warm_start_loss": self.loss}
 
-    def __call__(self, obs: torch.Tensor, action: torch.Tensor, intrinsic: torch.Tensor) -> None:
-        """Shapes: ``obs (B, *obs_shape)``, ``action (B, a)``, ``intrinsic (B,)`` or ``(B, 1)``."""
-        target = intrinsic.reshape(-1).float()
-        target = target / target.abs().max().clamp_min(1e-8)  # into the tanh range [-1, 1]
+    def __call__(self, draw: Callable[[], NoveltySample]) -> None:
+        """``steps`` Adam steps; ``draw()`` gives each one a fresh batch: observations
+        ``(B, *obs_shape)``, actions ``(B, a)``, novelty z ``(B,)`` and its bound max|z|; the
+        target is z / bound."""
         self.model.train()
+        loss = torch.full((), float("nan"))
         for _ in range(self.steps):
-            pred = self.model(obs, action)  # (E, B)
+            batch = draw()
+            target = batch.novelty.reshape(-1).float() / batch.bound
+            pred = self.model(batch.observations, batch.actions)  # (E, B)
             loss = ((pred - target) ** 2).mean(-1).sum()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-        self.loss = float(loss.detach()) if self.steps else float("nan")
+        self.loss = float(loss.detach())
 
 
 __all__ = ["RIMEConfig", "RobustLabelFilter", "WarmStart"]

@@ -32,6 +32,8 @@ class RUNEConfig:
     """β₀, the weight of the ensemble's std at step 0."""
     beta_decay: float = 0.00001
     """ρ: β_t = β₀ (1 − ρ)^t, t in environment steps (0: constant β₀)."""
+    ppo_beta: float = 0.01
+    """β with PPO (PrefPPO): constant, as ``train_PrefPPO_explore.py``."""
 
 
 class UncertaintyBonus:
@@ -40,14 +42,18 @@ class UncertaintyBonus:
     Args:
         cfg: the ``rune.*`` keys.
         clock: the current environment step.
+        on_policy: the agent is PPO: β is the constant ``ppo_beta``.
     """
 
-    def __init__(self, cfg: RUNEConfig, clock: Callable[[], int]) -> None:
-        self.cfg, self.clock = cfg, clock
+    def __init__(self, cfg: RUNEConfig, clock: Callable[[], int],
+                 on_policy: bool = False) -> None:
+        self.cfg, self.clock, self.on_policy = cfg, clock, on_policy
         self.last_std = float("nan")
 
     def beta(self, step: int | None = None) -> float:
-        """β_t = β₀ (1 − ρ)^t."""
+        """β_t = β₀ (1 − ρ)^t (SAC), or ``ppo_beta`` (PPO)."""
+        if self.on_policy:
+            return float(self.cfg.ppo_beta)
         t = self.clock() if step is None else step
         return float(self.cfg.beta_init * (1.0 - self.cfg.beta_decay) ** t)
 

@@ -6,8 +6,11 @@ official code alinlab/SURF ``reward_model_semi_dataaug.py`` (``semi_train_reward
 ``put_unlabeled_queries``) and ``config/train_PEBBLE_semi_dataaug.yaml``.
 
 Each feedback round also draws ``inv_label_ratio`` × (queries asked) uniform, unlabelled
-segment pairs from the same query pool and keeps them. Every reward-training batch of ``b``
-labelled pairs is joined by ``mu × b`` unlabelled pairs; for each ensemble member (its own
+segment pairs from the same query pool and keeps them. Every reward-training step on a batch of
+labelled pairs is joined by ``mu × B`` unlabelled pairs per ensemble member, ``B`` the training
+batch size (``reward_train_batch``, 128), whatever the number of labels (all of them while
+fewer are kept; drawn without replacement, as the official ``semi_train_reward`` walks a
+permutation: ``u_last_index = u_start_index + train_batch_size * mu``); for each member (its own
 labels, not the ensemble's): p = P[σ¹ ≻ σ⁰] = sigmoid(R¹ − R⁰) on the uncropped pair, and where
 max(p, 1 − p) ≥ ``threshold_u`` the hard label 1[p > 0.5] is a pseudo-label. The loss adds
 ``lambda_u`` × mean over the unlabelled batch of the cross-entropy of the (cropped) pair with
@@ -38,8 +41,9 @@ Returns = Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
 
 @dataclass
 class SURFConfig:
-    """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the official yaml, with
-    the README's ``threshold_u`` 0.99."""
+    """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the published runs
+    (alinlab/SURF README, walker_walk: ``threshold_u`` 0.99, ``mu`` 4, ``inv_label_ratio``
+    100; ``method=surf domain=MetaWorld``: ``inv_label_ratio`` 10, as its hammer run)."""
 
     enabled: bool = False
     """Switch SURF on (``method=surf``)."""
@@ -47,14 +51,17 @@ class SURFConfig:
     """Confidence max(p, 1 − p) an unlabelled pair needs to get a pseudo-label (τ)."""
     lambda_u: float = 1.0
     """Weight of the pseudo-label loss."""
-    mu: int = 1
-    """Unlabelled pairs per labelled pair in each training batch."""
-    inv_label_ratio: int = 10
-    """Unlabelled pairs drawn per query asked, each round."""
+    mu: int = 4
+    """Unlabelled pairs per training step: ``mu × reward_train_batch`` for each member."""
+    inv_label_ratio: int = 100
+    """Unlabelled pairs drawn per query asked, each round (100 on DMC and MuJoCo, 10 on
+    Meta-World)."""
     crop_range: int = 5
     """Temporal cropping: crop lengths in [segment − 2·crop_range, segment] (0: no cropping)."""
     max_unlabelled: int = 100_000
-    """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k)."""
+    """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k). Memory:
+    about max_unlabelled × 2 × segment × (obs_dim + action_dim + 1) × 4 bytes once full
+    (0.9 GB for HalfCheetah at segment 50)."""
 
 
 class PseudoLabeler:
@@ -117,22 +124,23 @@ class PseudoLabeler:
         self.agreement = self._agree_total / self._used_total if self._used_total else float(
             "nan")
 
-    def loss(self, model: RewardEnsemble, batch: int, rng: np.random.Generator,
+    def loss(self, model: RewardEnsemble, train_batch: int, rng: np.random.Generator,
              returns: Returns) -> torch.Tensor | None:
-        """The pseudo-label loss of one training batch, or ``None`` without unlabelled pairs.
+        """The pseudo-label loss of one training step, or ``None`` without unlabelled pairs.
 
         Args:
             model: the reward ensemble (``segment_returns``, ``forward``).
-            batch: labelled pairs in the batch (``mu × batch`` unlabelled ones are drawn for
-                each member).
+            train_batch: the reward trainer's batch size ``B`` (``reward_train_batch``, not the
+                number of labelled pairs in this batch): ``min(mu × B, kept)`` unlabelled pairs
+                are drawn for each member, without replacement.
             returns: ``(obs (E, n, 2, H, d), act, labels (E, n)) -> (R¹, R², labels)`` of the
                 trainer (cropping included) for the loss; the pseudo-labels themselves come
                 from uncropped pairs.
         """
         if self.size == 0:
             return None
-        ens, n = model.ensemble_size, self.cfg.mu * batch
-        idx = rng.integers(0, self.size, size=(ens, n))
+        ens, n = model.ensemble_size, min(self.cfg.mu * train_batch, self.size)
+        idx = np.stack([rng.choice(self.size, n, replace=False) for _ in range(ens)])
         device = next(model.parameters()).device
         obs = torch.as_tensor(self.observations[idx], device=device)  # (E, n, 2, H, d)
         act = torch.as_tensor(self.actions[idx], device=device)

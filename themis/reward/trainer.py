@@ -61,6 +61,11 @@ class RewardTrainer:
         crop: SURF's / QPA's temporal cropping of every pair (:mod:`themis.methods.crop`).
         pseudo: SURF's pseudo-labelled unlabelled pairs, a loss term per batch.
         label_filter: RIME's per-epoch choice of labels kept, flipped or left out.
+        target_accuracy: :meth:`train` stops once train accuracy exceeds it (BPref: 0.97;
+            RIME: 0.98).
+        min_epochs: :meth:`train` stops early only after epoch ``min_epochs + 1`` (0-based
+            index above ``min_epochs``, as ``train_RIME.py``'s ``epoch > least_reward_update``;
+            0: any epoch, as BPref).
         chunk_images: pixel observations per member and forward pass: a batch of pairs is
             run through the CNNs in chunks whose gradients add up to the batch's (the same
             step; a 128-pair batch of 50-step segments is 12,800 images per member, whose
@@ -70,8 +75,10 @@ class RewardTrainer:
     def __init__(self, model: RewardEnsemble, lr: float = 3e-4, batch_size: int = 128,
                  rng: np.random.Generator | None = None, chunk_images: int | None = 256,
                  crop: TemporalCrop | None = None, pseudo: PseudoLabeler | None = None,
-                 label_filter: RobustLabelFilter | None = None) -> None:
+                 label_filter: RobustLabelFilter | None = None, target_accuracy: float = 0.97,
+                 min_epochs: int = 0) -> None:
         self.model = model
+        self.target_accuracy, self.min_epochs = target_accuracy, min_epochs
         self.batch_size = batch_size
         self.chunk_images = chunk_images
         self.crop, self.pseudo, self.label_filter = crop, pseudo, label_filter
@@ -127,7 +134,7 @@ class RewardTrainer:
                     counted += strict.sum()
                     total_loss += loss.detach() * batch.shape[1]
             if self.pseudo is not None:  # SURF: pseudo-labelled unlabelled pairs
-                extra = self.pseudo.loss(self.model, batch.shape[1], self.rng, self.pair_returns)
+                extra = self.pseudo.loss(self.model, self.batch_size, self.rng, self.pair_returns)
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
@@ -154,9 +161,12 @@ class RewardTrainer:
         return self.crop.returns(per_step[0], per_step[1], labels, self.rng)
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
-              target_accuracy: float = 0.97, rows: np.ndarray | None = None) -> RewardTrainStats:
-        """Train for up to ``max_epochs`` epochs, stopping once train accuracy > target (BPref),
-        or after one epoch when every label is a tie (accuracy NaN: no order to fit).
+              target_accuracy: float | None = None,
+              rows: np.ndarray | None = None) -> RewardTrainStats:
+        """Train for up to ``max_epochs`` epochs, stopping once train accuracy >
+        ``target_accuracy`` (default :attr:`target_accuracy`; BPref) after more than
+        :attr:`min_epochs` epochs (RIME), or after one epoch when every label is a tie
+        (accuracy NaN: no order to fit).
 
         ``rows``: the dataset rows to train on (default: all).
 
@@ -165,12 +175,13 @@ class RewardTrainer:
         """
         if len(dataset) == 0:
             raise ValueError("cannot train the reward model on an empty preference dataset")
+        target = self.target_accuracy if target_accuracy is None else target_accuracy
         loss, acc, epochs = float("nan"), 0.0, 0
         self.model.train()
         while epochs < max_epochs:
             loss, acc = self.train_epoch(dataset, rows)
             epochs += 1
-            if acc > target_accuracy or np.isnan(acc):
+            if np.isnan(acc) or (acc > target and epochs - 1 > self.min_epochs):
                 break
         return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
 
