@@ -12,6 +12,9 @@ import torch
 from themis.envs import choose_gl_backend
 
 choose_gl_backend()
+# Runs built inside the tests get one fixed thread (no thread governor switching threads in the
+# test process); tests/test_threads.py removes it to test torch_threads=auto itself.
+os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(min(2, torch.get_num_threads()))

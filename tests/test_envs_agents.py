@@ -115,3 +115,51 @@ def test_mujoco_clips_follow_the_agent(env_id):
     env.close()
     for moved in centre[1:]:
         assert np.abs(moved - centre[0]).mean() < 10.0  # HalfCheetah free camera: 20 (gone)
+
+
+def test_sac_steps_actor_and_temperature_with_one_optimizer_as_two_did():
+    """One backward pass and one Adam step for the actor and the temperature give the same
+    parameters as the two separate steps did; checkpoints of the two-optimiser layout load."""
+    import copy
+
+    from themis.agents.sac import SAC, SACConfig
+    from themis.buffers import ReplayBufferSamples
+    from themis.utils import make_adam
+
+    torch.manual_seed(0)
+    agent = SAC(5, 2, torch.device("cpu"), SACConfig(hidden_dim=32, batch_size=16))
+    obs = torch.randn(16, 5)
+    # the layout before: actor and temperature each with their own Adam
+    actor, log_alpha = copy.deepcopy(agent.actor), agent.log_alpha.detach().clone()
+    log_alpha.requires_grad_(True)
+    opt_actor, opt_alpha = make_adam(actor.parameters(), 3e-4), make_adam([log_alpha], 3e-4)
+    torch.manual_seed(1)
+    agent.update_actor_and_alpha(obs)
+    torch.manual_seed(1)
+    agent.critic.requires_grad_(False)
+    action, log_prob = actor.sample(obs)
+    loss = (log_alpha.exp().detach() * log_prob - agent.critic(obs, action).min(0).values).mean()
+    opt_actor.zero_grad()
+    loss.backward()
+    opt_actor.step()
+    alpha_loss = (log_alpha.exp() * (-log_prob.detach() - agent.target_entropy)).mean()
+    opt_alpha.zero_grad()
+    alpha_loss.backward()
+    opt_alpha.step()
+    for a, b in zip(agent.actor.parameters(), actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(agent.log_alpha, log_alpha)
+
+    old = agent.state_dict()  # as an earlier version saved it: two optimisers
+    old["actor_optimizer"] = opt_actor.state_dict()
+    old["alpha_optimizer"] = opt_alpha.state_dict()
+    fresh = SAC(5, 2, torch.device("cpu"), SACConfig(hidden_dim=32, batch_size=16))
+    fresh.load_state_dict(old)
+    groups = fresh.actor_optimizer.state_dict()
+    assert len(groups["param_groups"]) == 2
+    n = len(groups["param_groups"][0]["params"])
+    torch.testing.assert_close(groups["state"][n]["exp_avg"],
+                               opt_alpha.state_dict()["state"][0]["exp_avg"])
+    batch = ReplayBufferSamples(obs, torch.rand(16, 2) * 2 - 1, torch.randn(16, 5),
+                                torch.randn(16), torch.ones(16))
+    fresh.update(batch, 1)  # and it trains on

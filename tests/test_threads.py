@@ -22,9 +22,22 @@ def keep_torch_threads(monkeypatch):
     torch.set_num_threads(before)
 
 
-def test_auto_gives_the_default_sac_one_thread_and_no_governor(compose, tmp_path):
-    torch.set_num_threads(2)
+def test_auto_gives_the_default_sac_the_cores_with_a_governor(compose, tmp_path):
+    torch.set_num_threads(1)
     ws = make_workspace(compose([]), tmp_path)  # the main job: HalfCheetah, SAC 2x128, batch 256
+    try:
+        expected = min(available_cores(), 4)
+        assert (ws.thread_choice.threads, ws.thread_choice.adaptive) == (expected, expected > 1)
+        assert (ws.thread_governor is not None) == (expected > 1)
+        assert torch.get_num_threads() == expected
+    finally:
+        if ws.thread_governor is not None:
+            ws.thread_governor.stop()
+
+
+def test_auto_gives_small_vector_ppo_one_thread_and_no_governor(compose, tmp_path):
+    torch.set_num_threads(2)
+    ws = make_workspace(compose(["domain=Box2d", "env=LunarLander-v3"]), tmp_path)
     assert (ws.thread_choice.threads, ws.thread_choice.adaptive) == (1, False)
     assert ws.thread_governor is None and torch.get_num_threads() == 1
 
@@ -42,10 +55,11 @@ def test_auto_gives_a_pixel_ppo_config_the_cores_with_a_governor(compose, tmp_pa
             ws.thread_governor.stop()
 
 
-@pytest.mark.parametrize("hidden, batch, threads", [(128, 256, 1), (256, 256, 2), (128, 1024, 2),
-                                                    (64, 64, 1)])
-def test_wide_vector_networks_get_more_threads(hidden, batch, threads):
-    choice = auto_threads(agent="sac", obs_kind="vector", device="cpu", hidden_dim=hidden,
+@pytest.mark.parametrize("agent, hidden, batch, threads", [
+    ("ppo", 128, 256, 1), ("ppo", 256, 256, 2), ("ppo", 128, 1024, 2), ("ppo", 64, 64, 1),
+    ("sac", 64, 64, 2)])
+def test_sac_and_wide_vector_networks_get_more_threads(agent, hidden, batch, threads):
+    choice = auto_threads(agent=agent, obs_kind="vector", device="cpu", hidden_dim=hidden,
                           batch_size=batch, cores=2)
     assert choice.threads == threads and choice.adaptive == (threads > 1)
 
@@ -73,9 +87,13 @@ def test_themis_threads_overrides_the_key(monkeypatch):
 
 def test_the_banner_states_the_thread_count(compose, tmp_path, capsys):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
+    if ws.thread_governor is not None:
+        ws.thread_governor.stop()
     ws.banner()
     out = capsys.readouterr()
-    assert "1 thread (auto: small SAC networks on vectors)" in out.out + out.err
+    expected = min(available_cores(), 4)
+    assert f"{expected} thread{'s' if expected > 1 else ''} (auto: SAC with a reward ensemble" \
+        in out.out + out.err
 
 
 def test_a_bad_torch_threads_is_one_line_and_exit_2(tmp_path):

@@ -1,22 +1,23 @@
 """PyTorch's intra-op threads for a run: ``torch_threads=auto`` and the contention watcher.
 
-The rule comes from ``scripts/bench_contention.py`` (README, "Threads"): on a 2-core x86 CPU the
-default state-based SAC (2×128, batch 256) runs as fast on one thread as on two (142 steps/s
-both), while wider networks (2×256, batch 256: 95 → 129 steps/s) and CNNs gain from a second
-thread. Two runs that both use two threads on two cores collapse to a fifth of their speed
-(intra-op threads spin-wait for each other across hundreds of tiny operations per step): two
-one-thread runs keep their full speed. libgomp's passive wait policy (``OMP_WAIT_POLICY=passive``)
-avoids the collapse but also removes the whole gain of the second thread on an idle machine
-(142 → 115 steps/s), and a short spin count (``GOMP_SPINCOUNT``) does not prevent the collapse;
-so Themis keeps the default wait policy and instead never runs more than one thread while other
+The rule comes from ``scripts/bench_contention.py`` and ``scripts/bench_update.py`` (README,
+"Threads"), on a 2-core x86 CPU: the main job (SAC 2×128 with its 3×256 reward ensemble and the
+state-entropy k-NN) ran 320 steps/s alone on two threads against 279 on one, wider SAC networks
+gain more (2×256: 95 → 129 steps/s), and so do CNNs; PPO's small vector networks do not need a
+second thread. But two runs that both use two threads on two cores collapse to a fifth of their
+speed (intra-op threads spin-wait for each other across hundreds of tiny operations per step:
+54 steps/s each), while two one-thread runs keep theirs. libgomp's passive wait policy
+(``OMP_WAIT_POLICY=passive``) avoids the collapse but also removed the whole gain of the second
+thread alone, and a short spin count (``GOMP_SPINCOUNT``) did not prevent the collapse; so
+Themis keeps the default wait policy and instead never runs more than one thread while other
 processes use the cores:
 
-* :func:`auto_threads` — the number of threads a run starts with: 1 for small vector networks
-  and on CUDA, ``min(cores, 4)`` for CNN encoders and wide networks.
+* :func:`auto_threads` — the number of threads a run starts with: 1 on CUDA and for PPO's small
+  vector networks, ``min(cores, 4)`` for SAC, CNN encoders and wide networks.
 * :class:`ThreadGovernor` — when a run starts with more than one thread, a daemon thread reads
-  ``/proc/stat`` every few seconds; while other processes keep more than half a core busy the run
-  drops to one thread, and it goes back when the cores are free again. The switch happens in the
-  training loop (:meth:`ThreadGovernor.poll`), never in the middle of a PyTorch operation.
+  ``/proc/stat`` every 2 s; while other processes leave fewer free cores than the run's threads
+  the run drops to one thread, and it goes back when the cores are free again. The switch
+  happens in the training loop (:meth:`ThreadGovernor.poll`), never inside a PyTorch operation.
 
 ``torch_threads=N`` pins ``N`` threads (no watcher: bitwise reproducible runs need a fixed thread
 count), ``torch_threads=0`` keeps PyTorch's default (all cores), and ``THEMIS_THREADS=N`` in the
@@ -33,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-# Work per SAC update above which a second thread pays on this machine class: batch × width² of
-# the default (256 × 128²) ran equally fast on 1 and 2 threads; 256 × 256² ran 1.36× faster on 2.
+# Work per update above which a second thread pays for PPO's networks too: batch × width² of
+# SAC's 2×256 at batch 256 ran 1.36× faster on two threads than on one.
 WIDE_WORK = 256 * 128 * 128
 MAX_AUTO_THREADS = 4
 """More intra-op threads than this did not pay for Themis's networks (small batches)."""
@@ -100,8 +101,10 @@ def auto_threads(*, agent: str, obs_kind: str, device: str, hidden_dim: int, bat
 
     Returns:
         The choice: 1 thread on CUDA (the GPU does the arithmetic; CPU threads would only compete
-        with the env) and for small vector networks; ``min(cores, 4)`` for CNN encoders (pixels,
-        grids) and for networks whose ``batch × width²`` exceeds :data:`WIDE_WORK`, adaptive.
+        with the env) and for PPO's small vector networks; ``min(cores, 4)``, adaptive, for CNN
+        encoders (pixels, grids), for SAC (its update, the reward ensemble's training and the
+        state-entropy k-NN: the main job ran 320 steps/s on two threads against 279 on one) and
+        for networks whose ``batch × width²`` exceeds :data:`WIDE_WORK`.
     """
     cores = available_cores() if cores is None else cores
     if device.startswith("cuda"):
@@ -110,6 +113,8 @@ def auto_threads(*, agent: str, obs_kind: str, device: str, hidden_dim: int, bat
         reason = f"auto: CNN encoder ({obs_kind})"
     elif batch_size * hidden_dim * hidden_dim > WIDE_WORK:
         reason = f"auto: wide {agent.upper()} networks ({hidden_dim} wide, batch {batch_size})"
+    elif agent == "sac":
+        reason = "auto: SAC with a reward ensemble"
     else:
         return ThreadChoice(1, f"auto: small {agent.upper()} networks on vectors")
     threads = min(cores, MAX_AUTO_THREADS)
@@ -224,9 +229,10 @@ class ThreadGovernor:
         self._stop.set()
 
     def _watch(self) -> None:
-        calm = 0
+        calm, interval = 0, min(self.interval, 0.5)  # the first reading soon: runs start together
         while not self._stop.is_set():
-            load = self.measure(self.interval)
+            load = self.measure(interval)
+            interval = self.interval
             if load is None:  # no /proc/stat: keep the start value
                 return
             if load > self.busy:

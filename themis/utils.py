@@ -8,7 +8,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, Any, NoReturn
 
 import numpy as np
 import torch
@@ -135,16 +135,18 @@ def polyak_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.
     torch._foreach_lerp_(targets, list(params), tau)
 
 
-def make_adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel (one kernel for all parameters; CPU and CUDA).
+def make_adam(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+              lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (one kernel for all parameters; CPU and CUDA). ``params``:
+    tensors, or parameter groups (dicts with their own ``lr``).
 
     Falls back to the multi-tensor implementation where the fused one is unavailable.
     """
-    params = list(params)
+    given: list[Any] = list(params)
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(given, lr=lr, fused=True)
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
+        return torch.optim.Adam(given, lr=lr, foreach=True)
 
 
 def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:

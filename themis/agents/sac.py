@@ -143,8 +143,12 @@ class SAC:
                                            cfg.log_std_min, cfg.log_std_max).to(device)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device,
                                       requires_grad=True)
-        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.actor_lr)
-        self.alpha_optimizer = make_adam([self.log_alpha], cfg.alpha_lr)
+        # one optimiser step for the actor and the temperature (two parameter groups)
+        groups: list[dict[str, Any]] = [{"params": list(self.actor.parameters()),
+                                         "lr": cfg.actor_lr}]
+        if cfg.learnable_temperature:
+            groups.append({"params": [self.log_alpha], "lr": cfg.alpha_lr})
+        self.actor_optimizer = make_adam(groups, cfg.actor_lr)
         self.reset_critic()
         self.training = True
 
@@ -206,22 +210,25 @@ class SAC:
         return {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
 
     def update_actor_and_alpha(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Minimise ``E[alpha log pi(a|s) - min Q(s, a)]`` and tune alpha (Eq. 7 and 18)."""
+        """Minimise ``E[alpha log pi(a|s) - min Q(s, a)]`` and tune alpha (Eq. 7 and 18).
+
+        One backward pass and one optimiser step for both: the actor loss sees alpha detached
+        and the temperature loss ``log pi`` detached, so the sum's gradients are each loss's own.
+        """
         self.critic.requires_grad_(False)
         action, log_prob = self.actor.sample(obs)
         q = self.critic(obs, action).min(0).values
         actor_loss = (self.alpha.detach() * log_prob - q).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
-        self.critic.requires_grad_(True)
         metrics = {"actor_loss": actor_loss.detach(), "entropy": -log_prob.detach().mean()}
+        loss = actor_loss
         if self.cfg.learnable_temperature:
             alpha_loss = (self.alpha * (-log_prob.detach() - self.target_entropy)).mean()
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
+            loss = actor_loss + alpha_loss
             metrics["alpha_loss"] = alpha_loss.detach()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_optimizer.step()
+        self.critic.requires_grad_(True)
         metrics["alpha"] = self.alpha.detach()
         return metrics
 
@@ -245,9 +252,8 @@ class SAC:
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),  # actor and temperature
             "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
         }
@@ -264,6 +270,22 @@ class SAC:
         self.critic_target.load_state_dict(state["critic_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.actor_optimizer.load_state_dict(_joined_optimizer_state(state, self.actor_optimizer))
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+
+
+def _joined_optimizer_state(state: dict[str, Any], optimizer: torch.optim.Optimizer
+                            ) -> dict[str, Any]:
+    """The actor optimiser's state, also from checkpoints written before the actor and the
+    temperature shared one optimiser (``alpha_optimizer`` saved on its own): its one parameter
+    becomes the second group."""
+    actor = state["actor_optimizer"]
+    alpha = state.get("alpha_optimizer")
+    if alpha is None or len(actor["param_groups"]) != 1:
+        return actor
+    if len(optimizer.param_groups) == 1:  # temperature fixed now: its old state is not needed
+        return actor
+    n = len(actor["param_groups"][0]["params"])
+    return {"state": {**actor["state"], **{n + int(k): v for k, v in alpha["state"].items()}},
+            "param_groups": [actor["param_groups"][0],
+                             {**alpha["param_groups"][0], "params": [n]}]}
