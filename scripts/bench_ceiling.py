@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""The ceiling, side by side: Themis's plain SAC against Stable-Baselines3's SAC on the true reward.
+
+    python scripts/bench_ceiling.py --steps 50000 --seeds 0 1
+    python scripts/bench_ceiling.py --env Hopper-v5 --steps 100000 --seeds 0 1 2 --jobs 2
+
+Both with 2×256 networks, batch 256, learning rate 3e-4, one update per step, 1000 random
+steps first (SB3's ``learning_starts=1000``; Themis's ``num_seed_steps=1000``), automatic
+temperature; Themis without pretraining or critic reset (``learn_reward=false
+num_unsup_steps=0 reset_update=0``) and with its defaults otherwise (``precision=auto``). Each run
+in its own process with one thread, ``--jobs`` at a time. Every 10k steps both evaluate 5
+episodes with the mean (deterministic) action. Prints the mean true return per evaluation step
+and per seed, as a Markdown table, last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sb3_run(env_id: str, steps: int, seed: int) -> dict[int, float]:
+    """SB3 SAC: mean true return of 5 deterministic episodes every 10k steps."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)
+    model = SAC("MlpPolicy", gym.make(env_id), learning_starts=1000, batch_size=256,
+                policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0, device="cpu")
+    eval_env = gym.make(env_id)
+    eval_env.reset(seed=seed + 10_000)
+    returns: dict[int, float] = {}
+
+    class Every10k(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % 10_000 == 0:
+                mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=5, deterministic=True)
+                returns[self.num_timesteps] = float(np.mean(mean))
+            return True
+
+    model.learn(steps, callback=Every10k())
+    return returns
+
+
+def themis_run(env_id: str, steps: int, seed: int, out: Path) -> dict[int, float]:
+    """Themis plain SAC through the launcher: ``eval.csv``'s returns."""
+    import pandas as pd
+
+    cmd = [str(ROOT / "themis_train.sh"), f"env={env_id}", "learn_reward=false",
+           "num_unsup_steps=0", "reset_update=0", "sac.hidden_dim=256", "sac.batch_size=256",
+           "num_seed_steps=1000", f"num_train_steps={steps}", "eval_frequency=10000",
+           "num_eval_episodes=5", "torch_threads=1", f"seed={seed}", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_ceiling: Themis run failed: {proc.stderr[-500:]}")
+    evals = pd.read_csv(out / "eval.csv")
+    return dict(zip(evals["step"].astype(int), evals["episode_reward"].astype(float),
+                    strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.steps < 10_000 or args.jobs < 1 or min(args.seeds) < 0:
+        parser.error("--steps must be >= 10000 (one evaluation), --jobs >= 1, seeds >= 0")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ceiling_"))
+    jobs = [(kind, seed) for seed in args.seeds for kind in ("sb3", "themis")]
+
+    def run(job: tuple[str, int]) -> tuple[str, int, dict[int, float]]:
+        kind, seed = job
+        out = subprocess.run([sys.executable, __file__, "--worker", kind, args.env,
+                              str(args.steps), str(seed), str(tmp / f"{kind}{seed}")],
+                             capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if out.returncode != 0:
+            raise SystemExit(f"bench_ceiling: {kind} seed {seed} failed: {out.stderr[-800:]}")
+        result = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+        print(f"{kind} seed {seed}: {result}", flush=True)
+        return kind, seed, result
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(run, jobs))
+    print(f"\n{args.env}, {args.steps} steps, 2×256, batch 256, seeds "
+          f"{' '.join(map(str, args.seeds))}: true return (mean of 5 episodes, mean action)\n")
+    steps = sorted({s for _, _, r in results for s in r})
+    print("| method | seed | " + " | ".join(f"{s // 1000}k" for s in steps) + " |")
+    print("|---|---|" + "---|" * len(steps))
+    for kind, seed, r in sorted(results):
+        name = "SB3 SAC" if kind == "sb3" else "Themis SAC"
+        print(f"| {name} | {seed} | " + " | ".join(f"{r.get(s, float('nan')):.0f}"
+                                                   for s in steps) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 7 and sys.argv[1] == "--worker":
+        kind, env_id, steps, seed, out = sys.argv[2:]
+        result = sb3_run(env_id, int(steps), int(seed)) if kind == "sb3" else \
+            themis_run(env_id, int(steps), int(seed), Path(out))
+        print(json.dumps(result), flush=True)
+        sys.exit(0)
+    sys.exit(main())
