@@ -60,7 +60,8 @@ class PreferenceLearningVecEnv(VecEnvWrapper):
 
     @property
     def model_version(self) -> int:
-        """The reward-model version in use (0: none yet)."""
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
         return self.core.version
 
     def switch_to_true_reward(self) -> None:

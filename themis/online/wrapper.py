@@ -583,7 +583,8 @@ class PreferenceLearningWrapper(gym.Wrapper):
 
     @property
     def model_version(self) -> int:
-        """The reward-model version the wrapper uses (0: none yet)."""
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
         return self.core.version
 
     @property
@@ -672,7 +673,8 @@ class PreferenceLearningVectorEnv(gym.vector.VectorWrapper):
 
     @property
     def model_version(self) -> int:
-        """The reward-model version in use (0: none yet)."""
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
         return self.core.version
 
     def switch_to_true_reward(self) -> None:
