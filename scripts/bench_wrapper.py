@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from themis import PreferenceLearningWrapper  # noqa: E402
+from themis import PreferenceLearningWrapper
 
 
 def keys(steps: int) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from themis.utils import ConfigError, ScriptParser  # noqa: E402
+from themis.utils import ConfigError, ScriptParser
 
 
 def parse_value(text: str) -> object:

@@ -4,6 +4,7 @@ process that stops with the agent's, surfaces its crashes, and keeps every web a
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import runpy
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -55,7 +57,7 @@ class CounterEnv(gym.Env):
     action in [-1, 1], reward −|a − sin(t)|; episodes of 12–30 steps, ended by termination or
     by a time limit in turn."""
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, index: int = 0) -> None:
         self.index, self.episode, self.t, self.length = index, -1, 0, 0
@@ -170,8 +172,8 @@ def test_a_bad_key_is_one_line_before_any_process_starts(tmp_path, keys, message
 
 def test_a_run_dir_holding_a_run_is_refused_unless_resumed(tmp_path):
     (tmp_path / "reward.csv").write_text("step\n")
-    with pytest.raises(ConfigError, match="already holds a run .reward.csv.; continue it with "
-                                          "resume=True"):
+    with pytest.raises(ConfigError, match=r"already holds a run \(reward.csv\); continue it with "
+                                          r"resume=True"):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path)
     with pytest.raises(ConfigError, match="no wrapper run"):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "new", resume=True)
@@ -220,7 +222,7 @@ def test_sb3_sac_trains_through_the_wrapper_while_the_reward_model_changes(tmp_p
     assert {1, 2} <= set(weights) or len(weights) >= 2
     versions = sorted(weights)
     assert not torch.equal(initial, weights[versions[-1]])
-    assert all(not torch.equal(weights[a], weights[b]) for a, b in zip(versions, versions[1:]))
+    assert all(not torch.equal(weights[a], weights[b]) for a, b in itertools.pairwise(versions))
     final = load_reward_model(tmp_path)
     expected = final.predict(obs[None].astype(np.float32), action[None])[0]
     assert reward == pytest.approx(float(expected), abs=1e-5)
@@ -286,18 +288,18 @@ def test_vectorised_sub_envs_give_queries_of_consecutive_steps_of_one_episode(tm
     step is not recorded; SB3's same-step reset starts the next episode)."""
     venv, wrapper = counter_vec(kind, 3)
     env = wrapper(venv, tmp_path, **TINY)
-    obs = env.reset()
+    env.reset()
     actions = np.zeros((3, 1), np.float32)
     deadline = time.time() + 120
     while env.model_version < 2:  # two rounds
         assert time.time() < deadline
         time.sleep(0.001)
         if kind == "gymnasium":
-            obs, rewards, *_, info = env.step(actions)
+            _, _, *_, info = env.step(actions)
             assert info["true_reward"].shape == (3,)
         else:
             env.step_async(actions)
-            obs, rewards, _, infos = env.step_wait()
+            _, _, _, infos = env.step_wait()
             assert "true_reward" in infos[0]
     env.close()
     assert segments_are_consecutive_steps(tmp_path) == 20
@@ -401,7 +403,7 @@ def test_collect_then_train_from_the_folder_then_use_the_pretrained_model(tmp_pa
                                         collect_prefs_only=True, **TINY)
     collect.reset(seed=0)
     while collect.model_version < 2:  # two rounds
-        _, reward, terminated, truncated, info = collect.step(collect.action_space.sample())
+        _, reward, *_, info = collect.step(collect.action_space.sample())
         assert reward == info["true_reward"]
         time.sleep(0.001)
     collect.close()
@@ -450,7 +452,7 @@ def test_the_model_is_used_after_n_initial_training_steps_and_a_resume_continues
     env.reset(seed=0)
     seen = set()
     while env.model_version < 2:
-        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        _, reward, *_, info = env.step(env.action_space.sample())
         if env.model_version < 2:
             assert reward == info["true_reward"]
         seen.add(env.model_version)

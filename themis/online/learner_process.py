@@ -460,9 +460,9 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     torch.set_num_threads(threads)
     if stdin_of is not None:  # the terminal teacher reads the agent's terminal
         try:
-            sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")  # noqa: SIM115
+            sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")
         except OSError:
-            sys.stdin = open("/dev/tty", encoding="utf-8")  # noqa: SIM115
+            sys.stdin = open("/dev/tty", encoding="utf-8")
     service = Service(steps, control, parent_pid)
     path = Path(run_dir)
     try:

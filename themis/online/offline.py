@@ -57,7 +57,7 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
     from themis.reward.ensemble import save_reward_model
 
     try:
-        data = PreferenceDataset.load(prefs_dir)
+        data = PreferenceDataset.load(Path(prefs_dir))
     except (FileNotFoundError, ValueError) as e:  # the message names the folder
         raise ConfigError(str(e)) from None
     if len(data) == 0:

@@ -94,7 +94,9 @@ class NumpyEnsemble:
 
     def load(self, model: RewardEnsemble) -> None:
         """Take ``model``'s weights."""
-        linear = [m for m in model.net.net if hasattr(m, "weight")]
+        from themis.agents.networks import EnsembleLinear
+
+        linear = [m for m in model.net.net if isinstance(m, EnsembleLinear)]
         self.layers = [(m.weight.detach().cpu().numpy().copy(),
                         m.bias.detach().cpu().numpy().copy()) for m in linear]
 

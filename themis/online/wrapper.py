@@ -227,7 +227,7 @@ class OnlineReward:
         self.dropped = 0
 
         # --- the learner process
-        ctx = torch.multiprocessing.get_context(
+        ctx: Any = torch.multiprocessing.get_context(
             "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         if ctx.get_start_method() == "forkserver":
             ctx.set_forkserver_preload(["themis.online.learner_process"])
@@ -687,7 +687,7 @@ class PreferenceLearningVectorEnv(gym.vector.VectorWrapper):
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         n = self.num_envs
         mask = np.asarray((options or {}).get("reset_mask", np.ones(n, bool)), dtype=bool)
         for i in np.flatnonzero(mask & self._in_episode):
