@@ -365,9 +365,12 @@ class OnlineLearner:
 class Service:
     """The threads of the learner process around an :class:`OnlineLearner`."""
 
-    def __init__(self, steps: Any, control: Any, parent_pid: int) -> None:
+    def __init__(self, steps: Any, control: Any, parent_pid: int, capacity: int) -> None:
         self.steps_queue, self.control, self.parent_pid = steps, control, parent_pid
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.capacity = capacity  # most steps the inbox holds (the store's size)
+        self.inbox_steps = 0
+        self.inbox_lock = threading.Lock()
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.done = threading.Event()
@@ -401,7 +404,7 @@ class Service:
                 if message[0] == "close":
                     self.stop.set()
                 else:
-                    self.inbox.append(message)
+                    self.keep(message)
                 self.wake.set()
             try:
                 if self.control.poll():
@@ -419,9 +422,32 @@ class Service:
         if self.orphaned and not self.done.wait(ORPHAN_GRACE):
             os._exit(3)  # the main thread is stuck (waiting for people): no orphan stays
 
+    def keep(self, message: tuple[Any, ...]) -> None:
+        """Put a step message in the inbox; while a round waits long (for people), the
+        oldest steps beyond the store's size give way (their episode ends stay)."""
+        with self.inbox_lock:
+            self._keep(message)
+
+    def _keep(self, message: tuple[Any, ...]) -> None:
+        self.inbox.append(message)
+        self.inbox_steps += sum(len(run) for run in message[1])
+        while self.inbox_steps > self.capacity and len(self.inbox) > 1:
+            _, runs, ended, total = self.inbox.popleft()
+            self.inbox_steps -= sum(len(run) for run in runs)
+            self.inbox.appendleft(("steps", [], ended, total))
+            if len(self.inbox) > 1 and not self.inbox[0][1]:  # merge the empty ones' ends
+                _, _, first, _ = self.inbox.popleft()
+                _, runs, ended, total = self.inbox.popleft()
+                self.inbox.appendleft(("steps", runs, [*first, *ended], total))
+
     def drain(self, learner: OnlineLearner) -> None:
-        while self.inbox:
-            learner.take(self.inbox.popleft())
+        while True:
+            with self.inbox_lock:
+                if not self.inbox:
+                    return
+                message = self.inbox.popleft()
+                self.inbox_steps -= sum(len(run) for run in message[1])
+            learner.take(message)
 
     def run(self, learner: OnlineLearner) -> None:
         """The main thread's loop (see the module docstring)."""
@@ -463,7 +489,7 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
             sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")
         except OSError:
             sys.stdin = open("/dev/tty", encoding="utf-8")
-    service = Service(steps, control, parent_pid)
+    service = Service(steps, control, parent_pid, spec.capacity)
     path = Path(run_dir)
     try:
         learner = OnlineLearner(cfg, online, spec, path, shared)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import weakref
@@ -60,6 +61,9 @@ STATS_COUNT = 10_000
 
 RESULTS = ("reward.csv", "preferences", "checkpoints")
 """What a wrapper's learner writes in its run dir."""
+
+RESUMED_KEYS = ("warmup_reward", "n_initial_training_steps", "normalize_reward", "close_timeout")
+"""The wrapper's own keys a resumed run takes from its ``online.yaml`` unless given again."""
 
 
 class PreferenceLearnerError(RuntimeError):
@@ -189,6 +193,11 @@ class OnlineReward:
                                   f"{model.obs_dim}, action_dim={model.action_dim}; this env "
                                   f"has {obs_dim}, {self.action_dim}")
             pretrained = model.config()
+        if resume and (self.run_dir / "online.yaml").is_file():  # the run's own keys first
+            import yaml
+
+            kept = yaml.safe_load((self.run_dir / "online.yaml").read_text()) or {}
+            keys = {**{k: kept[k] for k in RESUMED_KEYS if k in kept}, **keys}
         self.cfg, self.online = online_config(keys, self.discrete, pretrained,
                                               saved if resume else None)
         cfg, online = self.cfg, self.online
@@ -437,6 +446,10 @@ class OnlineReward:
             self.queue.put(("steps", runs, ended, self.total_steps), block=block,
                            timeout=5 if block else None)
         except queue.Full:
+            if not self.dropped:
+                print(f"themis: the preference learner is behind the agent: {pending} steps "
+                      "were not sent to it (queries come from the steps it has; the agent does "
+                      "not wait)", file=sys.stderr, flush=True)
             self.dropped += pending
 
     # ------------------------------------------------------------------ switches
@@ -534,7 +547,9 @@ class PreferenceLearningWrapper(gym.Wrapper):
     raw); RUNE's ``β_t · std`` is added (``method=rune``). Before the first model (and until
     ``n_initial_training_steps`` versions): 0 — or, with ``warmup_reward="true"``, the env's
     reward, a warm-up on the true reward. ``info["true_reward"]`` always holds the env's
-    reward, ``info["predicted_reward"]`` r̂ (NaN before the first model).
+    reward, ``info["predicted_reward"]`` r̂ (NaN before the first model). With
+    ``collect_prefs_only=true`` the agent gets the env's reward throughout, while preferences
+    are collected (and a reward model trained) for later.
 
     Args:
         env: the environment (``Box`` or, with ``obs_transform``, ``Dict`` observations;
