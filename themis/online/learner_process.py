@@ -219,12 +219,17 @@ class OnlineLearner:
 
     def banner(self) -> None:
         """The first console line: env, method, teacher, run dir."""
-        from themis.feedback.factory import start_label_server, teacher_name
+        from themis.feedback.factory import start_label_server
 
         cfg = self.cfg
-        self.logger.info(f"Themis preference learner | {self.spec.env_id} | {self.title} | "
-                         f"teacher {teacher_name(cfg)} | first round after "
-                         f"{cfg.num_seed_steps} steps, then every {cfg.num_interact} | "
+        if cfg.max_feedback == 0:
+            source = "pretrained reward model" if self.online["reward_model"] else \
+                f"reward from the saved preferences in {cfg.prefs_path}"
+            schedule = f"{source}, no queries"
+        else:
+            schedule = (f"{self.title} | first round after {cfg.num_seed_steps} steps, then "
+                        f"every {cfg.num_interact}")
+        self.logger.info(f"Themis preference learner | {self.spec.env_id} | {schedule} | "
                          f"run dir {self.run_dir}", "cyan")
         if self.space.label_store is not None:
             self.label_server = start_label_server(self.space)
