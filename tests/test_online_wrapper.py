@@ -25,7 +25,7 @@ from tests.conftest import ROOT
 from themis import PreferenceLearningVectorEnv, PreferenceLearningWrapper, load_reward_model
 from themis.buffers import EpisodeStore
 from themis.online.segments import StepRecorder, add_run
-from themis.online.wrapper import PreferenceLearnerError
+from themis.online.wrapper import PreferenceLearnerError, observation_transform
 from themis.reward import PreferenceDataset
 from themis.utils import ConfigError
 
@@ -179,6 +179,22 @@ def test_a_run_dir_holding_a_run_is_refused_unless_resumed(tmp_path):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "new", resume=True)
 
 
+def test_obs_transform_takes_a_key_or_a_callable_of_a_dict_observation():
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
+                             "image": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8)})
+    fn, inner = observation_transform("pos", space)
+    assert inner.shape == (2,) and fn({"pos": 1, "image": 2}) == 1
+    fn, inner = observation_transform(lambda o: o["image"][0], space)
+    assert inner.shape == (8, 8) and inner.dtype == np.uint8
+    with pytest.raises(ConfigError, match=r"Dict observations \(keys: image, pos\): give "
+                                          r"obs_transform=KEY"):
+        observation_transform(None, space)
+    with pytest.raises(ConfigError, match="obs_transform=speed: not a key"):
+        observation_transform("speed", space)
+    with pytest.raises(ConfigError, match="obs_transform failed on a sample observation"):
+        observation_transform(lambda o: o["speed"], space)
+
+
 # ---------------------------------------------------------------------- agents
 @pytest.mark.slow
 def test_sb3_sac_trains_through_the_wrapper_while_the_reward_model_changes(tmp_path):
@@ -266,6 +282,28 @@ def test_sb3_ppo_with_subproc_vec_env_learns_through_the_vec_wrapper(tmp_path):
     assert seen["model"] > 0 and venv.model_version >= 1
     assert len(pd.read_csv(tmp_path / "train.csv")) == seen["episodes"] > 2
     assert len(PreferenceDataset.load(tmp_path / "preferences")) >= 10
+
+
+@pytest.mark.slow
+def test_surf_rune_and_rime_learn_through_the_wrapper_and_rune_adds_its_bonus(tmp_path):
+    """method=[surf,rune,rime]: SURF's pseudo-labels and RIME's filter train the model in the
+    learner (their reward.csv columns), and the returned reward is r̂ + β_t · std (RUNE)."""
+    env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path,
+                                    method=["surf", "rune", "rime"], normalize_reward=False,
+                                    **{**TINY, "segment": 20, "surf.inv_label_ratio": 2})
+    obs, _ = env.reset(seed=0)
+    while env.model_version < 2:
+        obs, *_ = env.step(env.action_space.sample())
+        time.sleep(0.001)
+    action = np.array([0.5], np.float32)
+    _, reward, *_ = env.step(action)
+    members = env.core.ensemble.members(obs[None].astype(np.float32), action[None])[:, 0]
+    beta = env.core.bonus.beta()
+    env.close()
+    assert beta > 0 and members.std() > 0
+    assert reward == pytest.approx(members.mean() + beta * members.std(), abs=1e-5)
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert rounds["pseudo_labels"].iloc[-1] > 0 and rounds["rime_kept"].iloc[-1] > 0
 
 
 def counter_vec(kind: str, n: int) -> tuple[object, type]:

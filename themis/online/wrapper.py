@@ -340,11 +340,13 @@ class OnlineReward:
             obs = obs if self.transform is None else self.transform(obs)
             return np.asarray(obs, dtype=self.obs_dtype).reshape(self.obs_shape)
         if self.transform is not None:
-            if isinstance(obs, dict) and not isinstance(self.online.obs_transform, str):
+            if isinstance(self.online.obs_transform, str):  # a key: the batch's entry
+                obs = self.transform(obs)
+            elif isinstance(obs, dict):  # a callable of one observation, sub-env by sub-env
                 obs = np.stack([np.asarray(self.transform({k: v[i] for k, v in obs.items()}))
                                 for i in range(n)])
             else:
-                obs = self.transform(obs)
+                obs = np.stack([np.asarray(self.transform(obs[i])) for i in range(n)])
         return np.asarray(obs, dtype=self.obs_dtype).reshape(n, *self.obs_shape)
 
     def action_vectors(self, actions: Any, n: int) -> np.ndarray:
