@@ -221,7 +221,11 @@ class TrainConfig:
     hydra.run.dir=RUN_DIR. The run's saved config is used; other overrides on the command line
     are applied on top (e.g. a larger num_train_steps)."""
     pretrained_snapshot: str | None = None
-    """train: start from a snapshot written by themis_pretrain.sh."""
+    """train: start from a snapshot written by themis_pretrain.sh (or, agent only, from a
+    run's checkpoints/agent.pt)."""
+    pretrained_policy: str | None = None
+    """Start the agent from a Stable-Baselines3 model (.zip of SAC for Box actions, PPO or A2C
+    for Discrete) with the same network shapes; read without unpickling (themis/agents/sb3.py)."""
     prefs_path: str | None = None
     """A saved preference dataset (folder) the reward model is trained on before any query;
     with max_feedback=0 the reward is learned from it alone."""
@@ -568,6 +572,9 @@ def validate(cfg: Any) -> None:
     if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < cfg.reward_batch:
         raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
                           f"reward_batch={cfg.reward_batch}; raise max_feedback")
+    if cfg.pretrained_policy and cfg.pretrained_snapshot:
+        raise ConfigError("pretrained_policy and pretrained_snapshot are both set: a snapshot "
+                          "holds its own agent; drop one of them")
     if cfg.prefs_path and not cfg.learn_reward:
         raise ConfigError("prefs_path is set but learn_reward=false; drop one of them")
     unknown = sorted(set(cfg.logger) - {"csv", "tensorboard"})

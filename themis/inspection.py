@@ -277,6 +277,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
     cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    cfg.pretrained_policy = None  # the run's own agent.pt is loaded below
     # keys for people (refused without them): the rebuilt workspace asks nobody
     cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
         "none", ""
