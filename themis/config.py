@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ class TrainConfig:
     """Environment name within the domain (short or full gymnasium id)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
+    obs_transform: str | None = None
+    """Dict observations as one array: a key (obs_transform=image) or a module:function called
+    with each observation (DRLHP's obs_transform_func; themis/observations)."""
     seed: int = 0
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
@@ -488,6 +492,33 @@ def check_no_resolvers(cfg: Any, where: str | Path) -> None:
         raise ConfigError(f"{where}: {getattr(e, 'full_key', '') or 'a value'} is a broken "
                           f"interpolation ({str(e).splitlines()[0]})") from None
     visit(plain, "")
+
+
+def named_code(cfg: Any) -> dict[str, str]:
+    """Config values that name code for this process to import and call:
+    ``obs_transform=module:function`` and ``env=module:EnvId`` (``domain=Gym`` imports the
+    module). Keys with such values -> the values."""
+    found = {}
+    for key in ("obs_transform", "env"):
+        value = cfg.get(key) if isinstance(cfg, dict | DictConfig) else getattr(cfg, key, None)
+        if isinstance(value, str) and ":" in value:
+            found[key] = value
+    return found
+
+
+def check_named_code(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
+    """Refuse a received config (another person's run folder) that names code to import
+    (:func:`named_code`): a run folder can carry a Python module of its own, and importing
+    it would run it. A key the command line sets (``given``) is the user's own choice.
+
+    Raises:
+        ConfigError: the first such key, and how to confirm it.
+    """
+    for key, value in named_code(cfg).items():
+        if key not in given:
+            raise ConfigError(f"{where}: {key}={value} names code to import and run "
+                              f"({value.split(':')[0]}); a received config may not: repeat "
+                              f"{key}={value} on the command line if you trust it")
 
 
 def load_received_config(path: str | Path) -> DictConfig:

@@ -52,6 +52,7 @@ from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, close_progress_bars, plot_learning_curve
+from themis.observations import unsupported
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
@@ -170,15 +171,19 @@ class Workspace:
         self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
         self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
                             render_mode="rgb_array" if self.needs_frames else None,
-                            render_size=frame_size(cfg), **cfg.env_kwargs)
+                            render_size=frame_size(cfg), obs_transform=cfg.obs_transform,
+                            **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
-                                 **cfg.env_kwargs)
+                                 obs_transform=cfg.obs_transform, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
         if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:
             raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
                               f"({self.max_episode_steps} steps) of {self.env_id}")
         obs_space, action_space = self.env.observation_space, self.env.action_space
+        why = unsupported(obs_space)  # a dict without obs_transform, float images, ...
+        if why is not None:
+            raise ConfigError(f"{self.env_id}: {why}")
         self.obs_shape = tuple(obs_space.shape or ())
         try:
             self.obs_kind = observation_kind(self.obs_shape)
