@@ -260,13 +260,16 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
     Raises:
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
+        themis.utils.ConfigError: the config names code to import (``obs_transform`` or
+            ``env`` as ``module:name``) that ``overrides`` do not repeat
+            (:func:`themis.config.check_named_code`).
         themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
             truncated or replaced file).
     """
     from themis.checkpoint import MALFORMED, describe, safe_load
-    from themis.config import load_received_config
+    from themis.config import check_named_code, load_received_config
     from themis.reward import load_reward_model
     from themis.train import make_workspace
 
@@ -276,7 +279,9 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         if not needed.is_file():
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
     cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
+    check_named_code(cfg, run / "config.yaml", given=overrides)  # no code of the run's own
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    cfg.pretrained_policy = None  # the run's own agent.pt is loaded below
     # keys for people (refused without them): the rebuilt workspace asks nobody
     cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
         "none", ""
