@@ -152,6 +152,7 @@ def test_a_run_ends_at_its_episode_end_and_the_next_episode_gets_a_new_number():
     ({"max_feedback": -1}, "max_feedback=-1 must be >= 0"),
     ({"sac": {"hidden_dim": 64}}, "sac.hidden_dim configures Themis's own training loop"),
     ({"num_unsup_steps": 100}, "num_unsup_steps configures Themis's own training loop"),
+    ({"pretrained_policy": "sac.zip"}, "pretrained_policy configures Themis's own training"),
     ({"method": "qpa"}, "method=qpa mixes recent episodes"),
     ({"method": ["surf", "mrn"]}, "method=mrn trains the reward model through"),
     ({"teacher": "lazy"}, "teacher=lazy is unknown"),
@@ -179,20 +180,49 @@ def test_a_run_dir_holding_a_run_is_refused_unless_resumed(tmp_path):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "new", resume=True)
 
 
-def test_obs_transform_takes_a_key_or_a_callable_of_a_dict_observation():
+def test_obs_transform_takes_a_key_or_a_callable_and_images_become_channels_first():
     space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
-                             "image": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8)})
+                             "image": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8)})
     fn, inner = observation_transform("pos", space)
-    assert inner.shape == (2,) and fn({"pos": 1, "image": 2}) == 1
-    fn, inner = observation_transform(lambda o: o["image"][0], space)
-    assert inner.shape == (8, 8) and inner.dtype == np.uint8
-    with pytest.raises(ConfigError, match=r"Dict observations \(keys: image, pos\): give "
-                                          r"obs_transform=KEY"):
+    assert inner.shape == (2,) and fn({"pos": [1, 2], "image": 0}).tolist() == [1, 2]
+    fn, inner = observation_transform("image", space)  # channels-last: made channels-first
+    image = space.sample()["image"]
+    assert inner.shape == (3, 16, 16) and (fn({"image": image})[1] == image[..., 1]).all()
+    fn, inner = observation_transform(lambda o: o["image"][..., 0], space)
+    assert inner.shape == (1, 16, 16) and inner.dtype == np.uint8  # a 2-D frame gets a channel
+    with pytest.raises(ConfigError, match=r"the observations are a dict \(keys image, pos\)"):
         observation_transform(None, space)
-    with pytest.raises(ConfigError, match="obs_transform=speed: not a key"):
+    with pytest.raises(ConfigError, match="obs_transform=speed: the observations have no key"):
         observation_transform("speed", space)
-    with pytest.raises(ConfigError, match="obs_transform failed on a sample observation"):
+    with pytest.raises(ConfigError, match="failed on a sample observation"):
         observation_transform(lambda o: o["speed"], space)
+    fn, inner = observation_transform("tests.obs_envs:position_and_bit",
+                                      gym.spaces.Dict({"image": space["image"],
+                                                       "position": space["pos"]}))
+    assert inner.shape == (4,)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id, transform, stored", [
+    ("ChannelsLast-v0", None, (3, 64, 64)), ("DictObs-v0", "image", (3, 16, 16))])
+def test_image_and_dict_observations_learn_through_the_wrapper(tmp_path, env_id, transform,
+                                                                stored):
+    """Channels-last images and a dict observation's image entry (Discrete actions): stored
+    channels-first, r̂ from the reward model's CNN, the labels saved with those shapes."""
+    import tests.obs_envs  # noqa: F401  (registers the envs)
+
+    env = PreferenceLearningWrapper(gym.make(env_id), tmp_path, obs_transform=transform,
+                                    **TINY)
+    env.reset(seed=0)
+    while env.model_version < 1:
+        _, reward, *_, info = env.step(env.action_space.sample())
+        time.sleep(0.001)
+    _, reward, *_, info = env.step(1)
+    env.close()
+    assert env.core.ensemble.model.encoders is not None  # a CNN
+    assert reward == pytest.approx(info["predicted_reward"]) and np.isfinite(reward)
+    data = PreferenceDataset.load(tmp_path / "preferences")
+    assert data.observations.shape[-1] == int(np.prod(stored)) and len(data) >= 10
 
 
 # ---------------------------------------------------------------------- agents

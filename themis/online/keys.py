@@ -48,6 +48,7 @@ LOOP_KEYS: dict[str, str] = {
     "num_eval_episodes": "evaluate with your library's own tools",
     "save_snapshot": "snapshots are Themis's own pretraining",
     "pretrained_snapshot": "warm-start your agent with your library (e.g. SB3's load)",
+    "pretrained_policy": "warm-start your agent with your library (e.g. SB3's load)",
     "learn_reward": "without a learned reward, use the env itself",
     "xplain_action": "explanations of the policy need Themis's own agent",
     "xplain_state": "explained clips are not in the wrapper yet",
@@ -77,8 +78,9 @@ class OnlineKeys:
     """Return r̂ normalised to zero mean and unit variance (running statistics, DRLHP)."""
     obs_transform: Any = None
     """Applied to each observation before it is stored and given to the reward model: a key
-    of a dict observation, or a callable (DRLHP's ``obs_transform_func``). The agent still
-    gets the env's observation."""
+    of a dict observation, a ``module:function`` path or a callable (DRLHP's
+    ``obs_transform_func``; :func:`themis.observations.make_obs_transform`); images are then
+    made channels-first. The agent still gets the env's observation."""
     resume: bool = False
     """Continue the learner of ``run_dir`` (its labels, model and counters)."""
     close_timeout: float = 120.0
@@ -241,7 +243,7 @@ def online_keys(own: Mapping[str, Any]) -> OnlineKeys:
     if out.obs_transform is not None and not (isinstance(out.obs_transform, str)
                                               or callable(out.obs_transform)):
         raise ConfigError(f"obs_transform={out.obs_transform!r} must be a key of the dict "
-                          "observation or a callable")
+                          "observation, a module:function or a callable")
     if out.reward_model is not None:
         out.reward_model = str(out.reward_model)
     return out

@@ -320,7 +320,7 @@ class OnlineLearner:
             return 0.0, 1.0, 0.0
         slots = (self.store.ptr - 1 - np.arange(n)) % self.store.capacity
         with torch.no_grad():
-            r = self.learner.model.predict(self.store.observations(slots),
+            r = self.learner.model.predict(self.store.observations(slots).reshape(n, -1),
                                            self.store.actions[slots]).astype(np.float64)
         return float(r.mean()), float(r.var()), float(n)
 

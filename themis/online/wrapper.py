@@ -74,45 +74,41 @@ class PreferenceLearnerError(RuntimeError):
 # ---------------------------------------------------------------------- observations
 def observation_transform(spec: Any, space: gym.Space) -> tuple[Callable[[Any], Any] | None,
                                                                 gym.spaces.Box]:
-    """The ``obs_transform`` key: the function applied to each observation before it is stored
-    and given to the reward model, and the space it maps into.
+    """The function applied to each observation before it is stored and given to the reward
+    model, and the space it maps into: ``obs_transform`` (:func:`themis.observations.
+    make_obs_transform`), then images made channels-first (:func:`themis.observations.
+    channels_first_fn`), as :func:`themis.envs.make_env` prepares a run's observations.
 
     Args:
-        spec: ``None`` (the observation itself), a key of a ``Dict`` observation, or a callable
-            of one observation (DRLHP's ``obs_transform_func``).
+        spec: ``None`` (the observation itself), a key of a ``Dict`` observation, a
+            ``"module:function"`` path or a callable of one observation (DRLHP's
+            ``obs_transform_func``).
         space: the env's (single) observation space.
 
     Raises:
-        ConfigError: a ``Dict`` observation without a transform, an unknown key, or a
-            transform that does not give an array.
+        ConfigError: one line: a bad transform, or observations the reward model cannot take
+            (a dict without a transform, images of floats; :func:`themis.observations.
+            unsupported`).
     """
-    if spec is None:
-        if not isinstance(space, gym.spaces.Box):
-            keys = f" (keys: {', '.join(space.spaces)})" if isinstance(space, gym.spaces.Dict) \
-                else ""
-            raise ConfigError(f"{type(space).__name__} observations{keys}: give obs_transform="
-                              "KEY or a callable that makes an array of each observation")
-        return None, space
-    if isinstance(spec, str):
-        if not isinstance(space, gym.spaces.Dict) or spec not in space.spaces:
-            known = ", ".join(space.spaces) if isinstance(space, gym.spaces.Dict) else "none"
-            raise ConfigError(f"obs_transform={spec}: not a key of the observation (keys: "
-                              f"{known})")
-        inner = space.spaces[spec]
-        if not isinstance(inner, gym.spaces.Box):
-            raise ConfigError(f"obs_transform={spec}: {type(inner).__name__}, not an array")
-        return (lambda obs: obs[spec]), inner
-    try:
-        sample = np.asarray(spec(space.sample()))
-    except Exception as e:
-        raise ConfigError(f"obs_transform failed on a sample observation: "
-                          f"{type(e).__name__}: {e}") from None
-    if sample.dtype.kind not in "biuf" or sample.ndim == 0:
-        raise ConfigError(f"obs_transform gave {sample.dtype} of shape {sample.shape}; it must "
-                          "give a numeric array")
-    if sample.dtype == np.uint8:
-        return spec, gym.spaces.Box(0, 255, sample.shape, np.uint8)
-    return spec, gym.spaces.Box(-np.inf, np.inf, sample.shape, np.float32)
+    from themis.observations import channels_first_fn, make_obs_transform, unsupported
+
+    first: Callable[[Any], Any] | None = None
+    if spec is not None:
+        try:
+            first, space = make_obs_transform(spec, space)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    layout, space = channels_first_fn(space)
+    reason = unsupported(space)
+    if reason is not None:
+        raise ConfigError(reason)
+    assert isinstance(space, gym.spaces.Box)
+    if first is None:
+        return layout, space
+    if layout is None:
+        return first, space
+    pick, flip = first, layout
+    return (lambda obs: flip(pick(obs))), space
 
 
 def action_size(space: gym.Space) -> int:
@@ -335,18 +331,15 @@ class OnlineReward:
     # ------------------------------------------------------------------ per step
     def observations(self, obs: Any, n: int | None = None) -> np.ndarray:
         """Observations as stored: ``(*obs_shape)`` for one (``n=None``), ``(n, *obs_shape)``
-        for a batch of ``n`` (a dict batch is split per sub-env for a callable transform)."""
+        for a batch of ``n`` (transformed sub-env by sub-env; a dict batch split per key)."""
         if n is None:
             obs = obs if self.transform is None else self.transform(obs)
             return np.asarray(obs, dtype=self.obs_dtype).reshape(self.obs_shape)
-        if self.transform is not None:
-            if isinstance(self.online.obs_transform, str):  # a key: the batch's entry
-                obs = self.transform(obs)
-            elif isinstance(obs, dict):  # a callable of one observation, sub-env by sub-env
-                obs = np.stack([np.asarray(self.transform({k: v[i] for k, v in obs.items()}))
-                                for i in range(n)])
-            else:
-                obs = np.stack([np.asarray(self.transform(obs[i])) for i in range(n)])
+        if self.transform is not None:  # a function of one observation, sub-env by sub-env
+            fn = self.transform
+            obs = np.stack([np.asarray(fn({k: v[i] for k, v in obs.items()}
+                                          if isinstance(obs, dict) else obs[i]))
+                            for i in range(n)])
         return np.asarray(obs, dtype=self.obs_dtype).reshape(n, *self.obs_shape)
 
     def action_vectors(self, actions: Any, n: int) -> np.ndarray:
