@@ -145,7 +145,7 @@ def maximise_reward(model: RewardEnsemble, action: np.ndarray, sign: float = 1.0
         opt.zero_grad()
         (-sign * r).backward()
         opt.step()
-        history.append(float(r))
+        history.append(r.item())
         if progress is not None:
             progress(1)
     with torch.no_grad():

@@ -189,8 +189,8 @@ def _adam(objective: str, a: sparse.csr_matrix, b: np.ndarray, w: np.ndarray, x0
         opt.zero_grad()
         v = b_t + torch.sparse.mm(a_t, x[:, None])[:, 0]
         loss = (w_t * (torch.log1p(v.abs()) if objective.endswith("log") else v.abs())).sum()
-        if float(loss) < best:  # Adam's steps need not descend: keep the best point
-            best, best_x = float(loss), x.detach().numpy().copy()
+        if loss.item() < best:  # Adam's steps need not descend: keep the best point
+            best, best_x = loss.item(), x.detach().numpy().copy()
         loss.backward()
         opt.step()
     return best_x
@@ -333,8 +333,7 @@ def preprocess_neural(rewards: np.ndarray, obs: np.ndarray, next_obs: np.ndarray
         pairs = np.stack([np.arange(len(r) - 1), np.arange(1, len(r))], 1)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = PotentialNet(tuple(obs.shape[1:]), hidden_dim).double() \
-        if obs.dtype != np.uint8 else PotentialNet(tuple(obs.shape[1:]), hidden_dim)
+    net = PotentialNet(tuple(obs.shape[1:]), hidden_dim)  # float32; r' in float64
     c = torch.zeros((), dtype=torch.float64, requires_grad=offset)
     params = [*net.parameters(), *([c] if offset else [])]
     opt = torch.optim.Adam(params, lr=lr)
@@ -388,7 +387,5 @@ def shaping_fn(potential: nn.Module, gamma: float, offset: float = 0.0) -> Any:
     def fn(obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             o, n = torch.as_tensor(obs), torch.as_tensor(next_obs)
-            if next(potential.parameters()).dtype == torch.float64 and o.dtype != torch.uint8:
-                o, n = o.double(), n.double()
             return (gamma * potential(n) - potential(o)).double().numpy() + offset
     return fn
