@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="transformed copies per step")
     parser.add_argument("--top", type=int_at_least(1), default=6, help="dataset examples")
     parser.add_argument("--action", type=int_at_least(0), help="discrete action to visualise")
+    parser.add_argument("--tv", type=float, default=0.0,
+                        help="total-variation penalty weight (smoother images)")
+    parser.add_argument("--l2", type=float, default=0.0,
+                        help="penalty weight keeping the image near the rollouts' mean frame")
     parser.add_argument("--no-transforms", action="store_true")
     parser.add_argument("--no-decorrelate", action="store_true")
     parser.add_argument("--seed", type=int_at_least(0), default=0)
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             action = eye[args.action] if args.action is not None else acts[example]
             picked[name] = maximise_reward(model, action, sign, args.steps, args.lr, args.batch,
                                            args.seed, not args.no_decorrelate,
-                                           not args.no_transforms, bar.update)
+                                           not args.no_transforms, args.tv, args.l2,
+                                           obs.mean(0), bar.update)
     out = args.out or ((source.run_dir or source.path.parent.parent) / "interpret"
                        if args.reward.is_dir() else args.reward.parent / "interpret")
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         float(rewards[bottom[0]]), "dataset_reward_mean": float(rewards.mean()),
         "top_true_reward_mean": float(rollouts.rews[top].mean()),
         "bottom_true_reward_mean": float(rollouts.rews[bottom].mean()),
-        "steps": args.steps, "lr": args.lr, "seed": args.seed,
+        "steps": args.steps, "lr": args.lr, "seed": args.seed, "tv": args.tv, "l2": args.l2,
         "actions": {"max": picked["max"].action, "min": picked["min"].action},
     }
     (out / "featvis.json").write_text(json.dumps(summary, indent=1))

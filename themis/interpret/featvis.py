@@ -98,7 +98,7 @@ class Visualisation:
     Attributes:
         image: ``(C, H, W)`` uint8 observation.
         reward: r̂ (ensemble mean) of the final image (no transforms).
-        history: r̂ of the transformed batch per step (mean).
+        history: r̂ before its tanh, of the transformed batch, per step (mean).
         action: the action index (or ``None`` for vector actions given directly).
     """
 
@@ -108,9 +108,17 @@ class Visualisation:
     action: int | None
 
 
+def total_variation(image: torch.Tensor) -> torch.Tensor:
+    """Mean absolute difference of neighbouring pixels of ``(C, H, W)`` (Mahendran & Vedaldi
+    2015): small for smooth images."""
+    return (image[:, 1:] - image[:, :-1]).abs().mean() + \
+        (image[:, :, 1:] - image[:, :, :-1]).abs().mean()
+
+
 def maximise_reward(model: RewardEnsemble, action: np.ndarray, sign: float = 1.0,
                     steps: int = 256, lr: float = 0.05, batch: int = 4, seed: int = 0,
-                    decorrelate: bool = True, transforms: bool = True,
+                    decorrelate: bool = True, transforms: bool = True, tv: float = 0.0,
+                    l2: float = 0.0, prior: np.ndarray | None = None,
                     progress: Any = None) -> Visualisation:
     """The observation that maximises ``sign · r̂(obs, action)`` (``sign = -1``: minimises).
 
@@ -122,6 +130,10 @@ def maximise_reward(model: RewardEnsemble, action: np.ndarray, sign: float = 1.0
         batch: transformed copies per step (their mean r̂ is the objective).
         seed: initial spectrum and transforms.
         decorrelate, transforms: the regularisers (on by default).
+        tv: weight of a total-variation penalty (smoother images; 0: none).
+        l2: weight of a penalty ``mean((x − prior)²)`` (pixels in [0, 1]) that keeps the image
+            near ``prior`` (e.g. the mean observation of the rollouts; default mid-grey).
+        prior: ``(C, H, W)`` in [0, 255].
         progress: called with 1 after each step.
 
     Raises:
@@ -138,22 +150,45 @@ def maximise_reward(model: RewardEnsemble, action: np.ndarray, sign: float = 1.0
     for p in model.parameters():
         p.requires_grad_(False)
     history = []
-    for _ in range(steps):
-        image = param()[None].expand(batch, -1, -1, -1)
-        x = random_transform(image, generator) if transforms else image
-        r = model(x.reshape(batch, -1) * 255.0, act).mean()
-        opt.zero_grad()
-        (-sign * r).backward()
-        opt.step()
-        history.append(r.item())
-        if progress is not None:
-            progress(1)
+    # the objective is r̂ before its tanh: the saturated tanh would stop the gradient at ±1
+    layers = model.net.net
+    squash = layers[-1] if isinstance(layers[-1], torch.nn.Tanh) else None
+    if squash is not None:
+        layers[-1] = torch.nn.Identity()
+    try:
+        centre = torch.full(shape, 0.5) if prior is None else \
+            torch.as_tensor(np.asarray(prior, np.float32) / 255.0)
+        history = _ascend(model, param, opt, act, sign, steps, batch, generator, transforms, tv,
+                          l2, centre, progress)
+    finally:
+        if squash is not None:
+            layers[-1] = squash
     with torch.no_grad():
         final = param()
         reward = float(model((final * 255.0).reshape(1, -1), act[:1]).mean())
     out = (final.detach().numpy() * 255.0).round().clip(0, 255).astype(np.uint8)
     return Visualisation(out, reward, history,
                          int(np.argmax(action)) if np.ndim(action) == 1 else None)
+
+
+def _ascend(model: RewardEnsemble, param: FourierImage, opt: torch.optim.Optimizer,
+            act: torch.Tensor, sign: float, steps: int, batch: int,
+            generator: torch.Generator, transforms: bool, tv: float, l2: float,
+            centre: torch.Tensor, progress: Any) -> list[float]:
+    """The optimisation loop of :func:`maximise_reward`; the pre-tanh r̂ per step."""
+    history = []
+    for _ in range(steps):
+        image = param()[None].expand(batch, -1, -1, -1)
+        x = random_transform(image, generator) if transforms else image
+        r = model(x.reshape(batch, -1) * 255.0, act).mean()
+        opt.zero_grad()
+        penalty = tv * total_variation(image[0]) + l2 * ((image[0] - centre) ** 2).mean()
+        (-sign * r + penalty).backward()
+        opt.step()
+        history.append(r.item())
+        if progress is not None:
+            progress(1)
+    return history
 
 
 def dataset_examples(rewards: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +220,9 @@ def plot_feature_vis(best: Visualisation, worst: Visualisation, top: list[tuple[
 
     path = Path(path)
     cols = max(2, len(top))
-    fig, axes = plt.subplots(3, cols, figsize=(3.2 * cols, 8.4), squeeze=False)
+    aspect = as_picture(best.image).shape[0] / as_picture(best.image).shape[1]
+    fig, axes = plt.subplots(3, cols, figsize=(3.2 * cols, 3 * (3.2 * aspect + 0.5) + 0.4),
+                             squeeze=False)
     for ax in axes.ravel():
         ax.set_axis_off()
     for ax, vis, name in ((axes[0, 0], best, "maximises r̂"), (axes[0, 1], worst,
