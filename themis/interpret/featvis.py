@@ -62,7 +62,8 @@ class FourierImage(torch.nn.Module):
 
     def forward(self) -> torch.Tensor:
         _, h, w = self.shape
-        spectrum = torch.view_as_complex(self.spectrum) * self.scale
+        scale: torch.Tensor = self.scale  # type: ignore[assignment]
+        spectrum = torch.view_as_complex(self.spectrum) * scale
         image = torch.fft.irfft2(spectrum, s=(h, w), norm="ortho") / 4.0
         if self.decorrelate:
             image = torch.einsum("ij,jhw->ihw", _COLOR_SQRT, image)

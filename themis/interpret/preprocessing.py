@@ -179,7 +179,8 @@ def _adam(objective: str, a: sparse.csr_matrix, b: np.ndarray, w: np.ndarray, x0
           steps: int, lr: float) -> np.ndarray:
     """Minimise the (log) objective of ``b + A x`` by full-batch Adam from ``x0``."""
     coo = a.tocoo()
-    a_t = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, a.shape,
+    a_t = torch.sparse_coo_tensor(torch.as_tensor(np.stack([coo.row, coo.col])),
+                                  torch.as_tensor(coo.data), a.shape,
                                   dtype=torch.float64, check_invariants=True)
     b_t, w_t = torch.as_tensor(b), torch.as_tensor(w)
     x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)

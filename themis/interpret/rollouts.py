@@ -211,7 +211,7 @@ def save_rollouts(rollouts: Rollouts, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     meta_path = folder / META
     meta_path.unlink(missing_ok=True)  # an unfinished rewrite is not mistaken for the old one
-    arrays = {"obs": rollouts.obs, "acts": rollouts.acts,
+    arrays: dict[str, Any] = {"obs": rollouts.obs, "acts": rollouts.acts,
               "rews": rollouts.rews.astype(np.float32),
               "terminated": rollouts.terminated.astype(bool),
               "truncated": rollouts.truncated.astype(bool),
@@ -221,7 +221,7 @@ def save_rollouts(rollouts: Rollouts, folder: str | Path) -> Path:
               **{f"info_{k}": v for k, v in rollouts.infos.items()}}
     tmp = folder / (ARRAYS + ".tmp")
     with tmp.open("wb") as f:
-        np.savez_compressed(f, **arrays)
+        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
     tmp.replace(folder / ARRAYS)
     meta = {**rollouts.meta, "format": FORMAT, "format_version": FORMAT_VERSION,
             "episodes": rollouts.num_episodes, "steps": rollouts.num_steps,
