@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int_at_least(1), default=20, help="neural Φ")
     parser.add_argument("--reference", type=Path,
                         help="a second reward model (e.g. a supervised net) to compare by EPIC")
+    parser.add_argument("--epic-batch", type=int_at_least(2), default=1000,
+                        help="rollouts: transitions compared by the sampled EPIC")
+    parser.add_argument("--epic-samples", type=int_at_least(1), default=128,
+                        help="rollouts: (action, next state) samples of its canonicalisation")
     parser.add_argument("--max-states", type=int_at_least(1), default=20_000)
     parser.add_argument("--tabular", choices=("auto", "yes", "no"), default="auto",
                         help="gridworlds: tabular (auto) or the rollouts' neural Φ (no)")
@@ -103,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                       disable=not sys.stderr.isatty()) as bar:
                 metrics = analyse_rollouts(source.model, rollouts, out, args.objective,
                                            args.gamma, args.offset, args.normalize, args.epochs,
-                                           args.seed, reference, title=title,
-                                           progress=bar.update)
+                                           args.seed, reference, args.epic_batch,
+                                           args.epic_samples, title, bar.update)
     except ValueError as e:  # a layout with too many states
         print(f"preprocess_reward: error: {e}", file=sys.stderr)
         return 2

@@ -362,15 +362,26 @@ def test_the_rollouts_supervised_and_preprocessing_commands_end_to_end(tmp_path,
         metrics["learned"]["epic_before"], abs=1e-6)
     assert metrics["shaped_true"]["support_mass_after"] == pytest.approx(1.0, abs=1e-6)
     assert (sup / "interpret" / "preprocess_grid.png").stat().st_size > 0
-    # the neural path on the same rollouts
-    assert script("preprocess_reward").main([str(sup), "--tabular", "no", "--rollouts",
-                                             str(ro), "--epochs", "1", "--out",
-                                             str(tmp_path / "n")]) == 0
-    m = json.loads((tmp_path / "n" / "preprocessing.json").read_text())
-    assert m["epic_raw_vs_preprocessed"] == pytest.approx(0.0, abs=1e-6)
     assert script("rollouts").main([str(tmp_path / "i.npz"), "--from", str(ro), "--format",
                                     "imitation"]) == 0
     assert load_rollouts(tmp_path / "i.npz").num_steps == load_rollouts(ro).num_steps
+
+
+def test_the_neural_preprocessing_command_on_rollouts(tmp_path):
+    save_rollouts(cartpole_rollouts(4), tmp_path / "ro")
+    model = RewardEnsemble(4, 2, ensemble_size=2, hidden_dim=16, hidden_depth=1)
+    (tmp_path / "m").mkdir()
+    save_reward_model(model, tmp_path / "m" / "reward_model.pt", env="CartPole-v1",
+                      domain="Classic")
+    assert script("preprocess_reward").main([
+        str(tmp_path / "m" / "reward_model.pt"), "--rollouts", str(tmp_path / "ro"),
+        "--epochs", "2", "--epic-batch", "50", "--epic-samples", "16", "--reference",
+        str(tmp_path / "m" / "reward_model.pt"), "--out", str(tmp_path / "n")]) == 0
+    m = json.loads((tmp_path / "n" / "preprocessing.json").read_text())
+    assert m["epic_raw_vs_preprocessed"] == pytest.approx(0.0, abs=1e-6)
+    assert m["epic_to_reference_before"] == pytest.approx(0.0, abs=1e-6)
+    assert m["objective_after"] < m["objective_before"]
+    assert (tmp_path / "n" / "preprocess_curves.png").stat().st_size > 0
 
 
 def test_the_feature_vis_command_end_to_end(tmp_path):
@@ -445,3 +456,25 @@ def test_bad_input_to_the_commands_exits_2_with_one_line(tmp_path, capsys, name,
     assert code == 2
     assert err and message.replace("MISSING", str(tmp_path / "missing")) in err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.slow
+def test_a_runs_saved_agent_plays_rollouts_and_its_report_gets_the_preprocessing(tmp_path):
+    from tests.conftest import TINY_PENDULUM, launch
+    from themis.inspection import inspect_run
+
+    run = tmp_path / "run"
+    result = launch("themis_train.sh", *TINY_PENDULUM, f"hydra.run.dir={run}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert script("rollouts").main([str(tmp_path / "ro"), "--source", str(run), "--source",
+                                    "random", "--episodes", "1", "--max-steps", "50"]) == 0
+    r = load_rollouts(tmp_path / "ro")
+    assert [s["kind"] for s in r.meta["sources"]] == ["agent", "random"]
+    assert list(r.lengths) == [50, 50] and r.meta["env"] == "Pendulum-v1"
+    assert script("preprocess_reward").main([str(run), "--rollouts", str(tmp_path / "ro"),
+                                             "--epochs", "1", "--epic-batch", "40",
+                                             "--epic-samples", "8"]) == 0
+    report = inspect_run(run, episodes=1, max_steps=50)
+    text = report.read_text()
+    assert "## Understanding the reward" in text
+    assert "(../interpret/preprocess_curves.png)" in text
