@@ -80,9 +80,9 @@ def analyse_grid(model: RewardEnsemble, env: gym.Env, out_dir: Path, objective: 
         seed: the random potential of the shaped control.
         max_states: refuse bigger layouts.
         title: the pictures' title.
-        target: a supervised net's ``(target_offset, target_scale)`` to report r̂ in reward
-            units (EPIC and the support fraction do not depend on it... except through the
-            offset, which preprocessing with ``offset`` removes).
+        target: a supervised net's ``(target_offset, target_scale)``: r̂ is mapped back to the
+            reward's units first (EPIC does not depend on it; the support fraction does,
+            through the constant).
 
     Returns:
         the metrics written to ``preprocessing.json``.
