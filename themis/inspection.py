@@ -395,6 +395,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
             plot_grid_maps(ws.eval_env, learned, true, out / "grid_reward.png")
             lines += ["### Reward of each cell", "", "![grid reward maps](grid_reward.png)", ""]
 
+    lines += interpret_section(run)  # scripts/preprocess_reward.py, feature_vis.py
     lines += ["## Teacher", ""]
     if evals is not None and len(evals):
         last = evals.iloc[-1]
@@ -428,6 +429,25 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     ws.logger.close()
     scratch.cleanup()
     return report
+
+
+INTERPRET_BEGIN = "<!-- interpret: begin -->"
+INTERPRET_END = "<!-- interpret: end -->"
+
+
+def interpret_section(run: Path) -> list[str]:
+    """The report's section written by the interpretability commands (:mod:`themis.interpret`:
+    reward preprocessing, feature visualisation): the Markdown fragments in
+    ``RUN_DIR/interpret/*.md`` in name order, between markers so that the commands can refresh
+    it in place; empty when there are none."""
+    folder = run / "interpret"
+    fragments = sorted(folder.glob("*.md")) if folder.is_dir() else []
+    if not fragments:
+        return []
+    lines = [INTERPRET_BEGIN, "## Understanding the reward", ""]
+    for fragment in fragments:
+        lines += [fragment.read_text().strip(), ""]
+    return [*lines, INTERPRET_END, ""]
 
 
 def _number(value: Any) -> str:
