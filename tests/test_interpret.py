@@ -159,7 +159,7 @@ def test_an_sb3_zip_whose_weights_need_pickle_is_refused(tmp_path):
     with zipfile.ZipFile(path, "w") as z:
         z.write(weights, "policy.pth")
         z.writestr("data", "{}")
-    with pytest.raises(SB3FormatError, match=r"fractions\.Fraction"):
+    with pytest.raises(SB3FormatError, match="needs more than plain tensors"):
         load_sb3_policy(path)
     (tmp_path / "plain.zip").write_bytes(b"PK no zip")
     with pytest.raises(SB3FormatError, match="not a zip"):

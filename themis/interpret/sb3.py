@@ -19,10 +19,7 @@ of another width is refused.
 
 from __future__ import annotations
 
-import io
-import json
 import re
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from themis.checkpoint import UnsafeFileError, safe_load
+from themis.agents.sb3 import read_sb3_zip
 
 ACTIVATIONS = {"Tanh": nn.Tanh, "ReLU": nn.ReLU, "LeakyReLU": nn.LeakyReLU, "ELU": nn.ELU,
                "GELU": nn.GELU, "SiLU": nn.SiLU, "Sigmoid": nn.Sigmoid}
@@ -171,25 +168,11 @@ def load_sb3_policy(path: str | Path) -> SB3Policy:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no Stable-Baselines3 zip at {path}")
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = set(z.namelist())
-            if "policy.pth" not in names:
-                raise SB3FormatError(f"{path} is a zip without policy.pth (not an SB3 save)")
-            weights = z.read("policy.pth")
-            data = json.loads(z.read("data")) if "data" in names else {}
-    except (zipfile.BadZipFile, OSError) as e:
-        raise SB3FormatError(f"{path} is not a zip file ({e})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SB3FormatError(f"{path}: its 'data' is not JSON ({e})") from None
-    try:
-        state = safe_load(io.BytesIO(weights))  # type: ignore[arg-type]
-    except UnsafeFileError as e:
-        raise SB3FormatError(f"{path}: policy.pth {str(e).split(' ', 1)[1]}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
-                                              for v in state.values()):
-        raise SB3FormatError(f"{path}: policy.pth is not a state_dict of tensors")
-    data = data if isinstance(data, dict) else {}
+    try:  # the one reader of SB3 archives (size limits, weights only, JSON data)
+        model = read_sb3_zip(path)
+    except ValueError as e:
+        raise SB3FormatError(f"{path}: {e}") from None
+    state, data = model.state, model.data
     try:
         return _build(state, data)
     except KeyError as e:
