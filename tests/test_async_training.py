@@ -162,3 +162,17 @@ def test_sigterm_of_an_async_run_leaves_no_learner_process(tmp_path):
     while any(alive(p) for p in learners) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in learners), "a learner process outlived the run"
+
+
+def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp_path):
+    """The snapshot's buffer goes to the learner: its first round (due at once) is asked,
+    instead of the loop waiting for steps the learner never got."""
+    pre = make_workspace(compose([*TINY_PENDULUM, "torch_threads=1"]), tmp_path / "pre")
+    pre.run(until=400)
+    snapshot = pre.save_snapshot()
+    ws = make_workspace(compose([*ASYNC, f"pretrained_snapshot={snapshot}"]), tmp_path / "run")
+    assert ws.step == 400
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "run" / "reward.csv")
+    assert rounds["step"].iloc[0] == 400 and len(rounds) >= 2

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from themis.buffers import EpisodeStore
 from themis.online.keys import OnlineKeys
 from themis.online.learner_process import EnvSpec
-from themis.online.segments import StepRecorder
+from themis.online.segments import Run, StepRecorder
 from themis.online.weights import load_flat
 from themis.online.wrapper import OnlineReward, PreferenceLearnerError
 from themis.reward.ensemble import RewardEnsemble
@@ -83,6 +84,41 @@ class LoopChannel(OnlineReward):
         spec = EnvSpec(ws.env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
                        self.discrete, ws.max_episode_steps, ws.buffer.capacity)
         self.start_learner(model, spec, {"resume": False, "reward_model": None, "loop": True})
+        if len(ws.buffer):  # a pretraining snapshot's steps: queries may come from them too
+            self.send_stored(ws.buffer, ws.step,
+                             list(zip(ws.recent_returns, ws.recent_lengths, strict=False)))
+
+    def send_stored(self, buffer: EpisodeStore, step: int,
+                    ended: list[tuple[float, int]]) -> None:
+        """Send the steps already in the loop's store (a pretraining snapshot's), oldest
+        first, in runs of one episode; the loop's next episodes are numbered after them.
+
+        Args:
+            buffer: the workspace's store.
+            step: the loop's step (the learner's step count starts there).
+            ended: ``(true return, length)`` of the recent episodes (the teacher's margin).
+        """
+        n = len(buffer)
+        slots = (buffer.ptr - n + np.arange(n)) % buffer.capacity
+        episodes = buffer.episode[slots]
+        runs = []
+        for part in np.split(slots, np.flatnonzero(np.diff(episodes) != 0) + 1):
+            if len(part) < self.cfg.segment:
+                continue
+            try:
+                obs = buffer.observations(part)
+            except ValueError:  # stacked frames partly overwritten: not a whole clip
+                continue
+            runs.append(Run(int(buffer.episode[part[0]]), int(buffer.t[part[0]]),
+                            obs.astype(self.obs_dtype, copy=False),
+                            buffer.actions[part].astype(np.float32),
+                            buffer.true_rewards[part].copy(), buffer.not_dones[part] == 0))
+        base = int(episodes.max()) + 1
+        for i, recorder in enumerate(self.recorder.recorders):
+            recorder.episode = base + i
+        self.recorder.next_episode = base + len(self.recorder.recorders)
+        if runs:
+            self.queue.put(("steps", runs, ended, step), timeout=60)
 
 
 class PublishedLabels:
