@@ -176,3 +176,17 @@ def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp
     ws.finish()
     rounds = pd.read_csv(tmp_path / "run" / "reward.csv")
     assert rounds["step"].iloc[0] == 400 and len(rounds) >= 2
+
+
+def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path):
+    """The learner cannot write preferences/ (a file is in the way): the loop stops with one
+    PreferenceLearnerError line (exit code 1 through ./themis_train.sh), and no process stays."""
+    from themis.online.wrapper import PreferenceLearnerError
+
+    ws = make_workspace(compose(ASYNC), tmp_path)
+    (tmp_path / "preferences").write_text("in the way")
+    with pytest.raises(PreferenceLearnerError) as error:
+        ws.run()
+    assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
+    assert "cannot be resumed" in ws.stopped("./themis_train.sh")
+    assert not ws.remote.channel.process.is_alive()

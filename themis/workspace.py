@@ -663,6 +663,10 @@ class Workspace:
         close_progress_bars()
         for env in (self.env, self.eval_env):
             env.close()
+        if self.remote is not None:
+            return (f"stopped at step {self.step}; an async run cannot be resumed: its labels "
+                    f"are in {self.run_dir / 'preferences'} (a new run with prefs_path= keeps "
+                    "them)")
         if not (self.run_dir / "checkpoints" / STATE_FILE).is_file():
             first = min(self.pretrain_end, self.cfg.checkpoint_frequency)
             return (f"stopped at step {self.step}, before the first checkpoint (at step "
