@@ -65,6 +65,7 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
     assert (tmp_path / "preferences" / "meta.json").is_file()
     assert len(pd.read_csv(tmp_path / "train.csv"))  # the loop's own rows, one writer
     assert not ws.remote.channel.process.is_alive()  # no learner process left
+    assert not (tmp_path / "checkpoints" / "state.pt").exists()  # not resumable: none written
 
 
 def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp_path,

@@ -491,7 +491,10 @@ class Workspace:
             self.learner.dataset.save(self.run_dir / "preferences")
 
     def maybe_checkpoint(self, force: bool = False) -> None:
-        """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``)."""
+        """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``);
+        none with ``reward_training=async``, which cannot be resumed."""
+        if self.remote is not None:
+            return
         if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency:
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
