@@ -34,9 +34,10 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).float().cpu() for t in model.state_dict().values()])
 
 
+@pytest.mark.slow
 def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
         compose, tmp_path, monkeypatch):
-    ws = make_workspace(compose(ASYNC), tmp_path)
+    ws = make_workspace(compose([*ASYNC, "num_train_steps=3000"]), tmp_path)
     seen: list[tuple[int, torch.Tensor]] = []
     real_relabel = pebble.relabel
 
@@ -68,16 +69,18 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
     assert not (tmp_path / "checkpoints" / "state.pt").exists()  # not resumable: none written
 
 
+@pytest.mark.slow
 def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp_path,
                                                                      monkeypatch):
     ws = make_workspace(compose([
         *ASYNC, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2", "ppo.num_steps=32",
-        "num_train_steps=2400"]), tmp_path)
+        "num_train_steps=4000"]), tmp_path)
     used: list[int] = []
     real = prefppo.learned_rewards
 
     def learned_rewards(ws_: object, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         used.append(ws.remote.version)
+        time.sleep(0.05)  # a slower agent: later versions come inside the run on a busy machine
         return real(ws, obs, actions)
 
     monkeypatch.setattr(prefppo, "learned_rewards", learned_rewards)
@@ -165,6 +168,7 @@ def test_sigterm_of_an_async_run_leaves_no_learner_process(tmp_path):
     assert not any(alive(p) for p in learners), "a learner process outlived the run"
 
 
+@pytest.mark.slow
 def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp_path):
     """The snapshot's buffer goes to the learner: its first round (due at once) is asked,
     instead of the loop waiting for steps the learner never got."""
