@@ -92,6 +92,11 @@ class TrainConfig:
     """Train SAC on the learned reward (true) or on the environment reward (false)."""
     num_interact: int = 5000
     """Environment steps between feedback rounds."""
+    reward_training: str = "sync"
+    """sync: the agent waits while each feedback round asks and trains (PEBBLE); async: a
+    background learner process asks and trains while the agent keeps stepping, and each new
+    reward-model version relabels the buffer (SAC) or rewards the next rollout (PPO);
+    themis/online/loop.py."""
     max_feedback: int = 1000
     """Total queries the teacher may be asked."""
     reward_batch: Any = "auto"
@@ -573,6 +578,41 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
 
 
+REWARD_TRAININGS = ("sync", "async")
+
+
+def check_reward_training(cfg: Any) -> None:
+    """``reward_training``: sync or async; what async cannot do is refused.
+
+    Raises:
+        ConfigError: one line: an unknown value, or with async: no learned reward, a resume,
+            a method or option that needs the agent inside the learner (QPA, MRN, RIME's
+            warm start, explanations).
+    """
+    if cfg.reward_training not in REWARD_TRAININGS:
+        raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
+    if cfg.reward_training == "sync":
+        return
+    why = None
+    if not cfg.learn_reward:
+        why = "learn_reward=false has no reward to learn"
+    elif cfg.resume:
+        why = ("resume of an async run is not supported (the background learner's labels and "
+               "the agent's checkpoint are not saved together); start a new run with "
+               "prefs_path=RUN_DIR/preferences to keep its labels")
+    elif cfg.qpa.enabled:
+        why = "method=qpa mixes recent episodes into SAC's batches in step with its rounds"
+    elif cfg.mrn.enabled:
+        why = "method=mrn trains the reward model through the agent's critic"
+    elif cfg.rime.enabled and cfg.rime.warm_start_steps and cfg.num_unsup_steps:
+        why = ("RIME's warm start trains the reward model on the agent's pretraining batches; "
+               "set rime.warm_start_steps=0")
+    elif cfg.xplain_action or cfg.xplain_state:
+        why = "explained clips need the agent inside the learner process"
+    if why is not None:
+        raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
+
+
 def validate(cfg: Any) -> None:
     """Check values and combinations Hydra's type checks cannot see.
 
@@ -629,6 +669,7 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
     check_crowd(cfg)
     check_rating(cfg)
+    check_reward_training(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
         from ipaddress import ip_address
 

@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
+from themis.online.wrapper import PreferenceLearnerError
 from themis.threads import parse_threads
 from themis.utils import ConfigError
 from themis.workspace import Workspace, query_rounds, take_snapshot_schedule
@@ -330,7 +331,8 @@ def build_workspace(cfg: DictConfig) -> Workspace:
 def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
     """``ws.run(until)``; Ctrl-C ends the program with one line on stderr (the step reached,
     the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback; a
-    :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`."""
+    :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`;
+    a failed background learner (``reward_training=async``) with its one line and exit code 1."""
     try:
         ws.run(until)
     except ConfigError as e:
@@ -339,6 +341,9 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
     except KeyboardInterrupt:
         print(f"themis: {ws.stopped(launcher)}", file=sys.stderr)
         sys.exit(130)
+    except PreferenceLearnerError as e:  # reward_training=async: its learner process failed
+        print(f"themis: error: {e}; {ws.stopped(launcher)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def main_or_stop(main: Any) -> None:

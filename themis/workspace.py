@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +53,7 @@ from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, close_progress_bars, plot_learning_curve
 from themis.observations import unsupported
+from themis.online.loop import AsyncLearner
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
@@ -238,11 +239,17 @@ class Workspace:
                                   "human_frame_size or human_frame_capacity") from None
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
                                  frame_size(cfg)) if self.needs_frames else None
-        web = make_label_store(self)
+        self.remote: AsyncLearner | None = None  # reward_training=async: the background learner
+        web = make_label_store(self) if cfg.reward_training == "sync" else None
         self.label_store: LabelStore | None = web[0] if web is not None else None
         self.label_tokens: list[tuple[str, str | None]] = web[1] if web is not None else []
         self.label_server: Any = None
-        self.learner: PreferenceLearner | None = make_learner(self) if cfg.learn_reward else None
+        if cfg.reward_training == "async":  # labels, store and training are in its process
+            self.remote = AsyncLearner(self)
+            # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
+            self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
+        else:
+            self.learner = make_learner(self) if cfg.learn_reward else None
         self.reward_model: RewardEnsemble | None = \
             self.learner.model if self.learner is not None else None
 
@@ -289,6 +296,8 @@ class Workspace:
         """Train from the current step up to ``until`` (default: the end) with the driver."""
         if self.label_store is not None and self.label_server is None:
             self.label_server = start_label_server(self)
+        if self.remote is not None:
+            self.remote.start()
         self.driver.run(self, self.cfg.num_train_steps if until is None else until)
 
     def logger_info(self, message: str, colour: str = "") -> None:
@@ -372,15 +381,27 @@ class Workspace:
             f"{type(self.env.action_space).__name__} action space"
 
     def feedback_due(self) -> bool:
-        """A feedback round is due: every ``num_interact`` steps while feedback is open."""
+        """A feedback round is due: every ``num_interact`` steps while feedback is open
+        (``reward_training=async``: a new reward-model version is published)."""
+        if self.remote is not None:
+            return self.remote.newer()
         return self.learner is not None and self.interact_count >= self.cfg.num_interact \
             and self.learner.is_open()
 
     def feedback_round(self, first: bool = False, ask: bool = True,
-                       final: bool = False) -> RoundReport | None:
+                       final: bool = False) -> RoundReport | int | None:
         """One round of the learner (queries from the last ``query_pool_episodes`` finished
         episodes; ``ask=False``: only gather the answers that exist; ``final``: the run ends,
-        see :meth:`PreferenceLearner.round`), logged."""
+        see :meth:`PreferenceLearner.round`), logged. ``reward_training=async``: the newest
+        published version is loaded instead (``first``: waited for), and returned (``None``
+        when there is none newer)."""
+        if self.remote is not None:
+            self.interact_count = 0
+            version = self.remote.take(wait=first)
+            if version is not None:
+                self.logger.info(f"step {self.step}: reward model version {version} in use "
+                                 f"({len(self.remote.dataset)} labels)", "cyan")
+            return version
         assert self.learner is not None
         pool = max(0, self.episodes_started - self.cfg.query_pool_episodes
                    - len(self.running_episodes))
@@ -470,7 +491,10 @@ class Workspace:
             self.learner.dataset.save(self.run_dir / "preferences")
 
     def maybe_checkpoint(self, force: bool = False) -> None:
-        """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``)."""
+        """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``);
+        none with ``reward_training=async``, which cannot be resumed."""
+        if self.remote is not None:
+            return
         if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency:
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
@@ -631,6 +655,8 @@ class Workspace:
 
         Nothing is saved here (the interrupted step may be half done); a person's answers are
         saved as given, and web answers wait in the label store for ``resume=``."""
+        if self.remote is not None:  # the background learner saves its labels and stops
+            self.remote.close()
         if self.label_server is not None:
             self.label_server.stop()
             self.label_server = None
@@ -640,6 +666,10 @@ class Workspace:
         close_progress_bars()
         for env in (self.env, self.eval_env):
             env.close()
+        if self.remote is not None:
+            return (f"stopped at step {self.step}; an async run cannot be resumed: its labels "
+                    f"are in {self.run_dir / 'preferences'} (a new run with prefs_path= keeps "
+                    "them)")
         if not (self.run_dir / "checkpoints" / STATE_FILE).is_file():
             first = min(self.pretrain_end, self.cfg.checkpoint_frequency)
             return (f"stopped at step {self.step}, before the first checkpoint (at step "
@@ -662,6 +692,8 @@ class Workspace:
             self.label_server = None
             self.logger.info("labeling server stopped; keep labeling this run with "
                              f"scripts/label_server.py {self.run_dir}", "cyan")
+        if self.remote is not None:  # its last gather and save; its last version is taken
+            self.remote.close()
         if self.learner is not None and self.learner.unsaved_answers():
             self.feedback_round(ask=False, final=True)
         self.save_checkpoints()

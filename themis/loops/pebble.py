@@ -150,6 +150,7 @@ def run(ws: Workspace, until: int) -> None:
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     governor = ws.thread_governor
+    remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         if governor is not None:  # one thread while other processes use the cores
             governor.poll()
@@ -190,6 +191,11 @@ def run(ws: Workspace, until: int) -> None:
         # first feedback round relabels the buffer (pretraining uses the intrinsic reward),
         # and the reward model labels every later transition (lazily, in batches).
         stored_reward = 0.0 if cfg.learn_reward else true_reward
+        if remote is not None:
+            remote.record(0, obs, action, true_reward, terminated, frame)
+            if terminated or truncated:
+                remote.end_episode(0)
+            remote.stepped(1)
         if ws.frames is not None:  # the frame shows `obs`, the state the action was taken in
             ws.frames.add(buffer.ptr, frame)
             frame = env.render()

@@ -204,6 +204,7 @@ def run(ws: Workspace, until: int) -> None:
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
     last_log_time, last_log_step = time.time(), ws.step
     governor = ws.thread_governor
+    remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
         # ------------------------------------------------------------ collect a rollout
@@ -223,6 +224,11 @@ def run(ws: Workspace, until: int) -> None:
                 bootstrap[t, cut] = agent.value(final)
             for i in range(n_envs):
                 staging[i].append(obs[i], eye[act[i]], float(reward[i]), frames[i])
+                if remote is not None:
+                    remote.record(i, obs[i], eye[act[i]], float(reward[i]),
+                                  bool(terminated[i]), frames[i])
+                    if terminated[i] or truncated[i]:
+                        remote.end_episode(i)
                 if terminated[i] or truncated[i]:
                     staging[i].flush(buffer, bool(terminated[i]), ws.frames)
                     ws.end_episode(staging[i].episode_return, staging[i].t)
@@ -232,6 +238,8 @@ def run(ws: Workspace, until: int) -> None:
                 frames = envs.call("render")
             ws.step += n_envs
             ws.interact_count += n_envs
+            if remote is not None:
+                remote.stepped(n_envs)
         for stage in staging:  # unfinished episodes: this rollout's steps to the store
             stage.flush(buffer, frames=ws.frames)
 

@@ -53,6 +53,7 @@ LOOP_KEYS: dict[str, str] = {
     "xplain_action": "explanations of the policy need Themis's own agent",
     "xplain_state": "explained clips are not in the wrapper yet",
     "checkpoint_frequency": "the learner checkpoints after every feedback round",
+    "reward_training": "the wrapper's learner always runs in the background",
 }
 """Keys of Themis's own training loop, refused by the wrapper, and why."""
 

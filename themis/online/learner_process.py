@@ -142,6 +142,10 @@ class OnlineLearner:
 
         self.cfg, self.online, self.spec, self.shared = cfg, online, spec, shared
         self.run_dir = run_dir
+        self.loop = bool(online.get("loop", False))
+        """The learner of Themis's own loop (``reward_training=async``,
+        :mod:`themis.online.loop`): no ``train.csv`` rows (the loop writes them), checkpoints
+        in ``checkpoints/learner/``."""
         set_seed_everywhere(cfg.seed)
         self.logger = Logger(run_dir, backends=cfg.logger)
         self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
@@ -245,6 +249,9 @@ class OnlineLearner:
         for episode_return, length in ended:
             self.recent_returns.append(episode_return)
             self.recent_lengths.append(length)
+            if self.loop:  # Themis's own loop writes train.csv
+                self.episodes += 1
+                continue
             self.logger.train.write({
                 "step": self.steps, "episode": self.episodes, "episode_reward": episode_return,
                 "episode_length": length, "total_feedback": self.learner.total_feedback,
@@ -252,7 +259,8 @@ class OnlineLearner:
                 "reward_accuracy": self.learner.reward_accuracy,
                 "model_version": self.trainings})
             self.episodes += 1
-        if self.steps - self.last_log >= self.cfg.log_frequency and self.recent_returns:
+        if self.steps - self.last_log >= self.cfg.log_frequency and self.recent_returns \
+                and not self.loop:
             self.last_log = self.steps
             self.logger.console("train", {
                 "step": self.steps, "episode_reward": float(np.mean(self.recent_returns)),
@@ -310,6 +318,8 @@ class OnlineLearner:
             if report.epochs > 0:
                 self.publish()
             self.checkpoint()
+        self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
+                           len(self.learner.dataset), self.learner.reward_accuracy))
         return report
 
     def reward_stats(self) -> tuple[float, float, float]:
@@ -328,6 +338,8 @@ class OnlineLearner:
         """Publish the current model as the next version."""
         self.learner.model.eval()
         self.trainings += 1
+        self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
+                           len(self.learner.dataset), self.learner.reward_accuracy))
         self.shared.publish(self.learner.model, self.reward_stats(), self.trainings)
 
     def state_dict(self) -> dict[str, Any]:
@@ -345,7 +357,7 @@ class OnlineLearner:
         from themis.checkpoint import save_checkpoint
         from themis.reward.ensemble import save_reward_model
 
-        ckpt = self.run_dir / "checkpoints"
+        ckpt = self.run_dir / "checkpoints" / ("learner" if self.loop else "")
         save_checkpoint(self.state_dict(), ckpt)
         if self.trainings:
             save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.steps,

@@ -21,6 +21,9 @@ from themis.reward.ensemble import RewardEnsemble
 STATS = 3
 """Normalisation statistics published with a version: mean, variance, sample count."""
 
+COUNTERS = ("total_feedback", "labeled_feedback", "labels", "reward_accuracy")
+"""The learner's counters, published after each round (:meth:`SharedWeights.count`)."""
+
 
 def flat_size(model: RewardEnsemble) -> int:
     """Floats in the model's state dict."""
@@ -43,7 +46,18 @@ class SharedWeights:
         self.weights = ctx.RawArray(ctypes.c_float, size)
         self.stats = ctx.RawArray(ctypes.c_double, STATS)
         self.version = ctx.RawValue(ctypes.c_int64, 0)
+        self.counters = ctx.RawArray(ctypes.c_double, len(COUNTERS))
+        self.counters[3] = float("nan")
         self.lock = ctx.Lock()
+
+    def count(self, values: tuple[float, ...]) -> None:
+        """Publish the learner's counters (:data:`COUNTERS`; learner side, no lock: each is
+        read on its own, for logs)."""
+        self.counters[:] = [float(v) for v in values]
+
+    def counts(self) -> dict[str, float]:
+        """The last published counters, by name (:data:`COUNTERS`)."""
+        return dict(zip(COUNTERS, self.counters[:], strict=True))
 
     def publish(self, model: RewardEnsemble, stats: tuple[float, float, float],
                 version: int) -> None:

@@ -232,6 +232,20 @@ class OnlineReward:
         self.dropped = 0
 
         # --- the learner process
+        spec = EnvSpec(env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
+                       self.discrete, max_episode_steps, capacity)
+        self.start_learner(model, spec, {"resume": resume,
+                                         "reward_model": online.reward_model})
+
+    def start_learner(self, model: RewardEnsemble, spec: EnvSpec,
+                      online_dict: dict[str, Any]) -> None:
+        """Start the learner process (:func:`themis.online.learner_process.main`) for
+        ``self.cfg`` and wait until it is ready; ``model`` gives the published weights' size.
+
+        Raises:
+            ConfigError: the learner refused the setup (one line).
+            PreferenceLearnerError: it could not start.
+        """
         ctx: Any = torch.multiprocessing.get_context(
             "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         if ctx.get_start_method() == "forkserver":
@@ -240,9 +254,7 @@ class OnlineReward:
         self.queue = ctx.Queue(maxsize=QUEUE_MESSAGES)
         control_read, self.control = ctx.Pipe(duplex=False)
         self.status, status_write = ctx.Pipe(duplex=False)
-        spec = EnvSpec(env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
-                       self.discrete, max_episode_steps, capacity)
-        online_dict = {"resume": resume, "reward_model": online.reward_model}
+        cfg = self.cfg
         threads = int(cfg.torch_threads) if str(cfg.torch_threads).isdigit() \
             and int(cfg.torch_threads) > 0 else 1
         terminal = cfg.human_teacher and cfg.teacher_ui == "terminal"

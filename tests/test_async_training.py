@@ -1,0 +1,197 @@
+"""``reward_training=async``: Themis's own SAC and PPO loops with the background learner.
+
+The agent keeps stepping while the learner process asks and trains; each new reward-model
+version is loaded into the loop's model, and the replay buffer is relabelled with it (SAC) or
+the next rollout is rewarded by it (PPO). What async cannot do is refused with one line, and
+no learner process outlives the run (its end, or a SIGTERM of the training process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import ROOT, TINY_PENDULUM
+from themis.loops import pebble, prefppo
+from themis.reward import load_reward_model
+from themis.train import make_workspace
+from themis.utils import ConfigError
+
+ASYNC = [*TINY_PENDULUM, "num_train_steps=2000", "reward_training=async", "torch_threads=1",
+         "precision=fp32"]
+
+
+def flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1).float().cpu() for t in model.state_dict().values()])
+
+
+@pytest.mark.slow
+def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
+        compose, tmp_path, monkeypatch):
+    ws = make_workspace(compose([*ASYNC, "num_train_steps=3000"]), tmp_path)
+    seen: list[tuple[int, torch.Tensor]] = []
+    real_relabel = pebble.relabel
+
+    def relabel(ws_: object) -> None:
+        real_relabel(ws)
+        buffer = pebble.replay(ws)
+        buffer._label_pending()
+        n = len(buffer)
+        want = ws.learner.reward(buffer.obs[:n], buffer.actions[:n])
+        np.testing.assert_allclose(buffer.rewards[:n].reshape(-1), want.reshape(-1),
+                                   rtol=1e-5, atol=1e-6)  # r̂ of the version in use
+        seen.append((ws.remote.version, flat(ws.learner.model)))
+
+    monkeypatch.setattr(pebble, "relabel", relabel)
+    ws.run()
+    ws.finish()
+    versions = [v for v, _ in seen]
+    assert len(seen) >= 2 and versions == sorted(set(versions)) and versions[0] == 1
+    assert not torch.equal(seen[0][1], seen[-1][1])  # the reward model was trained on
+    rounds = pd.read_csv(tmp_path / "reward.csv")  # written by the learner process
+    assert len(rounds) >= 2 and rounds["total_feedback"].is_monotonic_increasing
+    # the loop ends with the learner's newest model
+    mine = load_reward_model(str(tmp_path / "checkpoints" / "reward_model.pt"))
+    newest = load_reward_model(str(tmp_path / "checkpoints" / "learner" / "reward_model.pt"))
+    assert torch.equal(flat(mine), flat(newest))
+    assert (tmp_path / "preferences" / "meta.json").is_file()
+    assert len(pd.read_csv(tmp_path / "train.csv"))  # the loop's own rows, one writer
+    assert not ws.remote.channel.process.is_alive()  # no learner process left
+    assert not (tmp_path / "checkpoints" / "state.pt").exists()  # not resumable: none written
+
+
+@pytest.mark.slow
+def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp_path,
+                                                                     monkeypatch):
+    ws = make_workspace(compose([
+        *ASYNC, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2", "ppo.num_steps=32",
+        "num_train_steps=4000"]), tmp_path)
+    used: list[int] = []
+    real = prefppo.learned_rewards
+
+    def learned_rewards(ws_: object, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        used.append(ws.remote.version)
+        time.sleep(0.05)  # a slower agent: later versions come inside the run on a busy machine
+        return real(ws, obs, actions)
+
+    monkeypatch.setattr(prefppo, "learned_rewards", learned_rewards)
+    ws.run()
+    ws.finish()
+    assert used[0] == 1 and max(used) >= 2 and used == sorted(used)
+    assert len(pd.read_csv(tmp_path / "reward.csv")) >= 2
+    assert not ws.remote.channel.process.is_alive()
+
+
+@pytest.mark.parametrize("override, words", [
+    ("reward_training=later", "reward_training=later is unknown"),
+    ("method=qpa", "method=qpa"),
+    ("method=mrn", "method=mrn"),
+    ("method=rime", "RIME's warm start"),
+    ("learn_reward=false", "learn_reward=false"),
+    ("xplain_state=true", "explained clips"),
+])
+def test_what_async_cannot_do_is_one_line(compose, tmp_path, override, words):
+    with pytest.raises(ConfigError) as error:
+        make_workspace(compose([*ASYNC, override]), tmp_path)
+    text = str(error.value)
+    assert words in text and "\n" not in text
+
+
+def test_resume_of_an_async_run_is_refused_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("reward_training: async\n")
+    out = subprocess.run([sys.executable, "-m", "themis.train", f"resume={run}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "resume of an async run is not supported" in out.stderr
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (the forkserver and the learner it forked)."""
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        parent = frontier.pop()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+                child = int(stat.parent.name)
+                if child not in found:
+                    found.add(child)
+                    frontier.add(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_sigterm_of_an_async_run_leaves_no_learner_process(tmp_path):
+    run = tmp_path / "run"
+    args = [a for a in ASYNC if not a.startswith("num_train_steps")]
+    proc = subprocess.Popen([sys.executable, "-m", "themis.train", *args,
+                             "num_train_steps=1000000", "eval_frequency=100000",
+                             f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "THEMIS_THREADS": "1"})
+    deadline = time.time() + 120
+    while not (run / "reward.csv").is_file() and time.time() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.2)
+    learners = children(proc.pid)
+    assert learners, "no learner process"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    deadline = time.time() + 45
+    while any(alive(p) for p in learners) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in learners), "a learner process outlived the run"
+
+
+@pytest.mark.slow
+def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp_path):
+    """The snapshot's buffer goes to the learner: its first round (due at once) is asked,
+    instead of the loop waiting for steps the learner never got."""
+    pre = make_workspace(compose([*TINY_PENDULUM, "torch_threads=1"]), tmp_path / "pre")
+    pre.run(until=400)
+    snapshot = pre.save_snapshot()
+    ws = make_workspace(compose([*ASYNC, f"pretrained_snapshot={snapshot}"]), tmp_path / "run")
+    assert ws.step == 400
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "run" / "reward.csv")
+    assert rounds["step"].iloc[0] == 400 and len(rounds) >= 2
+
+
+def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path):
+    """The learner cannot write preferences/ (a file is in the way): the loop stops with one
+    PreferenceLearnerError line (exit code 1 through ./themis_train.sh), and no process stays."""
+    from themis.online.wrapper import PreferenceLearnerError
+
+    ws = make_workspace(compose(ASYNC), tmp_path)
+    (tmp_path / "preferences").write_text("in the way")
+    with pytest.raises(PreferenceLearnerError) as error:
+        ws.run()
+    assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
+    assert "cannot be resumed" in ws.stopped("./themis_train.sh")
+    assert not ws.remote.channel.process.is_alive()

@@ -1,0 +1,315 @@
+"""Asynchronous reward learning in Themis's own loops (``reward_training=async``).
+
+With ``reward_training=sync`` (the default) the SAC and PPO loops stop at every feedback round
+while the teacher answers and the ensemble trains (PEBBLE, B-Pref). With ``async`` the same
+background learner as :class:`themis.PreferenceLearningWrapper`'s
+(:mod:`themis.online.learner_process`: query selection, teachers and channels, the
+``preferences/`` dataset, ``reward.csv``, reward training) runs beside the loop, as in
+Christiano et al. (2017, Sec. 2.2.1): the loop sends it every step it takes and keeps stepping;
+when a new reward-model version is published, the loop loads its weights into its own copy of
+the reward model and relabels the replay buffer with it (SAC) or uses it for the next rollout
+(PPO).
+
+:class:`AsyncLearner` takes the place of the workspace's
+:class:`~themis.feedback.PreferenceLearner` (``ws.learner``) for what the loops ask of it:
+r̂ of a batch, the counters for the logs, and :meth:`AsyncLearner.take`, the new version if one
+is there. The first version is waited for at the end of pretraining (the learner's first round
+comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that the critic reset and the
+``reset_update`` updates see a learned reward, as in PEBBLE; later versions are taken when
+they come.
+
+What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
+checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
+``checkpoints/reward_model.pt`` (the version the agent uses). A resume of an async run is
+refused (:func:`themis.config.check_reward_training`), and so are QPA, MRN, RIME's warm start
+and explained clips, which need the agent inside the learner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from themis.buffers import EpisodeStore
+from themis.online.keys import OnlineKeys
+from themis.online.learner_process import EnvSpec
+from themis.online.segments import Run, StepRecorder
+from themis.online.weights import load_flat
+from themis.online.wrapper import OnlineReward, PreferenceLearnerError
+from themis.reward.ensemble import RewardEnsemble
+from themis.utils import eval_mode
+
+if TYPE_CHECKING:
+    from themis.workspace import Workspace
+
+WAIT_LINE_AFTER = 10.0
+"""Seconds of waiting for the first reward model before the loop says that it waits."""
+
+
+class LoopChannel(OnlineReward):
+    """The wrapper's agent side, for a workspace: the step recorder, the queue to the learner
+    process, its start, crash watch and close (:class:`themis.online.wrapper.OnlineReward`),
+    configured from the run's own config (not from wrapper keys).
+
+    Args:
+        ws: the workspace; its config, env shapes, run dir and step.
+        model: the loop's reward model (gives the size of the published weights).
+
+    Raises:
+        ConfigError: the learner refused its setup (one line: a labeling port taken, ...).
+        PreferenceLearnerError: the learner process could not start.
+    """
+
+    def __init__(self, ws: Workspace, model: RewardEnsemble) -> None:
+        self._closed = True  # until the process runs
+        cfg = ws.cfg
+        self.n_envs = cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1
+        self.env_id, self.run_dir = ws.env_id, ws.run_dir
+        self.transform = None  # make_env already prepared the observations
+        self.obs_shape, self.obs_dtype = tuple(ws.obs_shape), np.dtype(ws.obs_dtype)
+        self.discrete, self.action_dim, self.eye = ws.discrete, ws.action_dim, None
+        # the learner's first round comes when the loop's pretraining ends
+        self.cfg = dataclasses.replace(cfg, num_seed_steps=ws.pretrain_end, num_unsup_steps=0)
+        self.online = OnlineKeys()  # close_timeout: the final gather and save
+        self.frame_height = None  # the loop's frames are rendered at the clip size already
+        self.total_steps = ws.step
+        self.flush_steps = max(256, 4 * cfg.segment * self.n_envs)
+        self.recorder = StepRecorder(self.n_envs, cfg.segment, self.obs_shape, self.obs_dtype,
+                                     self.action_dim, self.flush_steps + cfg.segment)
+        self.last_flush = time.monotonic()
+        self.dropped = 0
+        spec = EnvSpec(ws.env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
+                       self.discrete, ws.max_episode_steps, ws.buffer.capacity)
+        self.start_learner(model, spec, {"resume": False, "reward_model": None, "loop": True})
+        if len(ws.buffer):  # a pretraining snapshot's steps: queries may come from them too
+            self.send_stored(ws.buffer, ws.step,
+                             list(zip(ws.recent_returns, ws.recent_lengths, strict=False)))
+
+    def send_stored(self, buffer: EpisodeStore, step: int,
+                    ended: list[tuple[float, int]]) -> None:
+        """Send the steps already in the loop's store (a pretraining snapshot's), oldest
+        first, in runs of one episode; the loop's next episodes are numbered after them.
+
+        Args:
+            buffer: the workspace's store.
+            step: the loop's step (the learner's step count starts there).
+            ended: ``(true return, length)`` of the recent episodes (the teacher's margin).
+        """
+        n = len(buffer)
+        slots = (buffer.ptr - n + np.arange(n)) % buffer.capacity
+        episodes = buffer.episode[slots]
+        runs = []
+        for part in np.split(slots, np.flatnonzero(np.diff(episodes) != 0) + 1):
+            if len(part) < self.cfg.segment:
+                continue
+            try:
+                obs = buffer.observations(part)
+            except ValueError:  # stacked frames partly overwritten: not a whole clip
+                continue
+            runs.append(Run(int(buffer.episode[part[0]]), int(buffer.t[part[0]]),
+                            obs.astype(self.obs_dtype, copy=False),
+                            buffer.actions[part].astype(np.float32),
+                            buffer.true_rewards[part].copy(), buffer.not_dones[part] == 0))
+        base = int(episodes.max()) + 1
+        for i, recorder in enumerate(self.recorder.recorders):
+            recorder.episode = base + i
+        self.recorder.next_episode = base + len(self.recorder.recorders)
+        if runs:
+            self.queue.put(("steps", runs, ended, step), timeout=60)
+
+
+class PublishedLabels:
+    """``len()`` of the labels the learner had at its last round (the loop relabels once
+    there are some); the learner process writes ``preferences/`` itself."""
+
+    def __init__(self, owner: AsyncLearner) -> None:
+        self.owner = owner
+
+    def __len__(self) -> int:
+        return int(self.owner.counts()["labels"])
+
+    def save(self, path: Any) -> None:
+        """Nothing: the learner process saves the dataset."""
+
+
+class NoStats:
+    """The label statistics of ``eval.csv`` (in ``reward.csv`` per round with async)."""
+
+    def as_dict(self) -> dict[str, float]:
+        """NaN for ``skip_fraction``, ``equal_fraction`` and ``oracle_agreement``."""
+        return dict.fromkeys(("skip_fraction", "equal_fraction", "oracle_agreement"),
+                             float("nan"))
+
+
+class AsyncLearner:
+    """``ws.learner`` with ``reward_training=async``: the loop's copy of the reward model,
+    fed by the background learner's published versions (see the module docstring).
+
+    Args:
+        ws: the workspace (its shapes, device and config; the process starts in
+            :meth:`start`, when the run starts).
+    """
+
+    def __init__(self, ws: Workspace) -> None:
+        cfg = ws.cfg
+        self.ws = ws
+        self.model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size,
+                                    cfg.reward_hidden_dim, cfg.reward_hidden_depth,
+                                    obs_shape=ws.obs_shape).to(ws.device)
+        self.model.precision = ws.precision
+        self.model.eval()
+        self.bonus: Any = None
+        if cfg.rune.enabled:
+            from themis.methods.rune import UncertaintyBonus
+
+            self.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step),
+                                          on_policy=ws.driver.NAME == "ppo")
+        self.channel: LoopChannel | None = None
+        self.version = 0  # the version in use (0: none yet)
+        self.dataset = PublishedLabels(self)
+        self.stats = NoStats()
+
+    # ------------------------------------------------------------------ the process
+    def start(self) -> None:
+        """Start the learner process (once; the run's start).
+
+        Raises:
+            ConfigError, PreferenceLearnerError: see :class:`LoopChannel`.
+        """
+        if self.channel is None:
+            self.channel = LoopChannel(self.ws, self.model)
+
+    def close(self) -> None:
+        """Send the last steps, let the learner gather the last answers and save, stop it;
+        then take its last version."""
+        if self.channel is not None and not self.channel._closed:
+            self.channel.close()
+            self.take()
+
+    # ------------------------------------------------------------------ steps
+    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+               terminated: bool, frame: np.ndarray | None = None) -> None:
+        """Sub-env ``i``'s step: ``obs`` the observation the action was taken in,
+        ``action`` ``(action_dim,)`` (one-hot for discrete actions), the env's reward,
+        termination, the frame of ``obs`` (people watch clips)."""
+        assert self.channel is not None
+        self.channel.record(i, obs, np.asarray(action, np.float32).reshape(-1), true_reward,
+                            terminated, frame)
+
+    def end_episode(self, i: int) -> None:
+        """Sub-env ``i``'s episode ended after its last recorded step."""
+        assert self.channel is not None
+        self.channel.end_episode(i)
+
+    def stepped(self, n: int) -> None:
+        """``n`` env steps were recorded (sent to the learner when due).
+
+        Raises:
+            PreferenceLearnerError: the learner crashed or was killed.
+        """
+        assert self.channel is not None
+        self.channel.check()
+        self.channel.stepped(n)
+
+    # ------------------------------------------------------------------ versions
+    def newer(self) -> bool:
+        """A newer version than the one in use is published (a few ns: one shared read)."""
+        return self.channel is not None and self.channel.shared.version.value != self.version
+
+    def take(self, wait: bool = False) -> int | None:
+        """Load the newest published version into :attr:`model`; ``wait``: the end of
+        pretraining, wait for the first one (the steps are sent first).
+
+        Returns:
+            the version loaded, or ``None`` when there is none newer.
+
+        Raises:
+            PreferenceLearnerError: the learner crashed or ended while waited for.
+        """
+        channel = self.channel
+        if channel is None:
+            return None
+        if wait and self.version == 0:
+            channel.flush(block=True)
+            start, said = time.monotonic(), False
+            while channel.shared.version.value == 0:
+                channel.check()
+                if not channel.process.is_alive():
+                    channel.process.join(1)
+                    raise PreferenceLearnerError(f"the preference learner process ended "
+                                                 f"(exit code {channel.process.exitcode})")
+                if not said and time.monotonic() - start > WAIT_LINE_AFTER:
+                    said = True
+                    self.ws.logger_info(f"step {self.ws.step}: waiting for the first reward "
+                                        "model of the background learner", "cyan")
+                time.sleep(0.01)
+        got = channel.shared.read(self.version)
+        while wait and got is None and channel.shared.version.value != self.version:
+            time.sleep(0.001)  # the learner is writing it right now
+            got = channel.shared.read(self.version)
+        if got is None:
+            return None
+        self.version, flat, _ = got
+        load_flat(self.model, flat)
+        self.model.eval()
+        return self.version
+
+    # ------------------------------------------------------------------ the learner's face
+    def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """Ensemble-mean r̂(s, a) of the version in use (RUNE: plus β_t × the ensemble's
+        std): ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        with eval_mode(self.model):
+            if self.bonus is not None:
+                return self.bonus(self.model.predict_members(obs, action))
+            return self.model.predict(obs, action)
+
+    def counts(self) -> dict[str, float]:
+        """The learner's last published counters (zeros before it runs)."""
+        if self.channel is None:
+            return {"total_feedback": 0.0, "labeled_feedback": 0.0, "labels": 0.0,
+                    "reward_accuracy": float("nan")}
+        return self.channel.shared.counts()
+
+    @property
+    def total_feedback(self) -> int:
+        return int(self.counts()["total_feedback"])
+
+    @property
+    def labeled_feedback(self) -> int:
+        return int(self.counts()["labeled_feedback"])
+
+    @property
+    def reward_accuracy(self) -> float:
+        return float(self.counts()["reward_accuracy"])
+
+    def is_open(self) -> bool:
+        """Feedback is the learner's business: always open from the loop's side."""
+        return True
+
+    def pending(self) -> int:
+        return 0
+
+    def unsaved_answers(self) -> bool:
+        """The learner process gathers and saves the answers itself."""
+        return False
+
+    def fit_saved_labels(self, source: str) -> None:
+        """Nothing: the learner process fits ``prefs_path`` when it starts."""
+
+    def warm_start(self, draw: Any) -> None:
+        """Nothing (RIME's warm start is refused with async)."""
+
+    def update_between_rounds(self, agent: Any, step: int, sample: Any) -> bool:
+        """Nothing (MRN is refused with async)."""
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a workspace checkpoint holds of it: the version in use (an async run is not
+        resumed; the learner checkpoints itself in ``checkpoints/learner/``)."""
+        return {"reward_training": "async", "model_version": self.version}
+
+
+__all__ = ["AsyncLearner", "LoopChannel"]
