@@ -21,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.environments.moving_dot import atari_preprocessing
 from themis.suites import (  # DeepMind Control and Meta-World adapters
     dmc_aliases,
     dmc_ids,
@@ -268,6 +269,9 @@ DOMAINS: dict[str, Domain] = {
     "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=dmc_ids,
                   aliases=dmc_aliases, make=make_dmc, wrap=lambda env: env,
                   setup=dmc_setup),
+    # MovingDot (themis/environments/moving_dot.py), with DRLHP's Atari preprocessing
+    "MovingDot": Domain("MovingDot", entry_points=("themis.environments.moving_dot",),
+                        wrap=atari_preprocessing),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
@@ -361,11 +365,17 @@ def make_env(domain: str, env: str, seed: int | None = None,
 
 
 def episode_limit(env: gym.Env) -> int | None:
-    """The time limit of an env: its ``max_episode_steps``, MiniGrid's ``max_steps``, Atari's
-    frame limit in agent steps, or None if it has none."""
+    """The time limit of an env in agent steps: its ``max_episode_steps`` (frames divided by the
+    skip of a ``MaxAndSkipObservation``, MovingDot), MiniGrid's ``max_steps``, Atari's frame
+    limit in agent steps, or None if it has none."""
     spec = env.spec
     if spec is not None and spec.max_episode_steps is not None:
-        return int(spec.max_episode_steps)
+        skip, inner = 1, env
+        while inner is not None:
+            if isinstance(inner, gym.wrappers.MaxAndSkipObservation):
+                skip *= int(inner._skip)
+            inner = getattr(inner, "env", None)
+        return -(-int(spec.max_episode_steps) // skip)
     max_steps = getattr(env.unwrapped, "max_steps", None)
     if isinstance(max_steps, int):
         return max_steps

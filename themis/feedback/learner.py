@@ -146,7 +146,8 @@ class PreferenceLearner:
         if hasattr(store, "readable"):
             idx = idx[store.readable(idx)]
         with eval_mode(self.model):
-            members = self.model.predict_members(store.observations(idx), store.actions[idx])
+            members = self.model.predict_members(store.observations(idx).reshape(len(idx), -1),
+                                                 store.actions[idx])
         self.normaliser.fit(members)
 
     def model_changed(self) -> None:
