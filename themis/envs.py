@@ -369,12 +369,13 @@ def episode_limit(env: gym.Env) -> int | None:
     skip of a ``MaxAndSkipObservation``, MovingDot), MiniGrid's ``max_steps``, Atari's frame
     limit in agent steps, or None if it has none."""
     spec = env.spec
+    wrapper: Any
     if spec is not None and spec.max_episode_steps is not None:
-        skip, inner = 1, env
-        while inner is not None:
-            if isinstance(inner, gym.wrappers.MaxAndSkipObservation):
-                skip *= int(inner._skip)
-            inner = getattr(inner, "env", None)
+        skip, wrapper = 1, env
+        while wrapper is not None:
+            if isinstance(wrapper, gym.wrappers.MaxAndSkipObservation):
+                skip *= int(wrapper._skip)
+            wrapper = getattr(wrapper, "env", None)
         return -(-int(spec.max_episode_steps) // skip)
     max_steps = getattr(env.unwrapped, "max_steps", None)
     if isinstance(max_steps, int):
