@@ -94,7 +94,7 @@ def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: boo
         interact = max(steps // 4, 256)
         out += ["ppo.num_envs=2", "ppo.num_steps=64", "num_eval_episodes=1", "num_seed_steps=0",
                 f"num_unsup_steps={interact}", "reward_update=2",
-                "+env_kwargs.max_num_frames_per_episode=4000"]
+                "+env_kwargs.max_num_frames_per_episode=1000"]
     else:
         out += ["ppo.num_envs=16", "num_eval_episodes=3"]
     if variant == "ppo_true":
@@ -300,7 +300,7 @@ return through the labeling page's HTTP API):
       domain=ALE env=EnduroNoFrameskip-v4 +recipe=drlhp num_train_steps=2048 \\
       num_seed_steps=0 num_unsup_steps=512 num_interact=512 max_feedback=24 reward_batch=8 \\
       query_schedule=constant ppo.num_envs=2 ppo.num_steps=64 reward_update=2 \\
-      eval_frequency=2048 num_eval_episodes=1 +env_kwargs.max_num_frames_per_episode=2000
+      eval_frequency=2048 num_eval_episodes=1 +env_kwargs.max_num_frames_per_episode=1000
 """
 
 
