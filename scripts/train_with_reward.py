@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 
+from themis.config import check_named_code
 from themis.envs import make_env
 from themis.reward.ensemble import load_reward_model
 from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, set_num_threads
@@ -100,8 +101,15 @@ def main(argv: list[str] | None = None) -> int:
               "and env in it)", file=sys.stderr)
         return 2
 
+    try:  # a received run folder may not name code to import (env=module:Id, obs_transform)
+        check_named_code(cfg, config_file)
+    except ConfigError as e:
+        print(f"train_with_reward: error: {e}", file=sys.stderr)
+        return 2
+
     def make(wrapped: bool) -> gym.Env:
-        env = make_env(cfg["domain"], cfg["env"], seed=args.seed)
+        env = make_env(cfg["domain"], cfg["env"], seed=args.seed,
+                       obs_transform=cfg.get("obs_transform"))
         return LearnedRewardWrapper(env, reward_model, normalize=args.normalize) if wrapped \
             else env
 

@@ -1,7 +1,9 @@
 """Themis: reinforcement learning from human preferences (PEBBLE, BPref) in PyTorch.
 
-The public entry points for using a learned reward outside Themis' own loop:
-:class:`LearnedRewardWrapper`, :func:`load_reward_model` and :class:`PreferenceDataset`.
+The public entry points for using preference learning outside Themis' own loop:
+:class:`PreferenceLearningWrapper` (any agent learns from preferences through the env; its
+vectorised forms are in :mod:`themis.online`), :class:`LearnedRewardWrapper` (a frozen learned
+reward), :func:`load_reward_model` and :class:`PreferenceDataset`.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["LearnedRewardWrapper", "PreferenceDataset", "RewardEnsemble", "__version__",
-           "load_reward_model"]
+__all__ = ["LearnedRewardWrapper", "PreferenceDataset", "PreferenceLearningVectorEnv",
+           "PreferenceLearningWrapper", "RewardEnsemble", "__version__", "load_reward_model"]
 
 _LAZY = {
     "LearnedRewardWrapper": "themis.wrappers",
     "PreferenceDataset": "themis.reward.dataset",
+    "PreferenceLearningWrapper": "themis.online.wrapper",
+    "PreferenceLearningVectorEnv": "themis.online.wrapper",
     "RewardEnsemble": "themis.reward.ensemble",
     "load_reward_model": "themis.reward.ensemble",
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ class TrainConfig:
     """Environment name within the domain (short or full gymnasium id)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
+    obs_transform: str | None = None
+    """Dict observations as one array: a key (obs_transform=image) or a module:function called
+    with each observation (DRLHP's obs_transform_func; themis/observations)."""
     seed: int = 0
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
@@ -250,7 +254,11 @@ class TrainConfig:
     hydra.run.dir=RUN_DIR. The run's saved config is used; other overrides on the command line
     are applied on top (e.g. a larger num_train_steps)."""
     pretrained_snapshot: str | None = None
-    """train: start from a snapshot written by themis_pretrain.sh."""
+    """train: start from a snapshot written by themis_pretrain.sh (or, agent only, from a
+    run's checkpoints/agent.pt)."""
+    pretrained_policy: str | None = None
+    """Start the agent from a Stable-Baselines3 model (.zip of SAC for Box actions, PPO or A2C
+    for Discrete) with the same network shapes; read without unpickling (themis/agents/sb3.py)."""
     prefs_path: str | None = None
     """A saved preference dataset (folder) the reward model is trained on before any query;
     with max_feedback=0 the reward is learned from it alone."""
@@ -545,6 +553,33 @@ def check_no_resolvers(cfg: Any, where: str | Path) -> None:
     visit(plain, "")
 
 
+def named_code(cfg: Any) -> dict[str, str]:
+    """Config values that name code for this process to import and call:
+    ``obs_transform=module:function`` and ``env=module:EnvId`` (``domain=Gym`` imports the
+    module). Keys with such values -> the values."""
+    found = {}
+    for key in ("obs_transform", "env"):
+        value = cfg.get(key) if isinstance(cfg, dict | DictConfig) else getattr(cfg, key, None)
+        if isinstance(value, str) and ":" in value:
+            found[key] = value
+    return found
+
+
+def check_named_code(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
+    """Refuse a received config (another person's run folder) that names code to import
+    (:func:`named_code`): a run folder can carry a Python module of its own, and importing
+    it would run it. A key the command line sets (``given``) is the user's own choice.
+
+    Raises:
+        ConfigError: the first such key, and how to confirm it.
+    """
+    for key, value in named_code(cfg).items():
+        if key not in given:
+            raise ConfigError(f"{where}: {key}={value} names code to import and run "
+                              f"({value.split(':')[0]}); a received config may not: repeat "
+                              f"{key}={value} on the command line if you trust it")
+
+
 def load_received_config(path: str | Path) -> DictConfig:
     """A run's ``config.yaml`` as the schema reads it, refusing what a crafted file could do:
     resolver calls (:func:`check_no_resolvers`), no YAML mapping, keys or types the schema does
@@ -627,6 +662,9 @@ def validate(cfg: Any) -> None:
     if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < cfg.reward_batch:
         raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
                           f"reward_batch={cfg.reward_batch}; raise max_feedback")
+    if cfg.pretrained_policy and cfg.pretrained_snapshot:
+        raise ConfigError("pretrained_policy and pretrained_snapshot are both set: a snapshot "
+                          "holds its own agent; drop one of them")
     if cfg.prefs_path and not cfg.learn_reward:
         raise ConfigError("prefs_path is set but learn_reward=false; drop one of them")
     unknown = sorted(set(cfg.logger) - {"csv", "tensorboard"})

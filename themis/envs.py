@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes.util
 import difflib
+import importlib
 import io
 import logging
 import os
@@ -22,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from themis.environments.moving_dot import atari_preprocessing
+from themis.observations import prepare_observations
 from themis.suites import (  # DeepMind Control and Meta-World adapters
     dmc_aliases,
     dmc_ids,
@@ -73,24 +75,6 @@ def _rescale_box_actions(env: gym.Env) -> gym.Env:
         env = gym.wrappers.RescaleAction(env, min_action=np.float32(-1.0),
                                          max_action=np.float32(1.0))
     return env
-
-
-def _channels_first(env: gym.Env) -> gym.Env:
-    """Image observations ``(H, W, C)`` -> ``(C, H, W)`` uint8 (what the CNN encoders take)."""
-    space = env.observation_space
-    assert isinstance(space, gym.spaces.Box) and space.shape is not None
-    h, w, c = space.shape
-    new_space = gym.spaces.Box(0, 255, (c, h, w), np.uint8)
-    return gym.wrappers.TransformObservation(
-        env, lambda obs: np.ascontiguousarray(np.transpose(obs, (2, 0, 1))), new_space)
-
-
-def _box2d_wrap(env: gym.Env) -> gym.Env:
-    """Box2D: CarRacing's pixels channels-first; bounded Box actions rescaled to [-1, 1]."""
-    shape = env.observation_space.shape or ()
-    if len(shape) == 3:
-        env = _channels_first(env)
-    return _rescale_box_actions(env)
 
 
 def _atari_wrap(env: gym.Env) -> gym.Env:
@@ -187,6 +171,9 @@ class Domain:
     make: Callable[..., gym.Env] | None = None
     """Builds an env from its resolved name instead of ``gym.make`` (called with ``name,
     render_mode, render_size, task_seed, **kwargs``)."""
+    import_modules: bool = False
+    """``env=module:EnvId`` (gymnasium's spelling) imports ``module`` first, which registers
+    the env (``gymnasium.register`` at its top level)."""
 
     def env_ids(self) -> list[str]:
         """All registered gymnasium ids (or names) of this domain."""
@@ -212,6 +199,12 @@ class Domain:
         Raises:
             ConfigError: the env is not registered in this domain (lists close matches).
         """
+        if self.import_modules and ":" in env:
+            module, _, env = env.partition(":")
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise ConfigError(f"env={module}:{env}: cannot import {module} ({e})") from None
         ids = self.env_ids()
         spellings = [env, *(self.aliases(env) if self.aliases is not None else [])]
         for spelling in spellings:
@@ -258,7 +251,8 @@ DOMAINS: dict[str, Domain] = {
                       setup=_route_mujoco_warnings),
     "ALE": Domain("ALE", entry_points=("ale_py.env",), id_prefix="ALE/", wrap=_atari_wrap,
                   make_kwargs={"frameskip": 1}, setup=_register("ale_py")),
-    "Box2d": Domain("Box2d", entry_points=("gymnasium.envs.box2d",), wrap=_box2d_wrap),
+    # CarRacing's (96, 96, 3) pixels become channels-first in make_env (prepare_observations)
+    "Box2d": Domain("Box2d", entry_points=("gymnasium.envs.box2d",)),
     "Minigrid": Domain("Minigrid", entry_points=("minigrid.envs:",), id_prefix="MiniGrid-",
                        wrap=_grid_wrap(with_mission=False), setup=_register("minigrid")),
     "BabyAI": Domain("BabyAI", entry_points=("minigrid.envs.babyai",), id_prefix="BabyAI-",
@@ -272,6 +266,9 @@ DOMAINS: dict[str, Domain] = {
     # MovingDot (themis/environments/moving_dot.py), with DRLHP's Atari preprocessing
     "MovingDot": Domain("MovingDot", entry_points=("themis.environments.moving_dot",),
                         wrap=atari_preprocessing),
+    # any registered gymnasium env, also one's own: env=mypkg.envs:MyEnv-v0 imports mypkg.envs
+    # (which registers MyEnv-v0) first; bounded Box actions rescaled to [-1, 1]
+    "Gym": Domain("Gym", entry_points=("",), import_modules=True),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
@@ -312,7 +309,9 @@ def choose_gl_backend() -> str:
 
 def make_env(domain: str, env: str, seed: int | None = None,
              render_mode: str | None = None, render_size: int = 128,
-             task_seed: int | None = None, **env_kwargs: Any) -> gym.Env:
+             task_seed: int | None = None,
+             obs_transform: str | Callable[[Any], Any] | None = None,
+             **env_kwargs: Any) -> gym.Env:
     """Create and wrap an environment of a domain.
 
     Args:
@@ -325,10 +324,18 @@ def make_env(domain: str, env: str, seed: int | None = None,
             model's ``track`` camera when it has one (it follows the agent).
         task_seed: Meta-World: chooses the run's goal (default ``seed``; the evaluation env
             passes the run's seed so it has the training goal).
+        obs_transform: a dict observation's key or a ``module:function`` (or a callable)
+            that makes one array of each observation
+            (:func:`themis.observations.make_obs_transform`).
         env_kwargs: extra ``gym.make`` arguments (``continuous=False`` for CarRacing, ...).
 
+    Observations leave as :func:`themis.observations.prepare_observations` makes them, after
+    the domain's wrappers: ``obs_transform`` applied, images channels-first ``(C, H, W)``
+    (this is the one place where images are transposed).
+
     Raises:
-        ConfigError: unknown domain or env, or ``env_kwargs`` the env does not accept.
+        ConfigError: unknown domain or env, ``env_kwargs`` the env does not accept, or a bad
+            ``obs_transform``.
     """
     if render_mode != "human":  # before the domain's suite imports MuJoCo (DMC: dm_control)
         choose_gl_backend()
@@ -358,6 +365,10 @@ def make_env(domain: str, env: str, seed: int | None = None,
     if mujoco_frames:
         e = LightMujocoRender(e)
     e = dom.wrap(e)
+    try:
+        e = prepare_observations(e, obs_transform)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if seed is not None:
         e.reset(seed=seed)
         e.action_space.seed(seed)

@@ -260,13 +260,16 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
     Raises:
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
+        themis.utils.ConfigError: the config names code to import (``obs_transform`` or
+            ``env`` as ``module:name``) that ``overrides`` do not repeat
+            (:func:`themis.config.check_named_code`).
         themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
             truncated or replaced file).
     """
     from themis.checkpoint import MALFORMED, describe, safe_load
-    from themis.config import load_received_config
+    from themis.config import check_named_code, load_received_config
     from themis.reward import load_reward_model
     from themis.train import make_workspace
 
@@ -276,7 +279,9 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         if not needed.is_file():
             raise FileNotFoundError(f"{needed} not found; point at a Themis run dir")
     cfg = load_received_config(run / "config.yaml")  # values only: no ${oc.env:...}
+    check_named_code(cfg, run / "config.yaml", given=overrides)  # no code of the run's own
     cfg.human_teacher, cfg.resume, cfg.pretrained_snapshot, cfg.prefs_path = False, None, None, None
+    cfg.pretrained_policy = None  # the run's own agent.pt is loaded below
     # keys for people (refused without them): the rebuilt workspace asks nobody
     cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
         "none", ""
@@ -390,6 +395,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
             plot_grid_maps(ws.eval_env, learned, true, out / "grid_reward.png")
             lines += ["### Reward of each cell", "", "![grid reward maps](grid_reward.png)", ""]
 
+    lines += interpret_section(run)  # scripts/preprocess_reward.py, feature_vis.py
     lines += ["## Teacher", ""]
     if evals is not None and len(evals):
         last = evals.iloc[-1]
@@ -423,6 +429,25 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     ws.logger.close()
     scratch.cleanup()
     return report
+
+
+INTERPRET_BEGIN = "<!-- interpret: begin -->"
+INTERPRET_END = "<!-- interpret: end -->"
+
+
+def interpret_section(run: Path) -> list[str]:
+    """The report's section written by the interpretability commands (:mod:`themis.interpret`:
+    reward preprocessing, feature visualisation): the Markdown fragments in
+    ``RUN_DIR/interpret/*.md`` in name order, between markers so that the commands can refresh
+    it in place; empty when there are none."""
+    folder = run / "interpret"
+    fragments = sorted(folder.glob("*.md")) if folder.is_dir() else []
+    if not fragments:
+        return []
+    lines = [INTERPRET_BEGIN, "## Understanding the reward", ""]
+    for fragment in fragments:
+        lines += [fragment.read_text().strip(), ""]
+    return [*lines, INTERPRET_END, ""]
 
 
 def _number(value: Any) -> str:

@@ -212,7 +212,7 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     command line's overrides (other than ``resume`` and ``hydra.*``) on top. A saved config
     that calls resolvers (``${oc.env:...}``) or does not fit the schema ends the program with
     one line (:func:`themis.config.load_received_config`)."""
-    from themis.config import load_received_config
+    from themis.config import check_named_code, load_received_config
 
     target = resume_target(cfg.resume)
     if target not in (None, "here"):
@@ -233,8 +233,9 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     on_top = OmegaConf.create()
     for key in keys:
         OmegaConf.update(on_top, key, OmegaConf.select(cfg, key), force_add=True)
-    try:  # a received run folder: values only, no ${oc.env:...} (it would be written back)
-        received = load_received_config(saved)
+    try:  # a received run folder: values only, no ${oc.env:...} (it would be written back),
+        received = load_received_config(saved)  # and no code of its own to import
+        check_named_code(received, saved, given=keys)
     except ConfigError as e:
         fail(f"resume: {e}")
     merged = OmegaConf.merge(received, on_top)
@@ -267,7 +268,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     snapshot_note = take_snapshot_schedule(cfg) if cfg.pretrained_snapshot and \
         resume_target(cfg.resume) is None else None
     validate(cfg)
-    probe = make_env(cfg.domain, cfg.env, **cfg.env_kwargs)
+    probe = make_env(cfg.domain, cfg.env, obs_transform=cfg.obs_transform, **cfg.env_kwargs)
     try:
         name, _ = resolve_agent(cfg.agent, probe.action_space)
     except ValueError as e:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
 from themis.agents.encoders import observation_kind, random_encoder
+from themis.agents.sb3 import load_sb3_policy
 from themis.buffers import EpisodeStore
 from themis.checkpoint import (
     MALFORMED,
@@ -51,6 +52,7 @@ from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
 from themis.logger import Logger, close_progress_bars, plot_learning_curve
+from themis.observations import unsupported
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.reward.recipe import RewardNormaliser
@@ -101,6 +103,12 @@ def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[s
     return snap
 
 
+def agent_only(snap: dict[str, Any]) -> bool:
+    """Whether a file read by :func:`read_snapshot` is a run's ``checkpoints/agent.pt`` (the
+    agent and its step, no replay buffer) rather than a pretraining snapshot."""
+    return "agent" in snap and "buffer" not in snap
+
+
 def take_snapshot_schedule(cfg: TrainConfig) -> str:
     """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
     ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
@@ -113,6 +121,10 @@ def take_snapshot_schedule(cfg: TrainConfig) -> str:
     """
     path = Path(str(cfg.pretrained_snapshot))
     snap = read_snapshot(path, mmap=True)
+    if agent_only(snap):  # a run's agent.pt: a warm start, the run's own schedule
+        return (f"pretrained_snapshot={path} is an agent checkpoint (agent.pt), not a "
+                "pretraining snapshot: the agent is loaded, nothing else (empty buffer, step 0, "
+                f"num_seed_steps={cfg.num_seed_steps}, num_unsup_steps={cfg.num_unsup_steps})")
     step = int(snap["step"])
     seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
     unsup = int(snap.get("num_unsup_steps", step - seed))
@@ -168,15 +180,19 @@ class Workspace:
         self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
         self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
                             render_mode="rgb_array" if self.needs_frames else None,
-                            render_size=frame_size(cfg), **cfg.env_kwargs)
+                            render_size=frame_size(cfg), obs_transform=cfg.obs_transform,
+                            **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
-                                 **cfg.env_kwargs)
+                                 obs_transform=cfg.obs_transform, **cfg.env_kwargs)
         self.env_id = get_domain(cfg.domain).resolve(cfg.env)
         self.max_episode_steps = episode_limit(self.env)
         if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:
             raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
                               f"({self.max_episode_steps} steps) of {self.env_id}")
         obs_space, action_space = self.env.observation_space, self.env.action_space
+        why = unsupported(obs_space)  # a dict without obs_transform, float images, ...
+        if why is not None:
+            raise ConfigError(f"{self.env_id}: {why}")
         self.obs_shape = tuple(obs_space.shape or ())
         try:
             self.obs_kind = observation_kind(self.obs_shape)
@@ -280,6 +296,8 @@ class Workspace:
                              f"({self.total_feedback} queries asked)", "cyan")
         elif cfg.pretrained_snapshot:
             self.load_snapshot(Path(cfg.pretrained_snapshot))
+        elif cfg.pretrained_policy:
+            self.load_pretrained_policy(Path(cfg.pretrained_policy))
 
     # ------------------------------------------------------------------ running
     def run(self, until: int | None = None) -> None:
@@ -595,6 +613,15 @@ class Workspace:
         if snap.get("env") != self.env_id:
             raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
                               f"not {self.env_id}")
+        if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
+            try:
+                self.agent.load_state_dict(snap["agent"])
+            except MALFORMED as e:
+                raise ConfigError(f"pretrained_snapshot={path}: the agent does not fit this "
+                                  f"run: {describe(e)}") from None
+            self.logger.info(f"loaded the agent of {path} (trained {int(snap['step'])} steps); "
+                             "the run starts at step 0 with an empty buffer", "cyan")
+            return
         try:  # other shapes, or a crafted file that is plain data but not a snapshot
             self.agent.load_state_dict(snap["agent"])
             self.buffer.load_state_dict(snap["buffer"])
@@ -608,6 +635,19 @@ class Workspace:
         except MALFORMED as e:
             raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
         self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
+
+    def load_pretrained_policy(self, path: Path) -> None:
+        """Start the agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).
+
+        Raises:
+            ConfigError: one line: the file is missing or unsafe, holds another algorithm, or
+                its networks do not have this run's shapes (what was expected).
+        """
+        try:
+            loaded = load_sb3_policy(path, self.agent)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ConfigError(f"pretrained_policy={path}: {e}") from None
+        self.logger.info(f"loaded {loaded} from {path}", "cyan")
 
     def stopped(self, launcher: str) -> str:
         """After Ctrl-C: stop the labeling server and the thread governor, close the logs,

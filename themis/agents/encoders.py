@@ -5,10 +5,13 @@ scaled here) to features ``(B, feature_dim)`` float32. :func:`observation_kind` 
 an observation space gets:
 
 - ``vector``: 1-D observations (MuJoCo, Box2D, classic control) -> flattened as they are;
-- ``pixels``: ``(C, H, W)`` images with ``H, W >= 32`` (Atari ``(4, 84, 84)``, CarRacing)
-  -> :class:`NatureCNN` (Mnih et al. 2015), inputs divided by 255;
+- ``pixels``: ``(C, H, W)`` images with ``H, W >= 16`` (Atari ``(4, 84, 84)``, CarRacing,
+  ``(3, 32, 32)``) -> :class:`NatureCNN` (Mnih et al. 2015), inputs divided by 255;
 - ``grid``: small ``(C, H, W)`` symbolic grids (MiniGrid/BabyAI ``(C, 7, 7)``) -> :class:`GridCNN`
   (the 2×2-convolution encoder of the MiniGrid RL baselines).
+
+Images arrive channels-first: :func:`themis.envs.make_env` transposes channels-last ones
+(:mod:`themis.observations`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import math
 import torch
 from torch import nn
 
-PIXELS_MIN_SIZE = 32
+PIXELS_MIN_SIZE = 16
+"""Images with both sides at least this long are pixels; smaller ``(C, H, W)`` are grids."""
+NATURE_MIN_SIZE = 36
+"""The smallest side the Nature-DQN stack (8×8/4, 4×4/2, 3×3/1) takes: it leaves 1×1."""
 
 
 def observation_kind(obs_shape: tuple[int, ...]) -> str:
@@ -73,6 +79,11 @@ class FlattenEncoder(Encoder):
 class NatureCNN(Encoder):
     """The DQN encoder (Mnih et al. 2015): conv 8×8/4 (32), 4×4/2 (64), 3×3/1 (64), linear 512.
 
+    Images smaller than :data:`NATURE_MIN_SIZE` (36) on a side, where that stack leaves
+    nothing, get 3×3 convolutions with padding 1 and the same widths: 3×3/2 (32), 3×3/2 (64),
+    3×3/2 (64) (a 32×32 image -> 4×4 features).
+    Minimum: any image of at least 1×1 pixel works; ``pixels`` are 16×16 and up.
+
     Shapes: ``(B, C, H, W)`` uint8 or float in [0, 255] -> ``(B, feature_dim)``.
     """
 
@@ -80,9 +91,15 @@ class NatureCNN(Encoder):
                  batchnorm: bool = False) -> None:
         super().__init__()
         c = obs_shape[0]
-        self.convs = nn.Sequential(*conv_stack(
-            [nn.Conv2d(c, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2),
-             nn.Conv2d(64, 64, 3, stride=1)], dropout, batchnorm), nn.Flatten())
+        if min(obs_shape[1:]) >= NATURE_MIN_SIZE:
+            layers = [(32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)]
+        else:  # small images: strides of 2 with padding keep at least 1×1
+            layers = [(32, 3, 2, 1), (64, 3, 2, 1), (64, 3, 2, 1)]
+        convs = []
+        for width, kernel, stride, padding in layers:
+            convs.append(nn.Conv2d(c, width, kernel, stride=stride, padding=padding))
+            c = width
+        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
         with torch.no_grad():  # in eval mode: the probe draws no dropout mask
             n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
         self.convs.train()
@@ -96,6 +113,9 @@ class NatureCNN(Encoder):
 class GridCNN(Encoder):
     """Small CNN for symbolic grids: three 2×2 convolutions (16, 32, 64), then linear.
 
+    A grid smaller than 4 on a side has 1×1 convolutions where a 2×2 would leave nothing.
+    Minimum: 1×1.
+
     Shapes: ``(B, C, H, W)`` small integers (object/colour/state indices, direction, word
     counts) -> ``(B, feature_dim)``.
     """
@@ -103,10 +123,13 @@ class GridCNN(Encoder):
     def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 128, dropout: float = 0.0,
                  batchnorm: bool = False) -> None:
         super().__init__()
-        c = obs_shape[0]
-        self.convs = nn.Sequential(*conv_stack(
-            [nn.Conv2d(c, 16, 2), nn.Conv2d(16, 32, 2), nn.Conv2d(32, 64, 2)], dropout,
-            batchnorm), nn.Flatten())
+        c, side = obs_shape[0], min(obs_shape[1:])
+        convs = []
+        for i, width in enumerate((16, 32, 64)):
+            kernel = 2 if side - i >= 2 else 1  # each 2×2 convolution takes one row
+            convs.append(nn.Conv2d(c, width, kernel))
+            c = width
+        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
         with torch.no_grad():  # in eval mode: the probe draws no dropout mask
             n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
         self.convs.train()

@@ -185,7 +185,7 @@ def run(ws: Workspace, until: int) -> None:
     def env_maker(i: int) -> Any:
         return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, task_seed=cfg.seed,
                                 render_mode="rgb_array" if ws.needs_frames else None,
-                                **cfg.env_kwargs)
+                                obs_transform=cfg.obs_transform, **cfg.env_kwargs)
 
     envs = gym.vector.SyncVectorEnv([env_maker(i) for i in range(ppo.num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""The env-side cost of :class:`themis.PreferenceLearningWrapper`, and an agent's steps/s with
+and without it, in one run.
+
+    python scripts/bench_wrapper.py                          # HalfCheetah-v5, 20000 steps
+    python scripts/bench_wrapper.py --env Pendulum-v1 --steps 5000 --sac-steps 500
+
+(a) µs/step: the same random actions stepped through the bare env and through the wrapper
+    (synthetic oracle teacher, B-Pref's network: 3 members of 3×256), timed once the first
+    reward model is in use (r̂ computed every step), each measured ``--repeats`` times
+    alternately; the wrapper's cost is the difference of the medians. The learner process
+    trains in the background meanwhile (its own core: run this on an otherwise idle machine).
+(b) Stable-Baselines3 SAC (2×256, one update per step) ``--sac-steps`` steps on the bare env
+    and through the wrapper: steps/s of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from themis import PreferenceLearningWrapper
+
+
+def keys(steps: int) -> dict:
+    """A feedback schedule that trains a model early and keeps the learner busy."""
+    return {"max_feedback": 100_000, "reward_batch": 50, "segment": 50, "num_seed_steps": 500,
+            "num_interact": 2000, "reward_update": 20, "torch_threads": 1}
+
+
+def loop(env: gym.Env, actions: np.ndarray) -> float:
+    """Seconds for ``len(actions)`` steps (resets included)."""
+    env.reset(seed=0)
+    start = time.perf_counter()
+    for a in actions:
+        _, _, terminated, truncated, _ = env.step(a)
+        if terminated or truncated:
+            env.reset()
+    return time.perf_counter() - start
+
+
+def sac_rate(env: gym.Env, steps: int) -> float:
+    """Stable-Baselines3 SAC steps/s (after 100 random steps)."""
+    from stable_baselines3 import SAC
+
+    agent = SAC("MlpPolicy", env, learning_starts=100, batch_size=256, seed=0, verbose=0,
+                device="cpu")
+    agent.learn(100)
+    start = time.perf_counter()
+    agent.learn(steps, reset_num_timesteps=False)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--steps", type=int, default=20_000, help="steps per timed loop")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sac-steps", type=int, default=2000, help="0: skip (b)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = gym.make(args.env)
+        wrapped = PreferenceLearningWrapper(gym.make(args.env), Path(tmp) / "run",
+                                            **keys(args.steps))
+        actions = rng.uniform(-1, 1, (args.steps, *bare.action_space.shape)).astype(np.float32)
+        wrapped.reset(seed=0)
+        warm = 0
+        while wrapped.model_version == 0:  # until r̂ is computed at every step
+            _, _, te, tr, _ = wrapped.step(actions[warm % len(actions)])
+            if te or tr:
+                wrapped.reset()
+            warm += 1
+            if warm % 1000 == 0:
+                time.sleep(0.5)  # let the learner train the first model
+        times: dict[str, list[float]] = {"bare": [], "wrapped": []}
+        for _ in range(args.repeats):
+            times["bare"].append(loop(bare, actions))
+            times["wrapped"].append(loop(wrapped, actions))
+        us = {k: statistics.median(v) / args.steps * 1e6 for k, v in times.items()}
+        version = wrapped.model_version
+        print(f"{args.env}: {platform.processor() or platform.machine()}, {os.cpu_count()} "
+              f"cores, torch {torch.__version__}; {args.steps} steps x {args.repeats}")
+        print(f"(a) bare env {us['bare']:.1f} µs/step, wrapped {us['wrapped']:.1f} µs/step "
+              f"(model version {version} in use): the wrapper costs "
+              f"{us['wrapped'] - us['bare']:.1f} µs/step on the agent's side")
+        if args.sac_steps:
+            wrapped_rate = sac_rate(wrapped, args.sac_steps)
+            bare_rate = sac_rate(gym.make(args.env), args.sac_steps)
+            print(f"(b) SB3 SAC: {bare_rate:.0f} steps/s on the bare env, {wrapped_rate:.0f} "
+                  f"steps/s through the wrapper ({wrapped_rate / bare_rate:.2f}x)")
+        wrapped.close()
+
+
+if __name__ == "__main__":
+    main()

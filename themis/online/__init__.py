@@ -1,0 +1,35 @@
+"""Preference learning for any RL library: the reward learned online inside an env wrapper.
+
+- :class:`PreferenceLearningWrapper` (``gymnasium.Env``), :class:`PreferenceLearningVectorEnv`
+  (``gymnasium.vector.VectorEnv``) and :class:`PreferenceLearningVecEnv` (Stable-Baselines3
+  ``VecEnv``, :mod:`themis.online.sb3`): the agent steps them, a background process
+  (:mod:`themis.online.learner_process`) asks for preferences and trains r̂;
+- :mod:`themis.online.segments`: steps regrouped per episode and sub-env;
+- :mod:`themis.online.weights`: model versions published through shared memory;
+- :mod:`themis.online.keys`: ``./themis_train.sh``'s keys for the wrapper, checked;
+- :func:`train_reward_model`: a reward model from a preferences folder alone, no RL run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PreferenceLearnerError", "PreferenceLearningVecEnv", "PreferenceLearningVectorEnv",
+           "PreferenceLearningWrapper", "train_reward_model"]
+
+_LAZY = {
+    "PreferenceLearnerError": "themis.online.wrapper",
+    "PreferenceLearningWrapper": "themis.online.wrapper",
+    "PreferenceLearningVectorEnv": "themis.online.wrapper",
+    "PreferenceLearningVecEnv": "themis.online.sb3",
+    "train_reward_model": "themis.online.offline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import on first use (the SB3 wrapper needs stable-baselines3)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'themis.online' has no attribute {name!r}")

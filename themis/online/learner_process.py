@@ -1,0 +1,545 @@
+"""The background learner: preference collection and reward training beside any agent.
+
+:func:`main` is the target of the process :class:`themis.online.PreferenceLearningWrapper`
+starts. It owns what a Themis run's preference learning owns — a bounded
+:class:`~themis.buffers.EpisodeStore` of the recent steps, the
+:class:`~themis.feedback.PreferenceLearner` of :func:`themis.feedback.factory.make_learner`
+(samplers, teachers, channels, methods, the ``preferences/`` dataset), the label store and
+server for people on the web — and runs PEBBLE's feedback rounds on the steps the agent's
+process sends (Christiano et al. 2017, Sec. 2.2.1: the policy, the preference collection and
+the reward training run asynchronously; DRLHP's refactored ``HumanPreferencesEnvWrapper``).
+
+Threads inside the process:
+
+- the receiver takes step messages off the queue into an inbox (so a long round or a wait for
+  people never stops the agent) and watches the agent's process: a closed control pipe or a
+  vanished parent ends the learner, which then saves and exits (no orphan);
+- the main thread moves the inbox into the store, runs a round every ``num_interact`` steps
+  (the first after ``num_seed_steps``), gathers web answers between rounds (they enter training
+  as they arrive), publishes each trained model (:class:`themis.online.weights.SharedWeights`)
+  and checkpoints after each round.
+
+A crash sends one line to the agent's process (the full traceback goes to
+``RUN_DIR/learner_error.log``); a bad configuration found here (a ``prefs_path`` that does not
+fit) is one :class:`~themis.utils.ConfigError` line raised by the wrapper's constructor.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from themis.buffers import EpisodeStore
+from themis.config import TrainConfig, frame_capacity, frame_size
+from themis.feedback.learner import PreferenceLearner, RoundReport
+from themis.online.segments import Run, add_run
+from themis.online.weights import SharedWeights
+from themis.utils import ConfigError
+
+ORPHAN_GRACE = 30.0
+"""Seconds the learner may take to save after the agent's process is gone, then it exits."""
+
+GATHER_EVERY = 2.0
+"""Seconds between two looks for new web answers between rounds."""
+
+STATS_ROWS = 20_000
+"""Most recent stored steps whose r̂ gives a new version's normalisation statistics."""
+
+
+@dataclass
+class EnvSpec:
+    """What the learner knows of the agent's env (after ``obs_transform``)."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    action_dim: int
+    discrete: bool
+    max_episode_steps: int | None
+    capacity: int
+    """Steps of the store of recent steps."""
+
+
+class LearnerSpace:
+    """The workspace-like object :func:`themis.feedback.factory.make_learner` reads: config,
+    shapes, store, generators, frames and label store of the learner process."""
+
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, run_dir: Path, logger: Any) -> None:
+        from themis.agents.encoders import observation_kind, random_encoder
+        from themis.feedback.factory import make_label_store
+        from themis.frames import FrameStore
+        from themis.precision import resolve_precision
+        from themis.utils import get_device
+
+        self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
+        self.device = get_device(cfg.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
+        self.env_id, self.max_episode_steps = spec.env_id, spec.max_episode_steps
+        self.obs_shape = tuple(spec.obs_shape)
+        try:
+            self.obs_kind = observation_kind(self.obs_shape)
+        except ValueError as e:
+            raise ConfigError(f"{spec.env_id}: {e}") from None
+        self.obs_dim = int(np.prod(self.obs_shape))
+        self.obs_dtype = np.dtype(spec.obs_dtype)
+        self.frame_stack = 1  # whole observations per slot (runs overlap: no frame links)
+        self.action_dim, self.discrete = spec.action_dim, spec.discrete
+        self.rng = np.random.default_rng(cfg.seed)
+        self.feature_encoder = None if self.obs_kind == "vector" else \
+            random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
+        try:
+            self.buffer = EpisodeStore(self.obs_shape, self.action_dim, spec.capacity,
+                                       self.device, obs_dtype=self.obs_dtype)
+        except MemoryError as e:
+            raise ConfigError(f"replay_buffer_capacity={spec.capacity}: {e}; lower it") from None
+        self.frames = FrameStore(frame_capacity(cfg), spec.capacity, frame_size(cfg)) \
+            if cfg.human_teacher else None
+        self.step = 0
+        self.driver = SimpleNamespace(NAME="sac")  # RUNE's β_t decays with the env steps
+        self.env = self.agent = None  # no agent here (explanations of the policy are refused)
+        web = make_label_store(self)
+        self.label_store = web[0] if web is not None else None
+        self.label_tokens = web[1] if web is not None else []
+
+    def logger_info(self, message: str, colour: str = "") -> None:
+        """A console line (learner, channels, label server)."""
+        self.logger.info(message, colour or None)
+
+
+class OnlineLearner:
+    """The learner process's state and its feedback rounds (see the module docstring).
+
+    Args:
+        cfg: the validated run config.
+        online: the wrapper's keys (:class:`themis.online.keys.OnlineKeys` as a dict).
+        spec: the env's shapes.
+        run_dir: the run folder (``preferences/``, ``reward.csv``, ``checkpoints/``).
+        shared: where trained versions are published.
+
+    Raises:
+        ConfigError: a ``prefs_path``, ``gold_path``, ``reward_model`` or checkpoint that does
+            not fit, a labeling port taken, ...
+    """
+
+    def __init__(self, cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: Path,
+                 shared: SharedWeights) -> None:
+        from themis.feedback.factory import make_learner, run_title
+        from themis.logger import Logger
+        from themis.utils import set_seed_everywhere
+
+        self.cfg, self.online, self.spec, self.shared = cfg, online, spec, shared
+        self.run_dir = run_dir
+        set_seed_everywhere(cfg.seed)
+        self.logger = Logger(run_dir, backends=cfg.logger)
+        self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
+        self.learner: PreferenceLearner = make_learner(self.space)
+        self.store = self.space.buffer
+        self.steps = 0  # env steps the agent took (all sub-envs), this run and resumed ones
+        self.offset = 0  # steps before the resume
+        self.last_round = 0  # step of the last asking round
+        self.first_done = False
+        self.episodes = 0  # episodes ended
+        self.newest_episode = -1
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
+        self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
+        self.trainings = 0  # model versions published (trained models)
+        self.last_log = 0
+        self.label_server: Any = None
+        if online["resume"]:
+            self.resume()
+        elif online["reward_model"]:
+            self.load_pretrained(online["reward_model"])
+        elif cfg.prefs_path:
+            self.learner.fit_saved_labels(cfg.prefs_path)
+            if len(self.learner.dataset):
+                self.publish()
+        self.title = run_title(cfg, "sac").replace("PEBBLE", "online PEBBLE", 1)
+
+    # ------------------------------------------------------------------ start
+    def load_pretrained(self, path: str) -> None:
+        """Start from a pretrained reward model (published at once as version 1).
+
+        Raises:
+            ConfigError: the file is not a reward model of this env's shapes.
+        """
+        from themis.reward.ensemble import load_reward_model
+
+        try:
+            model = load_reward_model(path)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"reward_model={path}: {e}") from None
+        self.learner.model.load_state_dict(model.state_dict())
+        self.publish()
+
+    def resume(self) -> None:
+        """Continue from ``checkpoints/state.pt``: counters, model, optimiser, generators; the
+        labels come from ``preferences/`` (and the web store, reconciled with it).
+
+        Raises:
+            ConfigError: no intact checkpoint, or one of another env.
+        """
+        from themis.checkpoint import MALFORMED, CheckpointError, describe, load_checkpoint
+
+        try:
+            state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")
+        except CheckpointError as e:
+            raise ConfigError(f"resume: {e}") from None
+        if not isinstance(state, dict) or state.get("env") != self.spec.env_id:
+            raise ConfigError(f"resume: {path} is not a checkpoint of this wrapper's env "
+                              f"({self.spec.env_id})")
+        try:
+            self.learner.load_state_dict(state)
+            self.offset = self.steps = self.last_round = int(state["step"])
+            self.first_done = bool(state["first_done"])
+            self.episodes = int(state["episodes"])
+            self.recent_returns.extend(float(r) for r in state["recent_returns"])
+            self.recent_lengths.extend(int(n) for n in state["recent_lengths"])
+            self.trainings = int(state["trainings"])
+            stats = tuple(float(v) for v in state["reward_stats"])
+        except MALFORMED as e:
+            raise ConfigError(f"resume: {path} does not fit this run: {describe(e)}") from None
+        self.logger.info(f"resumed the preference learner from {path} at step {self.steps} "
+                         f"({self.learner.total_feedback} queries asked, "
+                         f"{len(self.learner.dataset)} labels)", "cyan")
+        if self.trainings:  # the env side starts from the resumed model, as it was
+            self.shared.publish(self.learner.model, stats, self.trainings)  # type: ignore
+
+    def banner(self) -> None:
+        """The first console line: env, method, teacher, run dir."""
+        from themis.feedback.factory import start_label_server
+
+        cfg = self.cfg
+        if cfg.max_feedback == 0:
+            source = "pretrained reward model" if self.online["reward_model"] else \
+                f"reward from the saved preferences in {cfg.prefs_path}"
+            schedule = f"{source}, no queries"
+        else:
+            schedule = (f"{self.title} | first round after {cfg.num_seed_steps} steps, then "
+                        f"every {cfg.num_interact}")
+        self.logger.info(f"Themis preference learner | {self.spec.env_id} | {schedule} | "
+                         f"run dir {self.run_dir}", "cyan")
+        if self.space.label_store is not None:
+            self.label_server = start_label_server(self.space)
+
+    # ------------------------------------------------------------------ steps
+    def take(self, message: tuple[Any, ...]) -> None:
+        """Store one step message ``("steps", runs, ended, total_steps)`` of the agent's side."""
+        _, runs, ended, total = message
+        for run in runs:
+            self.add(run)
+        self.steps = self.offset + int(total)
+        self.space.step = self.steps
+        for episode_return, length in ended:
+            self.recent_returns.append(episode_return)
+            self.recent_lengths.append(length)
+            self.logger.train.write({
+                "step": self.steps, "episode": self.episodes, "episode_reward": episode_return,
+                "episode_length": length, "total_feedback": self.learner.total_feedback,
+                "labeled_feedback": self.learner.labeled_feedback,
+                "reward_accuracy": self.learner.reward_accuracy,
+                "model_version": self.trainings})
+            self.episodes += 1
+        if self.steps - self.last_log >= self.cfg.log_frequency and self.recent_returns:
+            self.last_log = self.steps
+            self.logger.console("train", {
+                "step": self.steps, "episode_reward": float(np.mean(self.recent_returns)),
+                "total_feedback": self.learner.total_feedback,
+                "reward_acc": self.learner.reward_accuracy, "model_version": self.trainings})
+
+    def add(self, run: Run) -> None:
+        slots = add_run(self.store, run)
+        self.newest_episode = max(self.newest_episode, run.episode)
+        frames = self.space.frames
+        if frames is not None and run.frames is not None:
+            for slot, frame in zip(slots, run.frames[-len(slots):], strict=True):
+                frames.add(int(slot), frame)
+
+    # ------------------------------------------------------------------ rounds
+    def whole_segments(self) -> bool:
+        """Whether some stored episode holds a whole segment."""
+        return len(self.store.segment_starts(self.cfg.segment)) > 0
+
+    def due(self) -> bool:
+        """A feedback round is due: the first after ``num_seed_steps`` steps, then every
+        ``num_interact`` while queries are left or answers pending."""
+        cfg = self.cfg
+        if not self.learner.is_open():
+            return False
+        if not self.first_done:
+            return self.steps >= cfg.num_seed_steps and self.whole_segments()
+        return self.steps - self.last_round >= cfg.num_interact
+
+    def usable(self, steps: np.ndarray) -> np.ndarray:
+        """Store slots a query may use: those whose frames are kept, when people watch."""
+        frames = self.space.frames
+        return frames.has(steps) if frames is not None else np.ones(steps.shape, bool)
+
+    def feedback_round(self, ask: bool = True, final: bool = False) -> RoundReport | None:
+        """One round of the learner (queries from the last ``query_pool_episodes`` episodes),
+        logged to ``reward.csv``; the trained model is published and checkpointed."""
+        first = ask and not self.first_done
+        pool = max(0, self.newest_episode + 1 - self.cfg.query_pool_episodes)
+        report = self.learner.round(self.store, self.steps, first, pool, self.recent_returns,
+                                    self.recent_lengths,
+                                    self.usable if self.space.frames is not None else None,
+                                    ask=ask, final=final)
+        if ask:
+            self.first_done, self.last_round = True, self.steps
+        if report is not None:
+            row = report._asdict()
+            row.update(row.pop("method_stats"))
+            self.logger.reward.write(row)
+            console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
+            if self.space.label_store is not None:
+                console.update(round_new_labels=report.new_labels,
+                               pending=self.learner.pending())
+            self.logger.console("reward", console)
+            if report.epochs > 0:
+                self.publish()
+            self.checkpoint()
+        return report
+
+    def reward_stats(self) -> tuple[float, float, float]:
+        """Mean, variance and count of the current model's r̂ (ensemble mean) on the newest
+        stored steps, to normalise the returned reward from (``(0, 1, 0)`` when none)."""
+        n = min(len(self.store), STATS_ROWS)
+        if n == 0:
+            return 0.0, 1.0, 0.0
+        slots = (self.store.ptr - 1 - np.arange(n)) % self.store.capacity
+        with torch.no_grad():
+            r = self.learner.model.predict(self.store.observations(slots).reshape(n, -1),
+                                           self.store.actions[slots]).astype(np.float64)
+        return float(r.mean()), float(r.var()), float(n)
+
+    def publish(self) -> None:
+        """Publish the current model as the next version."""
+        self.learner.model.eval()
+        self.trainings += 1
+        self.shared.publish(self.learner.model, self.reward_stats(), self.trainings)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The learner's checkpoint: its state (:meth:`PreferenceLearner.state_dict`), counters
+        and the last published statistics."""
+        stats = np.frombuffer(self.shared.stats, np.float64).tolist()
+        return {**self.learner.state_dict(), "env": self.spec.env_id, "step": self.steps,
+                "first_done": self.first_done, "episodes": self.episodes,
+                "recent_returns": list(self.recent_returns),
+                "recent_lengths": list(self.recent_lengths), "trainings": self.trainings,
+                "reward_stats": stats}
+
+    def checkpoint(self) -> None:
+        """``checkpoints/state.pt`` and ``checkpoints/reward_model.pt`` (atomic writes)."""
+        from themis.checkpoint import save_checkpoint
+        from themis.reward.ensemble import save_reward_model
+
+        ckpt = self.run_dir / "checkpoints"
+        save_checkpoint(self.state_dict(), ckpt)
+        if self.trainings:
+            save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.steps,
+                              env=self.spec.env_id)
+
+    def finish(self) -> None:
+        """At the end: stop the labeling server, gather and train on the answers that came
+        since the last round (web: partly answered queries too, so every accepted answer is in
+        ``preferences/``), write the last checkpoints."""
+        if self.label_server is not None:
+            self.label_server.stop()
+            self.label_server = None
+        if self.learner.unsaved_answers():
+            self.feedback_round(ask=False, final=True)
+        if len(self.learner.dataset):
+            self.learner.dataset.save(self.run_dir / "preferences")
+        self.checkpoint()
+        self.logger.close()
+
+
+# ---------------------------------------------------------------------- the process
+class Service:
+    """The threads of the learner process around an :class:`OnlineLearner`."""
+
+    def __init__(self, steps: Any, control: Any, parent_pid: int, capacity: int) -> None:
+        self.steps_queue, self.control, self.parent_pid = steps, control, parent_pid
+        self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.capacity = capacity  # most steps the inbox holds (the store's size)
+        self.inbox_steps = 0
+        self.inbox_lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.orphaned = False
+
+    def parent_alive(self) -> bool:
+        """Whether the agent's process still runs (gone or a zombie: no)."""
+        try:
+            os.kill(self.parent_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:
+            stat = Path(f"/proc/{self.parent_pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return True
+
+    def receive(self) -> None:
+        """The receiver thread: queue → inbox; the agent's process watched."""
+        last_check = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                message = self.steps_queue.get(timeout=0.2)
+            except queue.Empty:
+                message = None
+            except (EOFError, OSError):
+                message, self.orphaned = None, True
+            if message is not None:
+                if message[0] == "close":
+                    self.stop.set()
+                else:
+                    self.keep(message)
+                self.wake.set()
+            try:
+                if self.control.poll():
+                    self.control.recv()  # "close" when the queue could not take it
+                    self.stop.set()
+            except (EOFError, OSError):  # the agent's process is gone
+                self.orphaned = True
+            if time.monotonic() - last_check > 1.0:
+                last_check = time.monotonic()
+                if not self.parent_alive():
+                    self.orphaned = True
+            if self.orphaned:
+                self.stop.set()
+        self.wake.set()
+        if self.orphaned and not self.done.wait(ORPHAN_GRACE):
+            os._exit(3)  # the main thread is stuck (waiting for people): no orphan stays
+
+    def keep(self, message: tuple[Any, ...]) -> None:
+        """Put a step message in the inbox; while a round waits long (for people), the
+        oldest steps beyond the store's size give way (their episode ends stay)."""
+        with self.inbox_lock:
+            self._keep(message)
+
+    def _keep(self, message: tuple[Any, ...]) -> None:
+        self.inbox.append(message)
+        self.inbox_steps += sum(len(run) for run in message[1])
+        while self.inbox_steps > self.capacity and len(self.inbox) > 1:
+            _, runs, ended, total = self.inbox.popleft()
+            self.inbox_steps -= sum(len(run) for run in runs)
+            self.inbox.appendleft(("steps", [], ended, total))
+            if len(self.inbox) > 1 and not self.inbox[0][1]:  # merge the empty ones' ends
+                _, _, first, _ = self.inbox.popleft()
+                _, runs, ended, total = self.inbox.popleft()
+                self.inbox.appendleft(("steps", runs, [*first, *ended], total))
+
+    def drain(self, learner: OnlineLearner) -> None:
+        while True:
+            with self.inbox_lock:
+                if not self.inbox:
+                    return
+                message = self.inbox.popleft()
+                self.inbox_steps -= sum(len(run) for run in message[1])
+            learner.take(message)
+
+    def run(self, learner: OnlineLearner) -> None:
+        """The main thread's loop (see the module docstring)."""
+        web = learner.space.label_store is not None
+        next_gather = time.monotonic() + GATHER_EVERY
+        while not self.stop.is_set():
+            self.drain(learner)
+            if learner.due():
+                learner.feedback_round()
+            elif web and time.monotonic() > next_gather:
+                next_gather = time.monotonic() + GATHER_EVERY
+                if learner.learner.unsaved_answers():  # answers enter training as they come
+                    learner.feedback_round(ask=False)
+            else:
+                self.wake.wait(0.2)
+                self.wake.clear()
+        self.drain(learner)
+        learner.finish()
+
+
+def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
+         shared: SharedWeights, steps: Any, control: Any, status: Any, parent_pid: int,
+         threads: int, stdin_of: int | None) -> None:
+    """The learner process: set up, say ``ready`` (or the one-line ``error``), serve until
+    closed or orphaned, say ``closed``; a crash says ``crash`` with its last line.
+
+    Args:
+        steps: the step queue (messages of the agent's side, ``("close",)`` last).
+        control: the control pipe's reading end (closed when the agent's process ends).
+        status: the status pipe's writing end.
+        parent_pid: the agent's process.
+        threads: PyTorch threads here.
+        stdin_of: a person answers in the terminal: the pid whose stdin to read.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the agent's process
+    torch.set_num_threads(threads)
+    if stdin_of is not None:  # the terminal teacher reads the agent's terminal
+        try:
+            sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")
+        except OSError:
+            sys.stdin = open("/dev/tty", encoding="utf-8")
+    service = Service(steps, control, parent_pid, spec.capacity)
+    path = Path(run_dir)
+    try:
+        learner = OnlineLearner(cfg, online, spec, path, shared)
+        learner.banner()
+    except ConfigError as e:
+        status.send(("error", str(e)))
+        sys.exit(2)
+    except Exception as e:
+        status.send(("crash", _crash_line(e, path)))
+        sys.exit(1)
+    status.send(("ready", {"trainings": learner.trainings, "steps": learner.steps}))
+    receiver = threading.Thread(target=service.receive, name="themis-receiver", daemon=True)
+    receiver.start()
+    try:
+        service.run(learner)
+    except Exception as e:
+        service.stop.set()
+        service.done.set()
+        try:
+            status.send(("crash", _crash_line(e, path)))
+        except OSError:
+            pass
+        sys.exit(1)
+    service.done.set()
+    try:
+        status.send(("closed", {"labels": len(learner.learner.dataset),
+                                "queries": learner.learner.total_feedback,
+                                "trainings": learner.trainings}))
+    except OSError:
+        pass
+
+
+def _crash_line(error: BaseException, run_dir: Path) -> str:
+    """One line for the agent's process; the traceback goes to ``learner_error.log``."""
+    text = "".join(traceback.format_exception(error))
+    log = run_dir / "learner_error.log"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log.write_text(text, encoding="utf-8")
+        where = f" (traceback in {log})"
+    except OSError:
+        where = ""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}{where}" if first else \
+        f"{type(error).__name__}{where}"
+
+
+__all__ = ["EnvSpec", "LearnerSpace", "OnlineLearner", "main"]

@@ -1,0 +1,752 @@
+"""Preference learning for any RL library: environment wrappers with a background learner.
+
+    from themis import PreferenceLearningWrapper
+
+    env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), "runs/pendulum",
+                                    max_feedback=200, reward_batch=20, segment=25,
+                                    num_seed_steps=500, num_interact=1000)
+    stable_baselines3.SAC("MlpPolicy", env).learn(20_000)   # never sees the true reward
+    env.close()
+
+The design of Christiano et al. (2017) and of DRLHP's refactored env wrapper: the whole of
+preference learning lives in the environment, so an agent learns from preferences without a
+line of its code changed. The agent's process only records the steps and answers each step
+with r̂ (:class:`OnlineReward`, shared by the three wrappers here); query selection, the
+teacher (synthetic, a person in the terminal, people on the web), the ``preferences/`` dataset
+and reward training run in a background process (:mod:`themis.online.learner_process`), which
+publishes each trained model; the agent's side takes the newest one between two steps without
+waiting.
+
+- :class:`PreferenceLearningWrapper`: a ``gymnasium.Env``;
+- :class:`PreferenceLearningVectorEnv`: a ``gymnasium.vector.VectorEnv`` (both autoreset modes
+  that step: next-step and same-step);
+- :class:`themis.online.sb3.PreferenceLearningVecEnv`: a Stable-Baselines3 ``VecEnv`` (e.g.
+  ``SubprocVecEnv(8)`` for PPO).
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from themis.online.keys import OnlineKeys, online_config, saved_keys
+from themis.online.learner_process import EnvSpec, main
+from themis.online.segments import StepRecorder
+from themis.online.weights import Ensemble, SharedWeights, flat_size
+from themis.reward.ensemble import RewardEnsemble
+from themis.utils import ConfigError
+
+START_TIMEOUT = 600.0
+"""Seconds the constructor waits for the learner process to be ready (imports, a resumed
+dataset, the fit of ``prefs_path``)."""
+
+QUEUE_MESSAGES = 64
+"""Step messages that may wait for the learner; when it falls further behind, the newest
+steps are dropped (the agent never waits; a dropped message only thins the query pool)."""
+
+STATS_COUNT = 10_000
+"""Weight (in steps) of a new version's published r̂ statistics against the steps that follow."""
+
+RESULTS = ("reward.csv", "preferences", "checkpoints")
+"""What a wrapper's learner writes in its run dir."""
+
+RESUMED_KEYS = ("warmup_reward", "n_initial_training_steps", "normalize_reward", "close_timeout")
+"""The wrapper's own keys a resumed run takes from its ``online.yaml`` unless given again."""
+
+
+class PreferenceLearnerError(RuntimeError):
+    """The background preference learner stopped (a crash, or killed): raised in the agent's
+    process at its next step, with the learner's last line."""
+
+
+# ---------------------------------------------------------------------- observations
+def observation_transform(spec: Any, space: gym.Space) -> tuple[Callable[[Any], Any] | None,
+                                                                gym.spaces.Box]:
+    """The function applied to each observation before it is stored and given to the reward
+    model, and the space it maps into: ``obs_transform`` (:func:`themis.observations.
+    make_obs_transform`), then images made channels-first (:func:`themis.observations.
+    channels_first_fn`), as :func:`themis.envs.make_env` prepares a run's observations.
+
+    Args:
+        spec: ``None`` (the observation itself), a key of a ``Dict`` observation, a
+            ``"module:function"`` path or a callable of one observation (DRLHP's
+            ``obs_transform_func``).
+        space: the env's (single) observation space.
+
+    Raises:
+        ConfigError: one line: a bad transform, or observations the reward model cannot take
+            (a dict without a transform, images of floats; :func:`themis.observations.
+            unsupported`).
+    """
+    from themis.observations import channels_first_fn, make_obs_transform, unsupported
+
+    first: Callable[[Any], Any] | None = None
+    if spec is not None:
+        try:
+            first, space = make_obs_transform(spec, space)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    layout, space = channels_first_fn(space)
+    reason = unsupported(space)
+    if reason is not None:
+        raise ConfigError(reason)
+    assert isinstance(space, gym.spaces.Box)
+    if first is None:
+        return layout, space
+    if layout is None:
+        return first, space
+    pick, flip = first, layout
+    return (lambda obs: flip(pick(obs))), space
+
+
+def action_size(space: gym.Space) -> int:
+    """Size of the action vector r̂ sees: ``n`` (one-hot) for ``Discrete``, else the flat size.
+
+    Raises:
+        ConfigError: an action space other than ``Box`` or ``Discrete``.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape or (1,)))
+    raise ConfigError(f"{type(space).__name__} actions: the reward model takes Box or Discrete "
+                      "actions")
+
+
+# ---------------------------------------------------------------------- the shared part
+class OnlineReward:
+    """The agent side of online preference learning, for ``n_envs`` sub-envs: records the
+    steps, sends them to the learner process, returns r̂ of the newest model.
+
+    Args:
+        observation_space, action_space: one sub-env's spaces.
+        n_envs: sub-envs stepped together (1 for a plain env).
+        run_dir: the run folder.
+        keys: the wrapper's keyword arguments (:func:`themis.online.keys.online_config`).
+        env_id: the env's name (for the dataset, checkpoints and messages).
+        max_episode_steps: the env's time limit, if any (the teacher's margin).
+        frames: a person watches clips: the wrapper renders every step (``render_mode
+            'rgb_array'``).
+
+    Raises:
+        ConfigError: one line for bad keys, spaces the wrapper cannot take, a run dir that
+            holds another run, or a learner that refused its setup.
+        PreferenceLearnerError: the learner process could not start.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, n_envs: int,
+                 run_dir: str | os.PathLike[str], keys: dict[str, Any], env_id: str,
+                 max_episode_steps: int | None) -> None:
+        self._closed = True  # until the process runs
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise RuntimeError("a PreferenceLearningWrapper was made while its learner process "
+                               "was starting: put the training code of your script under "
+                               "`if __name__ == \"__main__\":`")
+        self.n_envs, self.env_id = n_envs, env_id
+        self.run_dir = Path(run_dir)
+        self.transform, space = observation_transform(keys.get("obs_transform"),
+                                                      observation_space)
+        self.obs_shape = tuple(space.shape or ())
+        vector = len(self.obs_shape) == 1
+        self.obs_dtype = np.dtype(np.float32 if vector or space.dtype != np.uint8 else np.uint8)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_dim = action_size(action_space)
+        self.eye = np.eye(self.action_dim, dtype=np.float32) if self.discrete else None
+        obs_dim = int(np.prod(self.obs_shape))
+
+        # --- config: keys, a resumed run's saved config, a pretrained model's architecture
+        resume = bool(keys.get("resume", False))
+        found = [name for name in RESULTS if (self.run_dir / name).exists()]
+        if found and not resume:
+            raise ConfigError(f"run dir {self.run_dir} already holds a run ({found[0]}); "
+                              "continue it with resume=True, or give another run dir")
+        saved = self.run_dir / "config.yaml"
+        if resume and not saved.is_file():
+            raise ConfigError(f"resume=True: no wrapper run in {self.run_dir} (config.yaml "
+                              "missing)")
+        pretrained = None
+        if keys.get("reward_model") and not resume:
+            from themis.reward.ensemble import load_reward_model
+
+            try:
+                model = load_reward_model(str(keys["reward_model"]))
+            except (FileNotFoundError, ValueError) as e:
+                raise ConfigError(f"reward_model={keys['reward_model']}: {e}") from None
+            if (model.obs_dim, model.action_dim) != (obs_dim, self.action_dim):
+                raise ConfigError(f"reward_model={keys['reward_model']} takes obs_dim="
+                                  f"{model.obs_dim}, action_dim={model.action_dim}; this env "
+                                  f"has {obs_dim}, {self.action_dim}")
+            pretrained = model.config()
+        if resume and (self.run_dir / "online.yaml").is_file():  # the run's own keys first
+            import yaml
+
+            kept = yaml.safe_load((self.run_dir / "online.yaml").read_text()) or {}
+            keys = {**{k: kept[k] for k in RESUMED_KEYS if k in kept}, **keys}
+        self.cfg, self.online = online_config(keys, self.discrete, pretrained,
+                                              saved if resume else None)
+        cfg, online = self.cfg, self.online
+        if max_episode_steps is not None and cfg.segment > max_episode_steps:
+            raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
+                              f"({max_episode_steps} steps) of {env_id}")
+        self.frame_height = None
+        if cfg.human_teacher:
+            from themis.config import frame_size
+
+            self.frame_height = frame_size(cfg)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            self.write_config()
+
+        # --- the agent side's model copy and the returned reward
+        model = RewardEnsemble(obs_dim, self.action_dim, cfg.ensemble_size,
+                               cfg.reward_hidden_dim, cfg.reward_hidden_depth,
+                               obs_shape=self.obs_shape)
+        self.ensemble = Ensemble(model)
+        self.version = 0  # the version in use (0: none yet)
+        self.mean, self.var, self.count = 0.0, 1.0, 0.0  # running statistics of r̂
+        self.total_steps = 0
+        self.use_true = online.warmup_reward == "true" or cfg.collect_prefs_only
+        self.forced_true = False
+        self.bonus = None
+        if cfg.rune.enabled:
+            from themis.methods.rune import UncertaintyBonus
+
+            self.bonus = UncertaintyBonus(cfg.rune, clock=lambda: self.total_steps)
+        capacity = cfg.replay_buffer_capacity or 100_000
+        self.flush_steps = max(256, 4 * cfg.segment * n_envs)
+        self.recorder = StepRecorder(n_envs, cfg.segment, self.obs_shape, self.obs_dtype,
+                                     self.action_dim, self.flush_steps + cfg.segment)
+        self.last_flush = time.monotonic()
+        self.dropped = 0
+
+        # --- the learner process
+        ctx: Any = torch.multiprocessing.get_context(
+            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+        if ctx.get_start_method() == "forkserver":
+            ctx.set_forkserver_preload(["themis.online.learner_process"])
+        self.shared = SharedWeights(ctx, flat_size(model))
+        self.queue = ctx.Queue(maxsize=QUEUE_MESSAGES)
+        control_read, self.control = ctx.Pipe(duplex=False)
+        self.status, status_write = ctx.Pipe(duplex=False)
+        spec = EnvSpec(env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
+                       self.discrete, max_episode_steps, capacity)
+        online_dict = {"resume": resume, "reward_model": online.reward_model}
+        threads = int(cfg.torch_threads) if str(cfg.torch_threads).isdigit() \
+            and int(cfg.torch_threads) > 0 else 1
+        terminal = cfg.human_teacher and cfg.teacher_ui == "terminal"
+        self.process = ctx.Process(
+            target=main, name="themis-learner", daemon=True,
+            args=(cfg, online_dict, spec, str(self.run_dir), self.shared, self.queue,
+                  control_read, status_write, os.getpid(), threads,
+                  os.getpid() if terminal else None))
+        self.process.start()
+        control_read.close()
+        status_write.close()
+        self._closed = False
+        self.error: str | None = None
+        self.closed_info: dict[str, Any] | None = None
+        self.wait_ready()
+        self.monitor = threading.Thread(target=self._watch, name="themis-learner-watch",
+                                        daemon=True)
+        self.monitor.start()
+        _LIVE.add(self)
+
+    def write_config(self) -> None:
+        """``config.yaml`` (the Themis keys) and ``online.yaml`` (the wrapper's)."""
+        import yaml
+        from omegaconf import OmegaConf
+
+        (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(
+            OmegaConf.structured(self.cfg)))
+        (self.run_dir / "online.yaml").write_text(yaml.safe_dump(saved_keys(self.online)))
+
+    def wait_ready(self) -> None:
+        """Wait for the learner's ``ready``; its refusal or crash is raised here.
+
+        Raises:
+            ConfigError: the learner refused the setup (one line).
+            PreferenceLearnerError: it crashed or ended before it was ready.
+        """
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.status.poll(0.2):
+                try:
+                    kind, payload = self.status.recv()
+                except (EOFError, OSError):
+                    break
+                if kind == "ready":
+                    self.ready = payload
+                    return
+                self._stop_process(0)
+                if kind == "error":
+                    raise ConfigError(payload)
+                raise PreferenceLearnerError(f"the preference learner could not start: "
+                                             f"{payload}")
+            if not self.process.is_alive():
+                break
+        self._stop_process(0)
+        hint = "" if self.process.exitcode == 0 else \
+            (" (a script that makes the wrapper must keep its training code under "
+             "`if __name__ == \"__main__\":`, as for any multiprocessing program)")
+        raise PreferenceLearnerError(f"the preference learner process ended before it was "
+                                     f"ready (exit code {self.process.exitcode}){hint}")
+
+    def _watch(self) -> None:
+        """The monitor thread: the learner's messages (``crash``, ``closed``) and its end."""
+        while True:
+            try:
+                kind, payload = self.status.recv()
+            except (EOFError, OSError):
+                if not self._closed and self.error is None:
+                    self.process.join(5)
+                    self.error = (f"the preference learner process ended (exit code "
+                                  f"{self.process.exitcode})")
+                return
+            if kind == "crash":
+                self.error = f"the preference learner crashed: {payload}"
+            elif kind == "closed":
+                self.closed_info = payload
+
+    def check(self) -> None:
+        """Raise the learner's error in the agent's process.
+
+        Raises:
+            PreferenceLearnerError: the learner crashed or was killed.
+        """
+        if self.error is not None:
+            raise PreferenceLearnerError(self.error)
+
+    # ------------------------------------------------------------------ per step
+    def observations(self, obs: Any, n: int | None = None) -> np.ndarray:
+        """Observations as stored: ``(*obs_shape)`` for one (``n=None``), ``(n, *obs_shape)``
+        for a batch of ``n`` (transformed sub-env by sub-env; a dict batch split per key)."""
+        if n is None:
+            obs = obs if self.transform is None else self.transform(obs)
+            return np.asarray(obs, dtype=self.obs_dtype).reshape(self.obs_shape)
+        if self.transform is not None:  # a function of one observation, sub-env by sub-env
+            fn = self.transform
+            obs = np.stack([np.asarray(fn({k: v[i] for k, v in obs.items()}
+                                          if isinstance(obs, dict) else obs[i]))
+                            for i in range(n)])
+        return np.asarray(obs, dtype=self.obs_dtype).reshape(n, *self.obs_shape)
+
+    def action_vectors(self, actions: Any, n: int) -> np.ndarray:
+        """Actions as r̂ sees them: ``(n, action_dim)`` float32, one-hot for ``Discrete``."""
+        if self.eye is not None:
+            return self.eye[np.asarray(actions, dtype=np.int64).reshape(n)]
+        return np.asarray(actions, dtype=np.float32).reshape(n, self.action_dim)
+
+    def refresh(self) -> None:
+        """Take a newer published version, if one is there and free to copy."""
+        got = self.shared.read(self.version)
+        if got is None:
+            return
+        self.version, flat, stats = got
+        self.ensemble.load_flat(flat)
+        self.mean, self.var = float(stats[0]), float(stats[1])
+        self.count = min(float(stats[2]), STATS_COUNT)
+
+    @property
+    def model_in_use(self) -> bool:
+        """Whether the returned reward is r̂ now (a model version past
+        ``n_initial_training_steps``, and no switch to the true reward)."""
+        return self.version >= max(1, self.online.n_initial_training_steps) \
+            and not self.forced_true and not self.cfg.collect_prefs_only
+
+    def rewards(self, obs: np.ndarray, actions: np.ndarray,
+                true_rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rewards to return for ``n`` steps, and r̂ (normalised; NaN before the first
+        model): ``obs (n, *obs_shape)`` the observations the actions were taken in,
+        ``actions (n, action_dim)``, ``true_rewards (n,)``.
+
+        Raises:
+            PreferenceLearnerError: the learner crashed or was killed.
+        """
+        if self.error is not None:
+            raise PreferenceLearnerError(self.error)
+        self.refresh()
+        n = len(true_rewards)
+        if self.version == 0:
+            predicted = np.full(n, np.nan)
+        else:
+            members = self.ensemble.members(obs, actions)
+            mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
+            self._update_stats(mean)
+            raw = self.bonus(members).astype(np.float64) if self.bonus is not None else mean
+            predicted = (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
+                if self.online.normalize_reward else raw
+        if self.model_in_use:
+            return predicted, predicted
+        if self.use_true or self.forced_true:
+            return np.asarray(true_rewards, dtype=np.float64), predicted
+        return np.zeros(n), predicted
+
+    def _update_stats(self, values: np.ndarray) -> None:
+        """Merge a batch of r̂ into the running mean and variance (Chan et al. 1979; plain
+        floats for the one value of a single env's step)."""
+        n = len(values)
+        if n == 1:
+            b_mean, b_var = float(values[0]), 0.0
+        else:
+            b_mean, b_var = float(values.mean()), float(values.var())
+        total = self.count + n
+        delta = b_mean - self.mean
+        self.var = (self.var * self.count + b_var * n + delta * delta * self.count * n / total) \
+            / total
+        self.mean += delta * n / total
+        self.count = min(total, STATS_COUNT)
+
+    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+               terminated: bool, frame: np.ndarray | None = None) -> None:
+        """Record sub-env ``i``'s step (see :meth:`StepRecorder.add`)."""
+        if frame is not None and self.frame_height is not None:
+            from themis.frames import downscale
+
+            frame = downscale(np.asarray(frame), self.frame_height)
+        self.recorder.add(i, obs, action, true_reward, terminated, frame)
+
+    def end_episode(self, i: int) -> None:
+        """Sub-env ``i``'s episode ended after its last recorded step."""
+        self.recorder.end_episode(i)
+
+    def stepped(self, n: int) -> None:
+        """``n`` env steps were recorded: send what is due to the learner."""
+        self.total_steps += n
+        if self.recorder.pending >= self.flush_steps or (
+                self.recorder.pending and time.monotonic() - self.last_flush > 1.0):
+            self.flush()
+
+    def flush(self, block: bool = False) -> None:
+        """Send the recorded runs to the learner (dropped when its queue is full)."""
+        import queue
+
+        pending = self.recorder.pending
+        runs, ended = self.recorder.take()
+        self.last_flush = time.monotonic()
+        if not runs and not ended:
+            return
+        try:
+            self.queue.put(("steps", runs, ended, self.total_steps), block=block,
+                           timeout=5 if block else None)
+        except queue.Full:
+            if not self.dropped:
+                print(f"themis: the preference learner is behind the agent: {pending} steps "
+                      "were not sent to it (queries come from the steps it has; the agent does "
+                      "not wait)", file=sys.stderr, flush=True)
+            self.dropped += pending
+
+    # ------------------------------------------------------------------ switches
+    def switch_to_true_reward(self) -> None:
+        """Return the env's reward from now on (r̂ still goes to ``info``)."""
+        self.forced_true = True
+
+    def switch_to_predicted_reward(self) -> None:
+        """Return r̂ again (once a model is in use; the warm-up reward before)."""
+        self.forced_true = False
+
+    # ------------------------------------------------------------------ the end
+    def close(self) -> None:
+        """Send the last steps, let the learner gather the last answers and save, stop it.
+        Waits at most ``close_timeout`` seconds, then stops it by force (what it saved stays:
+        labels on disk, web answers in the label store for ``resume=True``)."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        if self.process.is_alive():
+            import queue
+
+            self.flush(block=True)
+            try:
+                self.queue.put(("close",), timeout=5)
+            except queue.Full:
+                try:
+                    self.control.send("close")
+                except OSError:
+                    pass
+        self._stop_process(self.online.close_timeout)
+
+    def _stop_process(self, timeout: float) -> None:
+        self._closed = True
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.queue.cancel_join_thread()  # nothing left to read it: never wait on it
+        self.queue.close()
+        self.control.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+
+_LIVE: weakref.WeakSet[OnlineReward] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live() -> None:
+    """At interpreter exit (also after Ctrl-C), close the learners still running: they save
+    before multiprocessing's own exit handler would terminate them."""
+    for core in list(_LIVE):
+        try:
+            core.close()
+        except Exception:
+            pass
+
+
+def env_name(env: Any) -> str:
+    """A gymnasium env's id (its spec), or its class name."""
+    spec = getattr(env, "spec", None)
+    return str(getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__)
+
+
+def needs_frames(keys: dict[str, Any]) -> bool:
+    """Whether the keys ask a person to label (clips rendered from every step)."""
+    return str(keys.get("human_teacher", "false")).lower() in ("true", "1", "yes")
+
+
+# ---------------------------------------------------------------------- gymnasium.Env
+class PreferenceLearningWrapper(gym.Wrapper):
+    """A ``gymnasium.Env`` whose reward is learned from preferences while any agent trains on
+    it (Christiano et al. 2017; DRLHP's env wrapper; PEBBLE's rounds and B-Pref's teachers).
+
+    The steps go to a background learner process; every ``num_interact`` steps (the first
+    round after ``num_seed_steps``) it selects queries from the recent segments (``feed_type``
+    0–5), asks the teacher (synthetic ``teacher=...``, ``human_teacher=true`` in the terminal or
+    on the web with ``labelers``, gold queries, ``label_quality``), writes every label to
+    ``RUN_DIR/preferences/``, trains the reward ensemble, writes ``reward.csv`` and
+    ``checkpoints/reward_model.pt`` and publishes the model; the wrapper takes the newest one
+    without waiting.
+
+    Returned reward: r̂(s, a) of the transition ``(s, a, s')``, the ensemble mean, normalised to
+    zero mean and unit variance with running statistics (DRLHP; ``normalize_reward=false``:
+    raw); RUNE's ``β_t · std`` is added (``method=rune``). Before the first model (and until
+    ``n_initial_training_steps`` versions): 0 — or, with ``warmup_reward="true"``, the env's
+    reward, a warm-up on the true reward. ``info["true_reward"]`` always holds the env's
+    reward, ``info["predicted_reward"]`` r̂ (NaN before the first model). With
+    ``collect_prefs_only=true`` the agent gets the env's reward throughout, while preferences
+    are collected (and a reward model trained) for later.
+
+    Args:
+        env: the environment (``Box`` or, with ``obs_transform``, ``Dict`` observations;
+            ``Box`` or ``Discrete`` actions; ``render_mode='rgb_array'`` when a person labels).
+        run_dir: the run folder (``preferences/``, ``reward.csv``, ``train.csv``,
+            ``checkpoints/``, ``config.yaml``).
+        **keys: ``./themis_train.sh`` keys (``max_feedback``, ``reward_batch``, ``segment``,
+            ``feed_type``, ``teacher``, ``method``, ``human_teacher``, ``teacher_ui``,
+            ``prefs_path``, ...; ``surf={"mu": 4}`` or ``**{"surf.mu": 4}``) and the wrapper's
+            own (:class:`themis.online.keys.OnlineKeys`: ``warmup_reward``,
+            ``n_initial_training_steps``, ``reward_model``, ``normalize_reward``,
+            ``obs_transform``, ``resume``, ``close_timeout``). Keys of Themis's own loop
+            (``sac.*``, ``num_unsup_steps``, ...) and methods inside the agent (QPA, MRN) are
+            refused.
+
+    Raises:
+        ConfigError: one line: a bad key or value, a run dir holding another run (continue it
+            with ``resume=True``), spaces the wrapper cannot take.
+        PreferenceLearnerError: the learner process could not start; later, at a step, when it
+            crashed or was killed.
+
+    Call :meth:`close` at the end (the learner gathers the last answers and saves); the learner
+    also stops when the agent's process ends, however it ends. A script that makes the wrapper
+    keeps its training code under ``if __name__ == "__main__":`` (the learner is a spawned
+    process).
+    """
+
+    def __init__(self, env: gym.Env, run_dir: str | os.PathLike[str], **keys: Any) -> None:
+        super().__init__(env)
+        self.frames = needs_frames(keys)
+        if self.frames and env.render_mode != "rgb_array":
+            raise ConfigError("human_teacher=true shows clips of the env: make it with "
+                              "render_mode='rgb_array'")
+        from themis.envs import episode_limit
+
+        self.core = OnlineReward(env.observation_space, env.action_space, 1, run_dir, keys,
+                                 env_name(env), episode_limit(env))
+        self._obs: np.ndarray | None = None
+        self._frame: np.ndarray | None = None
+        self._in_episode = False
+
+    @property
+    def online_keys(self) -> OnlineKeys:
+        """The wrapper's own keys, as validated."""
+        return self.core.online
+
+    @property
+    def model_version(self) -> int:
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
+        return self.core.version
+
+    @property
+    def using_predicted_reward(self) -> bool:
+        """True while :meth:`step` returns r̂, False for the warm-up or the env's reward."""
+        return self.core.model_in_use
+
+    def switch_to_true_reward(self) -> None:
+        """Return the env's reward from now on (r̂ still goes to ``info``)."""
+        self.core.switch_to_true_reward()
+
+    def switch_to_predicted_reward(self) -> None:
+        """Return r̂ again (the warm-up reward until the first model)."""
+        self.core.switch_to_predicted_reward()
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        if self._in_episode:  # reset in the middle of an episode: it ends here
+            self.core.end_episode(0)
+        obs, info = self.env.reset(**kwargs)
+        self._obs = self.core.observations(obs)
+        self._frame = self.env.render() if self.frames else None  # type: ignore[assignment]
+        self._in_episode = False
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._obs is None:
+            raise RuntimeError("call reset() before step()")
+        core = self.core
+        core.check()
+        prev = self._obs
+        vector = core.action_vectors(action, 1)
+        obs, true_reward, terminated, truncated, info = self.env.step(action)
+        returned, predicted = core.rewards(prev[None], vector, np.array([float(true_reward)]))
+        core.record(0, prev, vector[0], float(true_reward), bool(terminated), self._frame)
+        self._in_episode = True
+        if terminated or truncated:
+            core.end_episode(0)
+            self._in_episode = False
+        self._obs = core.observations(obs)
+        if self.frames:
+            self._frame = self.env.render()  # type: ignore[assignment]
+        core.stepped(1)
+        info = {**info, "true_reward": float(true_reward), "predicted_reward": float(predicted[0])}
+        return obs, float(returned[0]), terminated, truncated, info
+
+    def close(self) -> None:
+        """Stop the learner (after its final gather and save), then close the env."""
+        self.core.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------- gymnasium vector
+class PreferenceLearningVectorEnv(gym.vector.VectorWrapper):
+    """:class:`PreferenceLearningWrapper` for a ``gymnasium.vector.VectorEnv``: the steps of
+    its sub-envs are regrouped per episode, r̂ is computed for all sub-envs in one batch.
+
+    Autoreset modes: next-step (gymnasium's default: the step after an episode's end resets
+    that sub-env; it is not recorded and returns 0) and same-step. ``info["true_reward"]``
+    holds the env's rewards ``(num_envs,)``.
+
+    Args, Raises: as :class:`PreferenceLearningWrapper` (``env`` a ``VectorEnv``).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, run_dir: str | os.PathLike[str],
+                 **keys: Any) -> None:
+        super().__init__(env)
+        mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        mode = getattr(mode, "value", mode)
+        if str(mode) not in ("NextStep", "SameStep"):
+            raise ConfigError(f"autoreset_mode={mode}: the wrapper needs sub-envs that reset "
+                              "themselves (NEXT_STEP or SAME_STEP)")
+        self.next_step = str(mode) == "NextStep"
+        self.frames = needs_frames(keys)
+        if self.frames and env.render_mode != "rgb_array":
+            raise ConfigError("human_teacher=true shows clips of the env: make the sub-envs "
+                              "with render_mode='rgb_array'")
+        spec = getattr(env, "spec", None)
+        limit = getattr(spec, "max_episode_steps", None)
+        self.core = OnlineReward(env.single_observation_space, env.single_action_space,
+                                 env.num_envs, run_dir, keys,
+                                 str(getattr(spec, "id", None) or type(env).__name__), limit)
+        self._obs: np.ndarray | None = None
+        self._frames: Any = None
+        self._resetting = np.zeros(env.num_envs, bool)  # next step resets (next-step mode)
+        self._in_episode = np.zeros(env.num_envs, bool)
+
+    @property
+    def model_version(self) -> int:
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
+        return self.core.version
+
+    def switch_to_true_reward(self) -> None:
+        """Return the env's rewards from now on."""
+        self.core.switch_to_true_reward()
+
+    def switch_to_predicted_reward(self) -> None:
+        """Return r̂ again."""
+        self.core.switch_to_predicted_reward()
+
+    def reset(self, *, seed: int | list[int] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        n = self.num_envs
+        mask = np.asarray((options or {}).get("reset_mask", np.ones(n, bool)), dtype=bool)
+        for i in np.flatnonzero(mask & self._in_episode):
+            self.core.end_episode(int(i))
+        batch = self.core.observations(obs, n)
+        if self._obs is None:
+            self._obs = batch.copy()
+        self._obs[mask] = batch[mask]
+        self._in_episode[mask] = False
+        self._resetting[mask] = False
+        self._frames = self.env.render() if self.frames else None
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        if self._obs is None:
+            raise RuntimeError("call reset() before step()")
+        core, n = self.core, self.num_envs
+        core.check()
+        prev, frames = self._obs.copy(), self._frames
+        vectors = core.action_vectors(actions, n)
+        obs, true_rewards, terminated, truncated, info = self.env.step(actions)
+        true_rewards = np.asarray(true_rewards, dtype=np.float64)
+        active = ~self._resetting  # steps that were env steps, not resets
+        returned = np.zeros(n)
+        predicted = np.full(n, np.nan)
+        if active.any():
+            returned[active], predicted[active] = core.rewards(prev[active], vectors[active],
+                                                               true_rewards[active])
+        done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        for i in np.flatnonzero(active):
+            core.record(int(i), prev[i], vectors[i], float(true_rewards[i]),
+                        bool(terminated[i]), None if frames is None else frames[i])
+            if done[i]:
+                core.end_episode(int(i))
+        self._in_episode = active & ~done
+        self._resetting = done & active if self.next_step else np.zeros(n, bool)
+        self._obs = core.observations(obs, n)
+        if self.frames:
+            self._frames = self.env.render()
+        core.stepped(int(active.sum()))
+        info = {**info, "true_reward": true_rewards, "_true_reward": np.ones(n, bool),
+                "predicted_reward": predicted, "_predicted_reward": np.ones(n, bool)}
+        return obs, returned, terminated, truncated, info
+
+    def close(self, **kwargs: Any) -> None:
+        """Stop the learner (after its final gather and save), then close the sub-envs."""
+        self.core.close()
+        self.env.close(**kwargs)
+
+
+__all__ = ["OnlineReward", "PreferenceLearnerError", "PreferenceLearningVectorEnv",
+           "PreferenceLearningWrapper", "action_size", "observation_transform"]
