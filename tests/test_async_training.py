@@ -98,6 +98,8 @@ def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp
     ("method=rime", "RIME's warm start"),
     ("learn_reward=false", "learn_reward=false"),
     ("xplain_state=true", "explained clips"),
+    ("query_schedule=decay", "query_schedule=decay"),
+    ("reward_norm_std=0.05", "reward_norm_std"),
 ])
 def test_what_async_cannot_do_is_one_line(compose, tmp_path, override, words):
     with pytest.raises(ConfigError) as error:

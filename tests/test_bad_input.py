@@ -362,7 +362,7 @@ def _craft(run, file: str, how: str) -> None:
                                             "hidden_dim": 10**6}}, path)
     elif how == "unknown-argument":
         ckpt = torch.load(path, weights_only=True)
-        torch.save({**ckpt, "config": {**ckpt["config"], "dropout": 0.5}}, path)
+        torch.save({**ckpt, "config": {**ckpt["config"], "activation": "gelu"}}, path)
     elif how == "other-weights":
         ckpt = torch.load(path, weights_only=True)
         other = RewardEnsemble(3, 1, 3, hidden_dim=16, hidden_depth=3)

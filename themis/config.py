@@ -121,6 +121,35 @@ class TrainConfig:
     """Width of the reward members' hidden layers."""
     reward_hidden_depth: int = 3
     """Hidden layers of each reward member."""
+    # DRLHP's recipe (Christiano et al. 2017, Sec. 2.2 and App. A; README: DRLHP recipe)
+    reward_val_fraction: float = 0.0
+    """Share of the labels held out of reward training as a validation set; its loss and
+    accuracy go to reward.csv every round (val_loss, val_accuracy). DRLHP: 1/e ≈ 0.368."""
+    reward_random_response: float = 0.0
+    """ε: the preference model assumes the teacher answers uniformly at random with
+    probability ε, P = (1 − ε) · sigmoid(R² − R¹) + ε / 2. DRLHP: 0.1."""
+    reward_bootstrap: bool = False
+    """Each ensemble member trains on its own bootstrap sample of the labels (DRLHP: on)."""
+    reward_dropout: float = 0.0
+    """Dropout after every convolution and hidden layer of the reward model. DRLHP (Atari):
+    0.5."""
+    reward_batchnorm: bool = False
+    """Batch normalisation of every convolution and hidden layer (DRLHP, Atari: on)."""
+    reward_l2: float = 0.0
+    """L2 coefficient of the reward members' weights (the start value when adaptive)."""
+    reward_adaptive_l2: bool = False
+    """Adapt each member's L2 coefficient after every epoch to keep the validation loss within
+    1.1–1.5 × the training loss (DRLHP: on; needs reward_val_fraction > 0)."""
+    reward_norm_std: float = 0.0
+    """0: the policy gets the raw ensemble mean r̂. > 0: each member normalised to zero mean and
+    this standard deviation, then averaged, in the PEBBLE relabel and PPO's rollouts. DRLHP:
+    0.05 (Atari), 1 (MuJoCo)."""
+    query_schedule: str = "constant"
+    """constant (reward_batch queries per round) or decay: the labelling rate falls as
+    query_decay_steps / (T + query_decay_steps) at step T, the budget spread over the rounds
+    (DRLHP)."""
+    query_decay_steps: int = 2_000_000
+    """T₀ of query_schedule=decay. DRLHP: 2·10⁶ (MuJoCo), 5·10⁶ frames (Atari)."""
 
     # --- teacher (B-Pref)
     teacher_beta: float = -1.0
@@ -332,6 +361,10 @@ NUMERIC_KEYS: dict[str, Range] = {
     "ensemble_size": POSITIVE, "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
     "reward_train_batch": POSITIVE, "reward_hidden_dim": POSITIVE,
     "reward_hidden_depth": NON_NEGATIVE,
+    "reward_val_fraction": Range(0, 1, hi_open=True),
+    "reward_random_response": Range(0, 1, hi_open=True),
+    "reward_dropout": Range(0, 1, hi_open=True), "reward_l2": Range(0),
+    "reward_norm_std": Range(0), "query_decay_steps": POSITIVE,
     # teacher
     "teacher_beta": Range(-1, text="must be -1 (perfectly rational) or a finite number > 0"),
     "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
@@ -397,6 +430,32 @@ def check_numbers(cfg: Any) -> None:
         raise ConfigError(f"ppo.num_minibatches={cfg.ppo.num_minibatches} is more than the "
                           f"{cfg.ppo.num_envs * cfg.ppo.num_steps} transitions of a rollout "
                           "(ppo.num_envs * ppo.num_steps)")
+
+
+QUERY_SCHEDULES = ("constant", "decay")
+
+
+def check_recipe(cfg: Any) -> None:
+    """DRLHP's keys (``reward_val_fraction`` ... ``query_schedule``): combinations that do
+    something.
+
+    Raises:
+        ConfigError: an unknown ``query_schedule``, an adaptive L2 without held-out labels, or
+            a pairwise-only key with ``feedback=rating``.
+    """
+    if cfg.query_schedule not in QUERY_SCHEDULES:
+        raise ConfigError(f"query_schedule={cfg.query_schedule} is unknown; use "
+                          f"{' or '.join(QUERY_SCHEDULES)}")
+    if cfg.reward_adaptive_l2 and not cfg.reward_val_fraction:
+        raise ConfigError("reward_adaptive_l2=true adapts the L2 coefficient to the validation "
+                          "loss: hold labels out with reward_val_fraction (DRLHP: 0.368)")
+    if cfg.feedback == "rating":
+        pairwise = [key for key in ("reward_val_fraction", "reward_random_response",
+                                    "reward_bootstrap", "reward_l2", "reward_adaptive_l2")
+                    if getattr(cfg, key)]
+        if pairwise:
+            raise ConfigError(f"{pairwise[0]} is a key of pairwise preferences; "
+                              "feedback=rating does not use it: drop it")
 
 
 def frame_size(cfg: Any) -> int:
@@ -609,6 +668,9 @@ def check_reward_training(cfg: Any) -> None:
                "set rime.warm_start_steps=0")
     elif cfg.xplain_action or cfg.xplain_state:
         why = "explained clips need the agent inside the learner process"
+    elif cfg.query_schedule != "constant" or cfg.reward_norm_std:
+        why = ("the DRLHP query schedule and reward normalisation (query_schedule=decay, "
+               "reward_norm_std) run in the loop's own learner")
     if why is not None:
         raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
 
@@ -670,6 +732,7 @@ def validate(cfg: Any) -> None:
     check_crowd(cfg)
     check_rating(cfg)
     check_reward_training(cfg)
+    check_recipe(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
         from ipaddress import ip_address
 

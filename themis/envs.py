@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.environments.moving_dot import atari_preprocessing
 from themis.observations import prepare_observations
 from themis.suites import (  # DeepMind Control and Meta-World adapters
     dmc_aliases,
@@ -262,6 +263,9 @@ DOMAINS: dict[str, Domain] = {
     "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=dmc_ids,
                   aliases=dmc_aliases, make=make_dmc, wrap=lambda env: env,
                   setup=dmc_setup),
+    # MovingDot (themis/environments/moving_dot.py), with DRLHP's Atari preprocessing
+    "MovingDot": Domain("MovingDot", entry_points=("themis.environments.moving_dot",),
+                        wrap=atari_preprocessing),
     # any registered gymnasium env, also one's own: env=mypkg.envs:MyEnv-v0 imports mypkg.envs
     # (which registers MyEnv-v0) first; bounded Box actions rescaled to [-1, 1]
     "Gym": Domain("Gym", entry_points=("",), import_modules=True),
@@ -372,11 +376,18 @@ def make_env(domain: str, env: str, seed: int | None = None,
 
 
 def episode_limit(env: gym.Env) -> int | None:
-    """The time limit of an env: its ``max_episode_steps``, MiniGrid's ``max_steps``, Atari's
-    frame limit in agent steps, or None if it has none."""
+    """The time limit of an env in agent steps: its ``max_episode_steps`` (frames divided by the
+    skip of a ``MaxAndSkipObservation``, MovingDot), MiniGrid's ``max_steps``, Atari's frame
+    limit in agent steps, or None if it has none."""
     spec = env.spec
+    wrapper: Any
     if spec is not None and spec.max_episode_steps is not None:
-        return int(spec.max_episode_steps)
+        skip, wrapper = 1, env
+        while wrapper is not None:
+            if isinstance(wrapper, gym.wrappers.MaxAndSkipObservation):
+                skip *= int(wrapper._skip)
+            wrapper = getattr(wrapper, "env", None)
+        return -(-int(spec.max_episode_steps) // skip)
     max_steps = getattr(env.unwrapped, "max_steps", None)
     if isinstance(max_steps, int):
         return max_steps

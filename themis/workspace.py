@@ -47,7 +47,7 @@ from themis.feedback.factory import (
     teacher_description,
     teacher_name,
 )
-from themis.feedback.selector import feedback_rounds
+from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_grid
 from themis.frames import FrameStore
 from themis.intrinsic import StateEntropyReward
 from themis.label_store import LabelStore
@@ -56,6 +56,7 @@ from themis.observations import unsupported
 from themis.online.loop import AsyncLearner
 from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
+from themis.reward.recipe import RewardNormaliser
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
@@ -75,6 +76,14 @@ def query_rounds(cfg: TrainConfig, agent: str) -> int:
     rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
     return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
                            cfg.num_interact, rollout)
+
+
+def decaying_schedule(cfg: TrainConfig, agent: str) -> DecayingSchedule:
+    """``query_schedule=decay``: DRLHP's decaying labelling rate over the run's rounds."""
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
+                                cfg.num_interact, rollout)
+    return DecayingSchedule(cfg.query_decay_steps, every, last)
 
 
 def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
@@ -250,6 +259,12 @@ class Workspace:
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
         else:
             self.learner = make_learner(self) if cfg.learn_reward else None
+            if self.learner is not None:  # DRLHP's query schedule and reward normalisation
+                if cfg.query_schedule == "decay":
+                    self.learner.schedule = decaying_schedule(cfg, driver.NAME)
+                if cfg.reward_norm_std:
+                    self.learner.normaliser = RewardNormaliser(cfg.ensemble_size,
+                                                               cfg.reward_norm_std)
         self.reward_model: RewardEnsemble | None = \
             self.learner.model if self.learner is not None else None
 
@@ -359,6 +374,16 @@ class Workspace:
         if self.learner is None or cfg.max_feedback == 0:
             return None
         rounds = query_rounds(cfg, self.driver.NAME)
+        if self.learner.schedule is not None:  # query_schedule=decay
+            first, _, _ = round_grid(cfg.num_train_steps, self.pretrain_end, cfg.num_interact,
+                                     cfg.ppo.num_envs * cfg.ppo.num_steps
+                                     if self.driver.NAME == "ppo" else 1)
+            plan = decaying_schedule(cfg, self.driver.NAME).plan(first, cfg.max_feedback)
+            return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in {len(plan)} "
+                    f"rounds every {cfg.num_interact} steps from step {first}, decaying as "
+                    f"{cfg.query_decay_steps}/(T+{cfg.query_decay_steps}): "
+                    f"{', '.join(map(str, plan[:3]))}{', ...' if len(plan) > 3 else ''} "
+                    f"(query_schedule=decay)", "cyan")
         asked = min(cfg.max_feedback, rounds * cfg.reward_batch)
         used = -(-asked // cfg.reward_batch)
         line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in {used} rounds of "

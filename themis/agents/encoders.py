@@ -41,6 +41,24 @@ def observation_kind(obs_shape: tuple[int, ...]) -> str:
                      "1-D vectors and channels-first (C, H, W) images or grids")
 
 
+def conv_stack(convs: list[nn.Conv2d], dropout: float = 0.0,
+               batchnorm: bool = False) -> list[nn.Module]:
+    """Each convolution followed by batch normalisation (``batchnorm``), ReLU and dropout with
+    probability ``dropout`` (> 0): DRLHP's reward network regularises every convolution with
+    both ("All convolutional layers use batch norm and dropout with α = 0.5", Christiano et al.
+    2017, App. A.2). Without either, ``[conv, ReLU, conv, ReLU, ...]`` as before (same module
+    indices, so earlier checkpoints load)."""
+    layers: list[nn.Module] = []
+    for conv in convs:
+        layers.append(conv)
+        if batchnorm:
+            layers.append(nn.BatchNorm2d(conv.out_channels))
+        layers.append(nn.ReLU())
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+    return layers
+
+
 class Encoder(nn.Module):
     """Base class: maps ``(B, *obs_shape)`` to ``(B, feature_dim)`` float32 features."""
 
@@ -69,20 +87,22 @@ class NatureCNN(Encoder):
     Shapes: ``(B, C, H, W)`` uint8 or float in [0, 255] -> ``(B, feature_dim)``.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 512) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 512, dropout: float = 0.0,
+                 batchnorm: bool = False) -> None:
         super().__init__()
         c = obs_shape[0]
         if min(obs_shape[1:]) >= NATURE_MIN_SIZE:
             layers = [(32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)]
         else:  # small images: strides of 2 with padding keep at least 1×1
             layers = [(32, 3, 2, 1), (64, 3, 2, 1), (64, 3, 2, 1)]
-        modules: list[nn.Module] = []
+        convs = []
         for width, kernel, stride, padding in layers:
-            modules += [nn.Conv2d(c, width, kernel, stride=stride, padding=padding), nn.ReLU()]
+            convs.append(nn.Conv2d(c, width, kernel, stride=stride, padding=padding))
             c = width
-        self.convs = nn.Sequential(*modules, nn.Flatten())
-        with torch.no_grad():
-            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
+        with torch.no_grad():  # in eval mode: the probe draws no dropout mask
+            n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
+        self.convs.train()
         self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
         self.feature_dim = feature_dim
 
@@ -100,17 +120,19 @@ class GridCNN(Encoder):
     counts) -> ``(B, feature_dim)``.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 128) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int = 128, dropout: float = 0.0,
+                 batchnorm: bool = False) -> None:
         super().__init__()
         c, side = obs_shape[0], min(obs_shape[1:])
-        modules: list[nn.Module] = []
+        convs = []
         for i, width in enumerate((16, 32, 64)):
             kernel = 2 if side - i >= 2 else 1  # each 2×2 convolution takes one row
-            modules += [nn.Conv2d(c, width, kernel), nn.ReLU()]
+            convs.append(nn.Conv2d(c, width, kernel))
             c = width
-        self.convs = nn.Sequential(*modules, nn.Flatten())
-        with torch.no_grad():
-            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
+        with torch.no_grad():  # in eval mode: the probe draws no dropout mask
+            n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
+        self.convs.train()
         self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
         self.feature_dim = feature_dim
 
@@ -118,12 +140,18 @@ class GridCNN(Encoder):
         return self.head(self.convs(obs.float()))
 
 
-def make_encoder(obs_shape: tuple[int, ...]) -> Encoder:
-    """The encoder for ``obs_shape`` (see :func:`observation_kind`); has ``feature_dim``."""
+def make_encoder(obs_shape: tuple[int, ...], dropout: float = 0.0,
+                 batchnorm: bool = False) -> Encoder:
+    """The encoder for ``obs_shape`` (see :func:`observation_kind`); has ``feature_dim``.
+
+    ``dropout`` / ``batchnorm``: regularise every convolution of a CNN (the reward model's
+    recipe in Christiano et al. 2017, App. A.2; :func:`conv_stack`); vectors have no layers.
+    """
     kind = observation_kind(obs_shape)
     if kind == "vector":
         return FlattenEncoder(obs_shape)
-    return NatureCNN(obs_shape) if kind == "pixels" else GridCNN(obs_shape)
+    cnn = NatureCNN if kind == "pixels" else GridCNN
+    return cnn(obs_shape, dropout=dropout, batchnorm=batchnorm)
 
 
 def random_encoder(obs_shape: tuple[int, ...], seed: int = 0) -> Encoder:

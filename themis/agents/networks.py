@@ -83,6 +83,23 @@ class EnsembleLinear(nn.Module):
         return f"ensemble_size={self.ensemble_size}, in={self.in_features}, out={self.out_features}"
 
 
+class EnsembleBatchNorm(nn.Module):
+    """Batch normalisation of ``E`` members' activations, each member and unit with its own
+    statistics and affine parameters (``nn.BatchNorm1d`` over ``E × features`` channels).
+
+    Shapes: ``(E, B, features)`` -> the same.
+    """
+
+    def __init__(self, ensemble_size: int, features: int) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(ensemble_size * features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ens, batch, features = x.shape
+        flat = x.transpose(0, 1).reshape(batch, ens * features)
+        return self.bn(flat).reshape(batch, ens, features).transpose(0, 1)
+
+
 class EnsembleMLP(nn.Module):
     """``E`` MLPs with identical architecture, evaluated together.
 
@@ -92,6 +109,10 @@ class EnsembleMLP(nn.Module):
         activation: hidden activation class.
         output_activation: optional module applied to the output (e.g. ``nn.Tanh``).
 
+        dropout: probability of :class:`torch.nn.Dropout` after each hidden activation (0: none).
+        batchnorm: batch normalisation of each hidden layer before its activation, statistics
+            per member and unit (:class:`EnsembleBatchNorm`).
+
     Shapes:
         input ``(E, B, input_dim)`` or ``(B, input_dim)``; output ``(E, B, output_dim)``.
 
@@ -100,7 +121,8 @@ class EnsembleMLP(nn.Module):
 
     def __init__(self, ensemble_size: int, input_dim: int, hidden_dim: int, output_dim: int,
                  hidden_depth: int, activation: type[nn.Module] = nn.ReLU,
-                 output_activation: type[nn.Module] | None = None) -> None:
+                 output_activation: type[nn.Module] | None = None, dropout: float = 0.0,
+                 batchnorm: bool = False) -> None:
         super().__init__()
         self.ensemble_size = ensemble_size
         dims = [input_dim] + [hidden_dim] * hidden_depth + [output_dim]
@@ -109,7 +131,11 @@ class EnsembleMLP(nn.Module):
             layers.append(EnsembleLinear(ensemble_size, dims[i], dims[i + 1],
                                          full_precision=i == len(dims) - 2))
             if i < len(dims) - 2:
+                if batchnorm:
+                    layers.append(EnsembleBatchNorm(ensemble_size, dims[i + 1]))
                 layers.append(activation())
+                if dropout > 0:
+                    layers.append(nn.Dropout(dropout))
         if output_activation is not None:
             layers.append(output_activation())
         self.net = nn.Sequential(*layers)

@@ -27,6 +27,7 @@ from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
+from themis.reward.recipe import trainer_kwargs
 from themis.sampling import resolve_feed_type
 from themis.teachers import PRESETS, SyntheticRatingTeacher, SyntheticTeacher, TeacherPreset
 from themis.utils import ConfigError
@@ -162,7 +163,9 @@ def make_learner(ws: Any) -> PreferenceLearner:
     """
     cfg = ws.cfg
     model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
-                           cfg.reward_hidden_depth, obs_shape=ws.obs_shape).to(ws.device)
+                           cfg.reward_hidden_depth, obs_shape=ws.obs_shape,
+                           dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
+                           ).to(ws.device)
     model.precision = ws.precision
     pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
         if cfg.surf.enabled else None
@@ -174,7 +177,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
         crop=make_crop(cfg), pseudo=pseudo,
         label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None,
         **({"target_accuracy": cfg.rime.target_accuracy,
-            "min_epochs": cfg.rime.least_reward_update} if cfg.rime.enabled else {}))
+            "min_epochs": cfg.rime.least_reward_update} if cfg.rime.enabled else {}),
+        **trainer_kwargs(cfg))  # DRLHP's recipe keys
     teacher_rng = np.random.default_rng(cfg.seed + 2)
     teacher = SyntheticRatingTeacher(cfg.rating_classes, cfg.teacher_beta, cfg.teacher_gamma,
                                      cfg.teacher_eps_mistake, cfg.teacher_eps_skip,

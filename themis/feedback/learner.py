@@ -29,6 +29,7 @@ from themis.methods.rime import WarmStart
 from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.reward.recipe import RewardNormaliser
 from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode
 
@@ -112,6 +113,9 @@ class PreferenceLearner:
         self.warm: WarmStart | None = None  # RIME
         self.meta: MetaRewardUpdate | None = None  # MRN
         self.gold_dataset: PreferenceDataset | None = None  # gold_path: known answers
+        # DRLHP's recipe, set by the workspace when its keys are on
+        self.normaliser: RewardNormaliser | None = None  # reward_norm_std
+        self.schedule: Callable[[int, int], int] | None = None  # query_schedule=decay
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
         self.rounds = 0
@@ -121,12 +125,35 @@ class PreferenceLearner:
 
     # ------------------------------------------------------------------ the agent's view
     def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """Ensemble-mean r̂(s, a) (RUNE: plus β_t × the ensemble's std):
+        """Ensemble-mean r̂(s, a) (RUNE: plus β_t × the ensemble's std; ``reward_norm_std``:
+        of the members normalised by :attr:`normaliser`):
         ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
         with eval_mode(self.model):
+            if self.normaliser is not None:
+                members = self.normaliser(self.model.predict_members(obs, action))
+                return self.bonus(members) if self.bonus is not None else members.mean(0)
             if self.bonus is not None:
                 return self.bonus(self.model.predict_members(obs, action))
             return self.model.predict(obs, action)
+
+    def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
+        """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions (evenly
+        spaced over the store) and freeze it, so every label of PEBBLE's relabelled buffer
+        shares one normalisation until the model changes; nothing without a normaliser."""
+        if self.normaliser is None or len(store) == 0:
+            return
+        idx = np.unique(np.linspace(0, len(store) - 1, min(len(store), most)).astype(np.int64))
+        if hasattr(store, "readable"):
+            idx = idx[store.readable(idx)]
+        with eval_mode(self.model):
+            members = self.model.predict_members(store.observations(idx).reshape(len(idx), -1),
+                                                 store.actions[idx])
+        self.normaliser.fit(members)
+
+    def model_changed(self) -> None:
+        """The reward model was trained: the normaliser's statistics start again."""
+        if self.normaliser is not None:
+            self.normaliser.reset()
 
     def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
         """Pretraining, after an agent update: RIME's warm start of the reward model on the
@@ -136,9 +163,11 @@ class PreferenceLearner:
             self.warm(draw)
 
     def method_stats(self) -> dict[str, float]:
-        """The successors' own numbers for ``reward.csv`` (empty for PEBBLE)."""
+        """The successors' own numbers for ``reward.csv`` (empty for PEBBLE), and DRLHP's
+        validation numbers when its keys are set (:meth:`RewardTrainer.recipe_stats`)."""
         pieces = (self.pseudo, self.bonus, self.trainer.label_filter, self.warm, self.meta)
-        return {k: v for piece in pieces if piece is not None for k, v in piece.stats().items()}
+        return {**{k: v for piece in pieces if piece is not None
+                   for k, v in piece.stats().items()}, **self.trainer.recipe_stats()}
 
     def update_between_rounds(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
         """A method's update of r̂ between feedback rounds; MRN, when due (every
@@ -148,6 +177,7 @@ class PreferenceLearner:
         if not (self.meta and self.meta.due(step) and self.is_open() and len(self.dataset)):
             return False
         self.meta(agent, sample(), self.dataset, self.reward_batch)
+        self.model_changed()
         return True
 
     # ------------------------------------------------------------------ rounds
@@ -169,6 +199,7 @@ class PreferenceLearner:
         """Train on the labels loaded from ``prefs_path`` before any query is asked."""
         if len(self.dataset):
             fit = self.trainer.train(self.dataset, self.reward_update)
+            self.model_changed()
             self.reward_accuracy = fit.accuracy
             self.info(f"reward model trained on {len(self.dataset)} preferences from "
                       f"{source} (train accuracy {fit.accuracy:.3f})", "cyan")
@@ -191,7 +222,9 @@ class PreferenceLearner:
                 answers than ``labels_per_query`` are taken as they are.
         """
         assert self.channel is not None
-        n_queries = min(self.reward_batch, self.max_feedback - self.total_feedback) if ask else 0
+        left = self.max_feedback - self.total_feedback
+        n_queries = (self.schedule(step, left) if self.schedule is not None and left > 0
+                     else min(self.reward_batch, left)) if ask else 0
         posted = self.channel.posted() if isinstance(self.channel, WebChannel) else 0
         if posted:  # a resumed run: this round's queries were posted before the crash
             self.total_feedback += posted
@@ -201,6 +234,7 @@ class PreferenceLearner:
         if n_queries <= 0 and not posted and self.pending() == 0:
             if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
                 offline = self.trainer.train(self.dataset, self.reward_update)
+                self.model_changed()
                 self.reward_accuracy = offline.accuracy
                 self.info(f"reward model trained on {len(self.dataset)} saved preferences "
                           f"(train accuracy {offline.accuracy:.3f})", "cyan")
@@ -265,6 +299,7 @@ class PreferenceLearner:
         fit = self.trainer.train(self.dataset, self.reward_update, rows=rows) \
             if len(self.dataset) and (rows is None or len(rows)) else None
         if fit is not None:
+            self.model_changed()
             self.reward_accuracy = fit.accuracy
         return RoundReport(
             step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
@@ -422,7 +457,8 @@ class PreferenceLearner:
     def method_pieces(self) -> dict[str, Any]:
         """The successors' pieces with a state of their own, by checkpoint key."""
         pieces = (("rime_filter", self.trainer.label_filter), ("surf_unlabelled", self.pseudo),
-                  ("mrn", self.meta))
+                  ("mrn", self.meta), ("reward_l2", self.trainer.l2),
+                  ("reward_normaliser", self.normaliser))
         return {key: piece for key, piece in pieces if piece is not None}
 
     def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:

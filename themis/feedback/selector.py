@@ -55,13 +55,64 @@ def feedback_rounds(num_train_steps: int, first_step: int, num_interact: int,
     Returns:
         the number of rounds (0 when pretraining does not end before the run does).
     """
-    if rollout <= 1:
-        first, every, last = first_step, num_interact, num_train_steps - 1
-    else:
-        first = -(-first_step // rollout) * rollout
-        every = -(-num_interact // rollout) * rollout
-        last = -(-num_train_steps // rollout) * rollout
+    first, every, last = round_grid(num_train_steps, first_step, num_interact, rollout)
     return 0 if first > last else 1 + (last - first) // max(1, every)
+
+
+def round_grid(num_train_steps: int, first_step: int, num_interact: int,
+               rollout: int = 1) -> tuple[int, int, int]:
+    """``(first, every, last)``: the step of the first feedback round, the steps between
+    rounds and the last step a round may come at (arguments as :func:`feedback_rounds`)."""
+    if rollout <= 1:
+        return first_step, num_interact, num_train_steps - 1
+    return (-(-first_step // rollout) * rollout, -(-num_interact // rollout) * rollout,
+            -(-num_train_steps // rollout) * rollout)
+
+
+class DecayingSchedule:
+    """Queries per round for a labelling rate that decays as ``T₀ / (T + T₀)`` at step ``T``
+    (Christiano et al. 2017, App. A: "our rate of labeling after T frames 2·10⁶ / (T + 2·10⁶)";
+    Atari: 5·10⁶ frames), the budget spread over the rounds the run holds.
+
+    A round at step ``T`` asks ``remaining × w(T) / Σ w`` queries (rounded, at least 1), the sum
+    over this and the rounds still to come (every ``every`` steps up to ``last``); the last round
+    asks what is left, so the budget is spent as the constant schedule spends it. Rounds that
+    come late or are postponed spread what is left again.
+
+    Args:
+        decay_steps: ``T₀`` (``query_decay_steps``).
+        every: steps between rounds (``num_interact``; PPO: rounded up to whole rollouts).
+        last: the last step a round may come at.
+    """
+
+    def __init__(self, decay_steps: int, every: int, last: int) -> None:
+        if decay_steps <= 0 or every <= 0:
+            raise ValueError(f"decay_steps and every must be positive, got {decay_steps}, "
+                             f"{every}")
+        self.decay_steps, self.every, self.last = decay_steps, every, last
+
+    def rate(self, step: int | np.ndarray) -> np.ndarray:
+        """The relative labelling rate ``T₀ / (T + T₀)`` at ``step``."""
+        return self.decay_steps / (np.asarray(step, dtype=np.float64) + self.decay_steps)
+
+    def __call__(self, step: int, remaining: int) -> int:
+        """Queries of the round at ``step`` with ``remaining`` queries of the budget left."""
+        if remaining <= 0:
+            return 0
+        later = step + self.every * np.arange(max(1, (self.last - step) // self.every + 1))
+        weights = self.rate(later)
+        return int(min(remaining, max(1, round(remaining * weights[0] / weights.sum()))))
+
+    def plan(self, first: int, budget: int) -> list[int]:
+        """The queries of every round from ``first`` on when each is asked in full (the
+        console line and the tests)."""
+        sizes, step = [], first
+        while budget > 0 and step <= self.last:
+            n = self(step, budget)
+            sizes.append(n)
+            budget -= n
+            step += self.every
+        return sizes
 
 class QuerySelector:
     """Cuts candidates from a store and picks queries with a named sampler.

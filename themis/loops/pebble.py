@@ -84,8 +84,11 @@ def resumed(ws: Workspace) -> None:
 
 def relabel(ws: Workspace) -> None:
     """Relabel every stored transition with r̂ (PEBBLE Sec. 4.2) once there are labels; with
-    ``collect_prefs_only`` the agent does not use the learned reward."""
+    ``collect_prefs_only`` the agent does not use the learned reward. With ``reward_norm_std``
+    the members' normalisation is fitted on the buffer first and held until the next relabel
+    (DRLHP)."""
     if ws.learner is not None and len(ws.learner.dataset) and not ws.cfg.collect_prefs_only:
+        ws.learner.fit_normaliser(replay(ws))
         replay(ws).relabel(ws.learner.reward)
 
 

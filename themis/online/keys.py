@@ -54,6 +54,9 @@ LOOP_KEYS: dict[str, str] = {
     "xplain_state": "explained clips are not in the wrapper yet",
     "checkpoint_frequency": "the learner checkpoints after every feedback round",
     "reward_training": "the wrapper's learner always runs in the background",
+    "query_schedule": "the wrapper asks reward_batch queries every num_interact steps",
+    "query_decay_steps": "the wrapper asks reward_batch queries every num_interact steps",
+    "reward_norm_std": "the wrapper normalises r̂ itself (normalize_reward)",
 }
 """Keys of Themis's own training loop, refused by the wrapper, and why."""
 

@@ -33,6 +33,12 @@ class RewardEnsemble(nn.Module):
         hidden_depth: hidden layers (BPref: 3).
         obs_shape: the unflattened observation shape; pixel and grid shapes (``(C, H, W)``) give
             every member a CNN encoder. Default: a vector of ``obs_dim``.
+        dropout: dropout probability after every convolution and hidden layer (``reward_dropout``;
+            DRLHP's Atari reward network: 0.5 on its convolutions, Christiano et al. 2017,
+            App. A.2). Active in train mode only.
+        batchnorm: batch normalisation of every convolution and hidden layer
+            (``reward_batchnorm``; DRLHP's Atari network: on). Statistics of the batch in train
+            mode, running ones in eval mode.
 
     Shapes:
         :meth:`forward`: ``obs (E, B, obs_dim)`` or ``(B, obs_dim)`` (flattened observations,
@@ -44,7 +50,8 @@ class RewardEnsemble(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, ensemble_size: int = 3,
                  hidden_dim: int = 256, hidden_depth: int = 3,
-                 obs_shape: tuple[int, ...] | None = None) -> None:
+                 obs_shape: tuple[int, ...] | None = None, dropout: float = 0.0,
+                 batchnorm: bool = False) -> None:
         super().__init__()
         if ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")
@@ -56,6 +63,7 @@ class RewardEnsemble(nn.Module):
         self.ensemble_size = ensemble_size
         self.hidden_dim = hidden_dim
         self.hidden_depth = hidden_depth
+        self.dropout, self.batchnorm = float(dropout), bool(batchnorm)
         self.env_id: str | None = None
         """The env the model was trained on (set by :func:`load_reward_model`), if known."""
         self.precision: torch.dtype | None = None
@@ -64,11 +72,13 @@ class RewardEnsemble(nn.Module):
         self.encoders: nn.ModuleList | None = None
         feature_dim = obs_dim
         if observation_kind(self.obs_shape) != "vector":
-            encoders = [make_encoder(self.obs_shape) for _ in range(ensemble_size)]
+            encoders = [make_encoder(self.obs_shape, dropout, batchnorm)
+                        for _ in range(ensemble_size)]
             feature_dim = encoders[0].feature_dim
             self.encoders = nn.ModuleList(encoders)
         self.net = EnsembleMLP(ensemble_size, feature_dim + action_dim, hidden_dim, 1,
-                               hidden_depth, activation=nn.LeakyReLU, output_activation=nn.Tanh)
+                               hidden_depth, activation=nn.LeakyReLU, output_activation=nn.Tanh,
+                               dropout=dropout, batchnorm=batchnorm)
 
     @property
     def device(self) -> torch.device:
@@ -157,10 +167,18 @@ class RewardEnsemble(nn.Module):
         return out.cpu().numpy()
 
     def config(self) -> dict[str, Any]:
-        """Constructor arguments, stored in checkpoints so they can be rebuilt anywhere."""
-        return {"obs_dim": self.obs_dim, "action_dim": self.action_dim,
-                "ensemble_size": self.ensemble_size, "hidden_dim": self.hidden_dim,
-                "hidden_depth": self.hidden_depth, "obs_shape": list(self.obs_shape)}
+        """Constructor arguments, stored in checkpoints so they can be rebuilt anywhere
+        (``dropout`` / ``batchnorm`` only when set: checkpoints of models without them read in
+        earlier Themis versions too)."""
+        config: dict[str, Any] = {
+            "obs_dim": self.obs_dim, "action_dim": self.action_dim,
+            "ensemble_size": self.ensemble_size, "hidden_dim": self.hidden_dim,
+            "hidden_depth": self.hidden_depth, "obs_shape": list(self.obs_shape)}
+        if self.dropout:
+            config["dropout"] = self.dropout
+        if self.batchnorm:
+            config["batchnorm"] = True
+        return config
 
 
 def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> Path:

@@ -1,0 +1,361 @@
+#!/usr/bin/env python
+"""Deep RL from Human Preferences reproduced: MovingDot and Pong from an oracle teacher against
+PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
+
+    python scripts/bench_drlhp.py dot                        # MovingDot: 0.15M steps, seeds 0-2
+    python scripts/bench_drlhp.py dot --jobs 2 --out runs/bench_drlhp   # resumable: run again
+    python scripts/bench_drlhp.py pong --steps 2000000       # Pong: the true score's curve
+    python scripts/bench_drlhp.py dot --steps 4096 --seeds 0 --quick    # a smoke run
+    python scripts/bench_drlhp.py commands                   # paper-scale and Enduro commands
+
+``dot``: MovingDot (``domain=MovingDot``, themis/environments/moving_dot.py) at mrahtz's budget,
+0.15M agent steps, seeds 0-2, one run per (variant, seed) in ``OUT/dot/<variant>/seed<k>/``:
+
+- ``ppo_true``: PPO on the true reward (``learn_reward=false num_unsup_steps=0``);
+- ``themis``: PrefPPO with Themis's defaults and an oracle teacher (``segment=25``);
+- ``drlhp``: the same with DRLHP's recipe (``+recipe=drlhp``: 1/e validation split, adaptive L2,
+  dropout and batch norm, 10 % random response, bootstrap, rewards at std 0.05, labelling rate
+  decaying as T₀ / (T + T₀) with T₀ = steps / 5);
+- ``drlhp_no_l2``: the recipe without the validation-based L2 (``reward_adaptive_l2=false
+  reward_l2=0``);
+- ``drlhp_constant``: the recipe with a constant labelling rate (the budget spread evenly over
+  every round of the run).
+
+Every preference run gets ``--queries`` (1000) oracle queries. After a run, its final agent
+(``checkpoints/agent.pt``) plays ``--episodes`` (10) episodes from random starts; tabled are the
+dot's distance to the middle at the end of the episode (pixels of the 160 × 210 frame; a random
+start is 66 px away on average, the corner 132 px) and the true return (+1 per frame closer, −1
+per frame away), mean ± std over seeds; cached in ``drlhp_eval.json`` beside the run.
+
+``pong``: ``PongNoFrameskip-v4`` (``domain=ALE``: DQN preprocessing, 4 stacked 84 × 84 frames, no
+sticky actions) with the recipe and an oracle teacher (``oracle``) and PPO on the true reward
+(``ppo_true``), 16 envs as mrahtz's Pong run, seed 0 by default: the true score (mean of
+``num_eval_episodes=3``) every ``--steps`` / 20 steps, tabled side by side and drawn in
+``OUT/pong/curve.png``.
+
+A run whose ``eval.csv`` reached the last step is skipped; an interrupted one continues from its
+last checkpoint (``resume=true``), so running the same command again finishes what is left. Runs
+go ``--jobs`` at a time, each with cores / jobs PyTorch threads. Overrides after ``--`` go to
+every run; ``--quick`` shrinks the schedule for a smoke run (tiny budget, a few minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DOT_VARIANTS = ("ppo_true", "themis", "drlhp", "drlhp_no_l2", "drlhp_constant")
+PONG_VARIANTS = ("ppo_true", "oracle")
+
+
+def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
+    """The ``./themis_train.sh`` overrides of one MovingDot run."""
+    from themis.feedback.selector import feedback_rounds
+
+    out = ["domain=MovingDot", f"num_train_steps={steps}", f"seed={seed}",
+           f"eval_frequency={max(steps // 10, 1024)}", "num_eval_episodes=5"]
+    interact, unsup, envs, rollout_steps = 5000, 5000, 8, 128
+    if quick:  # a smoke run: small rollouts, a few rounds, few epochs
+        interact, unsup, envs, rollout_steps = max(steps // 4, 256), max(steps // 4, 256), 2, 64
+        out += [f"num_interact={interact}", f"num_unsup_steps={unsup}", "num_seed_steps=0",
+                f"ppo.num_envs={envs}", f"ppo.num_steps={rollout_steps}", "reward_update=3",
+                "num_eval_episodes=1", "+env_kwargs.max_episode_steps=200"]
+    if variant == "ppo_true":
+        return [*out, "learn_reward=false", "num_unsup_steps=0"]
+    out += [f"max_feedback={queries}", "segment=25"]
+    if variant == "themis":
+        return out
+    out += ["+recipe=drlhp", f"query_decay_steps={max(1, steps // 5)}"]
+    if variant == "drlhp_no_l2":
+        out += ["reward_adaptive_l2=false", "reward_l2=0"]
+    elif variant == "drlhp_constant":
+        seed_steps = 0 if quick else 1000
+        rounds = feedback_rounds(steps, seed_steps + unsup, interact, envs * rollout_steps)
+        out += ["query_schedule=constant", f"reward_batch={-(-queries // max(1, rounds))}"]
+    return out
+
+
+def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
+    """The ``./themis_train.sh`` overrides of one Pong run."""
+    out = ["domain=ALE", "env=PongNoFrameskip-v4", f"num_train_steps={steps}", f"seed={seed}",
+           f"eval_frequency={max(steps // 20, 1024)}"]
+    interact = 20_000
+    if quick:  # a smoke run: small rollouts, short episodes, a few rounds
+        interact = max(steps // 4, 256)
+        out += ["ppo.num_envs=2", "ppo.num_steps=64", "num_eval_episodes=1", "num_seed_steps=0",
+                f"num_unsup_steps={interact}", "reward_update=2",
+                "+env_kwargs.max_num_frames_per_episode=1000"]
+    else:
+        out += ["ppo.num_envs=16", "num_eval_episodes=3"]
+    if variant == "ppo_true":
+        return [*out, "learn_reward=false", "num_unsup_steps=0"]
+    return [*out, "+recipe=drlhp", f"max_feedback={queries}", f"num_interact={interact}",
+            f"query_decay_steps={max(1, steps // 4)}",
+            *([] if quick else ["reward_update=10"])]
+
+
+def finished(run: Path, steps: int) -> bool:
+    eval_csv = run / "eval.csv"
+    if not eval_csv.is_file() or eval_csv.stat().st_size == 0:
+        return False
+    return int(pd.read_csv(eval_csv)["step"].iloc[-1]) >= steps
+
+
+def run_one(run: Path, overrides: list[str], threads: int) -> int:
+    """One run; an interrupted one continues from its last checkpoint (or starts again when it
+    stopped before the first). Its console goes to ``<run>.log``."""
+    run.parent.mkdir(parents=True, exist_ok=True)
+    if (run / "checkpoints" / "state.pt").is_file():
+        overrides = [*overrides, "resume=true"]
+    else:
+        shutil.rmtree(run, ignore_errors=True)
+    with run.with_name(run.name + ".log").open("a") as log:
+        return subprocess.call([str(ROOT / "themis_train.sh"), *overrides,
+                                f"torch_threads={threads}", f"hydra.run.dir={run}"],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, "THEMIS_THREADS": str(threads)})
+
+
+def evaluate_dot(run: Path, episodes: int) -> dict[str, float]:
+    """The final agent of a MovingDot run from random starts: distance to the middle at each
+    episode's end and true return, means over ``episodes`` (cached in ``drlhp_eval.json``)."""
+    import torch
+
+    from themis.agents import PPO
+    from themis.checkpoint import safe_load
+    from themis.config import load_received_config
+    from themis.envs import make_env
+    from themis.utils import eval_mode
+
+    cache = run / "drlhp_eval.json"
+    ckpt = safe_load(run / "checkpoints" / "agent.pt")
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        if cached.get("step") == ckpt["step"] and cached.get("episodes") == episodes:
+            return cached
+    cfg = load_received_config(run / ".hydra" / "config.yaml")
+    env = make_env(cfg.domain, cfg.env, seed=int(cfg.seed) + 20_000,
+                   **dict(cfg.env_kwargs))
+    agent = PPO(tuple(env.observation_space.shape or ()), int(env.action_space.n),
+                torch.device("cpu"), load_received_config_ppo(cfg))
+    agent.load_state_dict(ckpt["agent"])
+    distances, returns = [], []
+    for i in range(episodes):
+        obs, info = env.reset(seed=int(cfg.seed) + 20_000 + i)
+        done, total = False, 0.0
+        while not done:
+            with eval_mode(agent.net):
+                action = agent.act(obs, sample=True)
+            obs, reward, terminated, truncated, info = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        distances.append(float(info["distance"]))
+        returns.append(total)
+    out = {"step": int(ckpt["step"]), "episodes": episodes,
+           "final_distance": float(np.mean(distances)), "true_return": float(np.mean(returns))}
+    cache.write_text(json.dumps(out))
+    return out
+
+
+def load_received_config_ppo(cfg) -> object:
+    """The run's ``ppo.*`` settings as a :class:`themis.agents.ppo.PPOConfig`."""
+    from omegaconf import OmegaConf
+
+    from themis.agents.ppo import PPOConfig
+
+    return PPOConfig(**OmegaConf.to_container(cfg.ppo))  # type: ignore[arg-type]
+
+
+def run_grid(cells: list[tuple[Path, list[str]]], steps: int, jobs: int, threads: int,
+             table_only: bool) -> list[Path]:
+    """Run the unfinished cells, ``jobs`` at a time; returns the failed ones."""
+    todo = [(run, o) for run, o in cells if not finished(run, steps)]
+    print(f"{len(cells)} runs, {len(cells) - len(todo)} already done, "
+          f"{0 if table_only else len(todo)} to go ({jobs} at a time, {threads} threads each); "
+          "logs: OUT/.../<run>.log", flush=True)
+    if table_only:
+        return []
+    failed = []
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(run_one, run, o, threads): run for run, o in todo}
+        for n, (future, run) in enumerate(futures.items(), 1):
+            code = future.result()
+            print(f"[{n}/{len(todo)}] {run}: {'done' if code == 0 else f'failed ({code})'}",
+                  flush=True)
+            if code != 0:
+                failed.append(run)
+    return failed
+
+
+def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
+              episodes: int) -> None:
+    """The MovingDot table: final distance and true return per variant, mean ± std over
+    seeds."""
+    print(f"\nMovingDot, {steps} agent steps, oracle teacher; the final agent from random "
+          f"starts ({episodes} episodes per seed): distance to the middle at the end (px) and "
+          "true return, mean ± std over seeds\n")
+    print("| variant | seeds | final distance (px) | true return | reward.csv: last val "
+          "accuracy |")
+    print("|---|---|---|---|---|")
+    for variant in variants:
+        rows = []
+        for seed in seeds:
+            run = out / "dot" / variant / f"seed{seed}"
+            if finished(run, steps) and (run / "checkpoints" / "agent.pt").is_file():
+                row = evaluate_dot(run, episodes)
+                rounds = run / "reward.csv"
+                val = pd.read_csv(rounds) if rounds.is_file() else pd.DataFrame()
+                row["val_accuracy"] = float(val["val_accuracy"].iloc[-1]) \
+                    if "val_accuracy" in val and len(val) else np.nan
+                rows.append(row)
+        if not rows:
+            print(f"| {variant} | 0 | - | - | - |")
+            continue
+        t = pd.DataFrame(rows)
+        val = "-" if t["val_accuracy"].isna().all() else mean_std(t["val_accuracy"], ".2f")
+        print(f"| {variant} | {len(t)} | {mean_std(t['final_distance'])} | "
+              f"{mean_std(t['true_return'])} | {val} |")
+
+
+def mean_std(values: pd.Series, fmt: str = ".1f") -> str:
+    """``mean ± std`` (population std over seeds)."""
+    return f"{values.mean():{fmt}} ± {values.std(ddof=0):{fmt}}"
+
+
+def pong_table(out: Path, seeds: list[int], steps: int) -> None:
+    """Pong: the true score of both variants at each evaluation, and ``curve.png``."""
+    curves = {}
+    for variant in PONG_VARIANTS:
+        frames = [pd.read_csv(out / "pong" / variant / f"seed{s}" / "eval.csv")
+                  .assign(seed=s) for s in seeds
+                  if (out / "pong" / variant / f"seed{s}" / "eval.csv").is_file()]
+        if frames:
+            curves[variant] = pd.concat(frames).groupby("step")["episode_reward"].mean()
+    if not curves:
+        print("\nPong: no run has evaluated yet")
+        return
+    table = pd.DataFrame(curves)
+    over = f", mean over seeds {','.join(map(str, seeds))}" if len(seeds) > 1 else ""
+    print(f"\nPong (PongNoFrameskip-v4), true score by step (eval.csv{over}); {steps} steps "
+          "planned\n")
+    print("| step | " + " | ".join(table.columns) + " |")
+    print("|---|" + "---|" * len(table.columns))
+    for step, row in table.iterrows():
+        print(f"| {step} | " + " | ".join("-" if np.isnan(v) else f"{v:.1f}" for v in row)
+              + " |")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for variant, curve in curves.items():
+        ax.plot(curve.index, curve.values, label={"ppo_true": "PPO, true reward",
+                                                  "oracle": "PrefPPO + DRLHP recipe, oracle"}
+                [variant])
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel("true score")
+    ax.set_title("Pong from an oracle teacher")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "pong" / "curve.png", dpi=120)
+    print(f"\ncurve: {out / 'pong' / 'curve.png'}")
+
+
+COMMANDS = """\
+Paper scale (Christiano et al. 2017: 50M timesteps; mrahtz: Pong in 20M, 16 envs, dropout 0.5), on
+a GPU, resumable with resume=RUN_DIR:
+
+  ./themis_train.sh domain=ALE env=PongNoFrameskip-v4 +recipe=drlhp num_train_steps=20000000 \\
+      ppo.num_envs=16 max_feedback=5500 num_interact=100000 query_decay_steps=5000000 \\
+      eval_frequency=500000 num_eval_episodes=5 device=cuda
+  ./themis_train.sh domain=ALE env=PongNoFrameskip-v4 learn_reward=false num_unsup_steps=0 \\
+      num_train_steps=20000000 ppo.num_envs=16 eval_frequency=500000 num_eval_episodes=5 \\
+      device=cuda
+
+Enduro with people (labelers open the printed links; the run trains on the answers that arrived
+at each round, DRLHP's 500 labels first: min_labels_before_training=500):
+
+  ./themis_train.sh domain=ALE env=EnduroNoFrameskip-v4 +recipe=drlhp human_teacher=true \\
+      teacher_ui=web labelers=3 label_host=0.0.0.0 label_port=8765 max_feedback=2000 \\
+      num_train_steps=2000000 ppo.num_envs=16 min_labels_before_training=500 \\
+      label_instructions="Prefer the clip where the car passes more cars and stays on the road" \\
+      device=cuda
+
+The same, tried end to end with two bot labelers at a tiny budget (the bots answer by the true
+return through the labeling page's HTTP API):
+
+  python scripts/simulate_crowd.py --careful 2 --random 0 --adversaries 0 \\
+      --labels-per-query 1 --gold-fraction 0 --modes none --out runs/enduro_bots -- \\
+      domain=ALE env=EnduroNoFrameskip-v4 +recipe=drlhp num_train_steps=2048 \\
+      num_seed_steps=0 num_unsup_steps=512 num_interact=512 max_feedback=24 reward_batch=8 \\
+      query_schedule=constant ppo.num_envs=2 ppo.num_steps=64 reward_update=2 \\
+      eval_frequency=2048 num_eval_episodes=1 +env_kwargs.max_num_frames_per_episode=1000
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=["dot", "pong", "commands"])
+    parser.add_argument("--variants", nargs="+", help="dot: a subset of "
+                        + ", ".join(DOT_VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--steps", type=int, help="dot: 150000, pong: 2000000")
+    parser.add_argument("--queries", type=int, help="oracle queries (dot: 1000, pong: 1500)")
+    parser.add_argument("--episodes", type=int, default=10, help="dot: evaluation episodes")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="PyTorch threads per run (default: cores / jobs)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_drlhp")
+    parser.add_argument("--quick", action="store_true", help="a smoke run's small schedule")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run nothing: the table of the runs finished so far")
+    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
+    args = parser.parse_args(argv)
+    if args.part == "commands":
+        print(COMMANDS)
+        return 0
+    if args.jobs < 1 or (args.steps is not None and args.steps < 1024):
+        print("bench_drlhp: error: --jobs must be >= 1 and --steps >= 1024", file=sys.stderr)
+        return 2
+    bad = sorted(set(args.variants or []) - set(DOT_VARIANTS))
+    if bad:
+        print(f"bench_drlhp: error: unknown variant {bad[0]}; use {', '.join(DOT_VARIANTS)}",
+              file=sys.stderr)
+        return 2
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    if args.part == "dot":
+        steps, seeds = args.steps or 150_000, args.seeds or [0, 1, 2]
+        queries, variants = args.queries or 1000, args.variants or list(DOT_VARIANTS)
+        cells = [(args.out / "dot" / v / f"seed{s}",
+                  [*dot_overrides(v, steps, s, queries, args.quick), *args.extra])
+                 for v in variants for s in seeds]
+        failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
+        dot_table(args.out, variants, seeds, steps, args.episodes)
+    else:
+        steps, seeds = args.steps or 2_000_000, args.seeds or [0]
+        queries = args.queries or 1500
+        cells = [(args.out / "pong" / v / f"seed{s}",
+                  [*pong_overrides(v, steps, s, queries, args.quick), *args.extra])
+                 for v in PONG_VARIANTS for s in seeds]
+        failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
+        pong_table(args.out, seeds, steps)
+    print("\n" + COMMANDS)
+    if failed:
+        print(f"{len(failed)} runs failed; see their .log files", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
