@@ -421,3 +421,74 @@ def test_ray_launcher_is_a_hydra_plugin_with_its_config(compose):
     assert cfg.hydra.launcher._target_.endswith("themis_ray_launcher.ray_launcher."
                                                 "ThemisRayLauncher")
     assert (cfg.hydra.launcher.num_cpus, cfg.hydra.launcher.address) == (2, "auto")
+
+
+# ------------------------------------------------------------------ hyper-parameter search
+def test_optuna_search_space_from_hydra_sweeps():
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    from hydra_plugins.themis_optuna_sweeper.optuna_sweeper import ThemisOptunaSweeper
+
+    sweeper = ThemisOptunaSweeper(params={"reward_lr": "tag(log, interval(1e-4, 3e-3))",
+                                          "segment": "choice(25, 50)", "seed": "3"})
+    fixed, space = sweeper.search_space(["reward_batch=range(10, 60, 20)", "segment=choice(5,6)",
+                                         "env=Hopper-v5"])
+    assert fixed == ["seed=3", "env=Hopper-v5"]
+    assert space["reward_lr"] == FloatDistribution(1e-4, 3e-3, log=True)
+    assert space["reward_batch"] == IntDistribution(10, 50, step=20)  # 10, 30, 50
+    assert isinstance(space["segment"], CategoricalDistribution)  # the command line wins
+    assert [int(c) for c in space["segment"].choices] == [5, 6]
+    with pytest.raises(ValueError, match=r"nothing to search|Optuna searches"):
+        ThemisOptunaSweeper().search_space(["x=glob(*)"])
+
+
+@pytest.mark.slow
+def test_optuna_sweeper_runs_a_two_trial_study_saved_in_the_sweep_dir_then_summarize(tmp_path):
+    import optuna
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    search = [*SWEEP_TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+              "hydra.sweeper.n_jobs=2", "reward_lr=tag(log,interval(1e-4,1e-2))",
+              "segment=choice(10,20)", "reward_batch=range(5,15,5)",
+              f"hydra.sweep.dir={sweep}"]
+    proc = launch("themis_train.sh", "-m", *search, threads=None)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = optuna.load_study(study_name="themis", storage=f"sqlite:///{sweep / 'optuna.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for trial in study.trials:  # each trial is a run; its value is the run's final return
+        run = sweep / str(trial.number)
+        final = pd.read_csv(run / "eval.csv")["episode_reward"].iloc[-1]
+        assert trial.value == pytest.approx(final, abs=1e-5)
+        overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+        assert f"segment={trial.params['segment']}" in overrides
+        assert f"reward_lr={trial.params['reward_lr']}" in overrides
+        assert 1e-4 <= trial.params["reward_lr"] <= 1e-2
+    best = yaml.safe_load((sweep / "optuna_best.yaml").read_text())
+    assert best["value"] == pytest.approx(max(t.value for t in study.trials))
+    assert best["trial"] == study.best_trial.number
+
+    proc = summarize(sweep, "--reps", "100")
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(sweep / "summary.csv")
+    assert len(table) == 2 and table["optuna_best"].sum() == 1
+    marked = table[table["optuna_best"]].iloc[0]
+    assert marked["mean"] == pytest.approx(best["value"], abs=1e-3)
+    text = (sweep / "summary.md").read_text()
+    assert f"| {marked['setting']} ★ |" in text and f"best trial: #{best['trial']}" in text
+
+    # the same command with more trials continues the study in the sweep dir
+    proc = launch("themis_train.sh", "-m", *search, "hydra.sweeper.n_trials=3", threads=None)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = optuna.load_study(study_name="themis", storage=f"sqlite:///{sweep / 'optuna.db'}")
+    assert len(study.trials) == 3 and (sweep / "2" / "eval.csv").is_file()
+
+
+def test_optuna_example_search_composes(compose):
+    cfg = compose(["hydra/sweeper=reward_search"], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("ThemisOptunaSweeper")
+    assert set(cfg.hydra.sweeper.params) == {"reward_lr", "segment", "reward_batch"}

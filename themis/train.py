@@ -355,10 +355,13 @@ def main_or_stop(main: Any) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float:
+    """One training run; returns its final true eval return (NaN without an evaluation): the
+    value an optimising sweeper (``hydra/sweeper=optuna``) gets for the job."""
     ws = build_workspace(cfg)
     run_or_stop(ws, "./themis_train.sh")
     ws.finish()
+    return ws.last_eval_return
 
 
 if __name__ == "__main__":

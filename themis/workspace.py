@@ -240,6 +240,7 @@ class Workspace:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
         self.last_episode_reward = float("nan")
+        self.last_eval_return = float("nan")  # the objective of hydra/sweeper=optuna
         self.interact_count = 0
         self.last_checkpoint_step = 0
         self.checkpointed_before_people = False  # see checkpoint_before_people
@@ -439,6 +440,7 @@ class Workspace:
             row["success_rate"] = float(np.mean(successes))
         self.logger.eval.write(row)
         self.logger.console("eval", row)
+        self.last_eval_return = row["episode_reward"]
         return row["episode_reward"]
 
     def eval_action(self, obs: np.ndarray) -> Any:
