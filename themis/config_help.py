@@ -48,7 +48,7 @@ def help_text(cfg: DictConfig) -> str:
 
     described = key_descriptions()
     lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
-             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld, "
+             "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld|seals, "
              "teacher=oracle|mistake|noisy|skip|myopic|equal, "
              "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]), "
              "logger=csv|tensorboard|wandb|mlflow (several: logger=[wandb,mlflow]); "
