@@ -12,6 +12,8 @@ number of runs (and how many are unfinished: their last evaluation comes before
 ``success_rate`` (Meta-World), the final success rate's IQM and CI too. Written
 to ``--out`` (default SWEEP_DIR): ``summary.md``, ``summary.csv``, ``learning_curves.png`` (all
 settings, mean ± std over seeds) and ``curves/<setting>.png`` (one plot per setting, every seed).
+A hyper-parameter search (``hydra/sweeper=optuna``) leaves ``optuna_best.yaml`` in its sweep dir:
+the best trial's setting is then marked in the table (``optuna_best``) and named below it.
 """
 
 from __future__ import annotations
@@ -165,15 +167,36 @@ def plot_setting_curves(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-def to_markdown(table: pd.DataFrame) -> str:
-    """The table as GitHub Markdown (no extra dependency)."""
+def optuna_best(sweep_dir: Path, runs: pd.DataFrame) -> dict | None:
+    """The best trial of an Optuna search in ``sweep_dir`` (``optuna_best.yaml``, written by
+    ``hydra/sweeper=optuna``) with its setting in ``runs``, or None (no search, no such run).
+    The file is plain YAML, read without executing anything."""
+    path = sweep_dir / "optuna_best.yaml"
+    if not path.is_file():
+        return None
+    try:
+        best = yaml.safe_load(path.read_text())
+        trial_dir = (sweep_dir / str(int(best["trial"]))).resolve()
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    match = runs[[Path(d).resolve() == trial_dir for d in runs["run_dir"]]]
+    if match.empty:
+        return None
+    return {"trial": int(best["trial"]), "value": best.get("value"),
+            "setting": match["setting"].iloc[0], "finished": best.get("finished")}
+
+
+def to_markdown(table: pd.DataFrame, best: dict | None = None) -> str:
+    """The table as GitHub Markdown (no extra dependency); ``best``: the Optuna search's best
+    trial (:func:`optuna_best`), marked with ★."""
     success = "success_iqm" in table
     header = ["setting", "runs", "final step", "mean", "std", "IQM [95% CI]", "feedback"] + \
         (["success rate IQM [95% CI]"] if success else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in table.itertuples():
         runs = f"{r.runs} ({r.unfinished} unfinished)" if r.unfinished else str(r.runs)
-        line = (f"| {r.setting} | {runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
+        star = " ★" if best is not None and r.setting == best["setting"] else ""
+        line = (f"| {r.setting}{star} | {runs} | {r.final_step} | {r.mean:.1f} | {r.std:.1f} | "
                 f"{r.iqm:.1f} [{r.iqm_ci_low:.1f}, {r.iqm_ci_high:.1f}] | {r.total_feedback} |")
         if success:
             line += (f" {r.success_iqm:.2f} [{r.success_ci_low:.2f}, {r.success_ci_high:.2f}] |"
@@ -182,6 +205,10 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table["unfinished"].any():
         lines += ["", "Unfinished runs (still running or stopped) count with their last "
                   "evaluation, before `num_train_steps`."]
+    if best is not None:
+        lines += ["", f"★ Optuna's best trial: #{best['trial']} ({best['setting']}), final true "
+                  f"return {float(best['value']):.1f} (of {best['finished']} finished trials; "
+                  "study in optuna.db)."]
     return "\n".join(lines) + "\n"
 
 
@@ -202,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     table = summarize(runs, args.reps)
+    best = optuna_best(args.sweep_dir, runs)
+    if best is not None:
+        table["optuna_best"] = table["setting"] == best["setting"]
     table.to_csv(out / "summary.csv", index=False)
-    markdown = to_markdown(table)
+    markdown = to_markdown(table, best)
     (out / "summary.md").write_text(markdown)
     plot_curves(runs, out / "learning_curves.png")
     plot_setting_curves(runs, out / "curves")

@@ -210,9 +210,10 @@ def test_help_describes_every_key():
     from themis.methods.rime import RIMEConfig
     from themis.methods.rune import RUNEConfig
     from themis.methods.surf import SURFConfig
+    from themis.tracking import LoggerConfig
 
     groups = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig, "rune": RUNEConfig,
-              "qpa": QPAConfig, "rime": RIMEConfig, "mrn": MRNConfig}
+              "qpa": QPAConfig, "rime": RIMEConfig, "mrn": MRNConfig, "logger": LoggerConfig}
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in groups] + \
         [f"{group}.{f.name}" for group, cls in groups.items() for f in dataclasses.fields(cls)]
     lines = out.splitlines()

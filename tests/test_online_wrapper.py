@@ -155,6 +155,7 @@ def test_a_run_ends_at_its_episode_end_and_the_next_episode_gets_a_new_number():
     ({"pretrained_policy": "sac.zip"}, "pretrained_policy configures Themis's own training"),
     ({"query_schedule": "decay"}, "query_schedule configures Themis's own training loop"),
     ({"reward_norm_std": 0.05}, "reward_norm_std configures Themis's own training loop"),
+    ({"logger": "wandb"}, "logger configures Themis's own training loop"),
     ({"method": "qpa"}, "method=qpa mixes recent episodes"),
     ({"method": ["surf", "mrn"]}, "method=mrn trains the reward model through"),
     ({"teacher": "lazy"}, "teacher=lazy is unknown"),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -290,3 +293,202 @@ def test_mutation_report_without_mutmut_is_one_line(tmp_path):
     assert proc.stderr.strip() == ("mutation_report: error: mutmut is not installed; "
                                    "scripts/mutation.sh installs it and makes the mutants this "
                                    "script reports on")
+
+
+# ------------------------------------------------------------------ sweeps on a Ray cluster
+def _pids_of(marker: str) -> set[int]:
+    """Processes whose command line holds ``marker``, and their descendants."""
+    procs: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(entry)] = (ppid, cmdline)
+    found = {pid for pid, (_, cmd) in procs.items() if marker in cmd}
+    while True:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in found} - found
+        if not more:
+            return found
+        found |= more
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def _listening_addresses(pids: set[int]) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp* write them) on which ``pids`` listen."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                addresses.add(fields[1].split(":")[0])
+    return addresses
+
+
+@pytest.fixture
+def ray_head():
+    """A real Ray cluster on this machine: ``ray start --head --block`` on 127.0.0.1 with 2
+    CPUs, in its own process group; stopped (the group, then anything left of its session)
+    at the end."""
+    import socket
+    import tempfile
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="themis-ray-", dir="/tmp")  # Ray's socket paths are short
+    env = {k: v for k, v in os.environ.items() if k != "THEMIS_THREADS"}
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # the node address stays the loopback
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    log = open(os.path.join(temp, "head.log"), "w")
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+         "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+         "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in open(log.name).read():
+            assert head.poll() is None and time.monotonic() < deadline, open(log.name).read()
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}", temp
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+        time.sleep(1)
+        for pid in _pids_of(temp):  # a worker that outlived the head
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.mark.slow
+def test_ray_launcher_runs_a_two_job_sweep_on_a_local_cluster_then_summarize(tmp_path,
+                                                                              ray_head):
+    address, temp = ray_head
+    listening = _listening_addresses(_pids_of(temp))
+    assert listening and listening <= LOOPBACK  # nothing of the cluster listens beyond
+    sweep = tmp_path / "sweep"
+    proc = launch("themis_train.sh", "-m", "hydra/launcher=ray",
+                  f"hydra.launcher.address={address}", "hydra.launcher.num_cpus=1",
+                  *SWEEP_TINY, "seed=0,1", f"hydra.sweep.dir={sweep}", threads=None)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "Ray: launching 2 jobs (1 CPU each)" in out
+    workers = {line.split("pid=")[1].split(")")[0] for line in out.splitlines()
+               if "(_run_job pid=" in line}
+    assert len(workers) == 2  # two Ray workers ran the two jobs
+    runs = sorted(p.parent for p in sweep.rglob("eval.csv"))
+    assert [r.name for r in runs] == ["0", "1"]
+    for run in runs:
+        assert pd.read_csv(run / "eval.csv")["step"].tolist() == [400, 800]
+        assert "torch_threads: 1\n" in (run / "config.yaml").read_text()  # = num_cpus
+        hydra_yaml = (run / ".hydra" / "hydra.yaml").read_text()
+        assert "id: ray_" in hydra_yaml  # the Ray task's id is the Hydra job id
+    proc = summarize(sweep, "--reps", "100")
+    assert proc.returncode == 0, proc.stderr
+    row = pd.read_csv(sweep / "summary.csv").iloc[0]
+    assert row["runs"] == 2 and row["final_step"] == 800
+
+
+def test_ray_launcher_is_a_hydra_plugin_with_its_config(compose):
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    names = [c.__name__ for c in Plugins.instance().discover(Launcher)]
+    assert "ThemisRayLauncher" in names
+    cfg = compose(["hydra/launcher=ray", "hydra.launcher.num_cpus=2",
+                   "hydra.launcher.address=auto"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("themis_ray_launcher.ray_launcher."
+                                                "ThemisRayLauncher")
+    assert (cfg.hydra.launcher.num_cpus, cfg.hydra.launcher.address) == (2, "auto")
+
+
+# ------------------------------------------------------------------ hyper-parameter search
+def test_optuna_search_space_from_hydra_sweeps():
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    from hydra_plugins.themis_optuna_sweeper.optuna_sweeper import ThemisOptunaSweeper
+
+    sweeper = ThemisOptunaSweeper(params={"reward_lr": "tag(log, interval(1e-4, 3e-3))",
+                                          "segment": "choice(25, 50)", "seed": "3"})
+    fixed, space = sweeper.search_space(["reward_batch=range(10, 60, 20)", "segment=choice(5,6)",
+                                         "env=Hopper-v5"])
+    assert fixed == ["seed=3", "env=Hopper-v5"]
+    assert space["reward_lr"] == FloatDistribution(1e-4, 3e-3, log=True)
+    assert space["reward_batch"] == IntDistribution(10, 50, step=20)  # 10, 30, 50
+    assert isinstance(space["segment"], CategoricalDistribution)  # the command line wins
+    assert [int(c) for c in space["segment"].choices] == [5, 6]
+    with pytest.raises(ValueError, match=r"nothing to search|Optuna searches"):
+        ThemisOptunaSweeper().search_space(["x=glob(*)"])
+
+
+@pytest.mark.slow
+def test_optuna_sweeper_runs_a_two_trial_study_saved_in_the_sweep_dir_then_summarize(tmp_path):
+    import optuna
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    search = [*SWEEP_TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+              "hydra.sweeper.n_jobs=2", "reward_lr=tag(log,interval(1e-4,1e-2))",
+              "segment=choice(10,20)", "reward_batch=range(5,15,5)",
+              f"hydra.sweep.dir={sweep}"]
+    proc = launch("themis_train.sh", "-m", *search, threads=None)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = optuna.load_study(study_name="themis", storage=f"sqlite:///{sweep / 'optuna.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for trial in study.trials:  # each trial is a run; its value is the run's final return
+        run = sweep / str(trial.number)
+        final = pd.read_csv(run / "eval.csv")["episode_reward"].iloc[-1]
+        assert trial.value == pytest.approx(final, abs=1e-5)
+        overrides = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+        assert f"segment={trial.params['segment']}" in overrides
+        assert f"reward_lr={trial.params['reward_lr']}" in overrides
+        assert 1e-4 <= trial.params["reward_lr"] <= 1e-2
+    best = yaml.safe_load((sweep / "optuna_best.yaml").read_text())
+    assert best["value"] == pytest.approx(max(t.value for t in study.trials))
+    assert best["trial"] == study.best_trial.number
+
+    proc = summarize(sweep, "--reps", "100")
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(sweep / "summary.csv")
+    assert len(table) == 2 and table["optuna_best"].sum() == 1
+    marked = table[table["optuna_best"]].iloc[0]
+    assert marked["mean"] == pytest.approx(best["value"], abs=1e-3)
+    text = (sweep / "summary.md").read_text()
+    assert f"| {marked['setting']} ★ |" in text and f"best trial: #{best['trial']}" in text
+
+    # the same command with more trials continues the study in the sweep dir
+    proc = launch("themis_train.sh", "-m", *search, "hydra.sweeper.n_trials=3", threads=None)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = optuna.load_study(study_name="themis", storage=f"sqlite:///{sweep / 'optuna.db'}")
+    assert len(study.trials) == 3 and (sweep / "2" / "eval.csv").is_file()
+
+
+def test_optuna_example_search_composes(compose):
+    cfg = compose(["hydra/sweeper=reward_search"], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("ThemisOptunaSweeper")
+    assert set(cfg.hydra.sweeper.params) == {"reward_lr", "segment", "reward_batch"}

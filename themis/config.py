@@ -33,6 +33,7 @@ from themis.precision import PRECISIONS
 from themis.sampling import resolve_feed_type
 from themis.teachers import validate_teacher_params
 from themis.threads import parse_threads
+from themis.tracking.settings import LoggerConfig
 from themis.utils import ConfigError
 
 AGENTS = ("auto", "sac", "ppo")
@@ -267,8 +268,9 @@ class TrainConfig:
     prefs_path: str | None = None
     """A saved preference dataset (folder) the reward model is trained on before any query;
     with max_feedback=0 the reward is learned from it alone."""
-    logger: list[str] = field(default_factory=lambda: ["csv"])
-    """Log backends: csv (always written) and tensorboard: logger=[csv,tensorboard]."""
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Where rows go besides the CSV files (config group): logger=tensorboard, logger=wandb,
+    logger=mlflow or several, logger=[wandb,mlflow]; settings logger.* (README: Tracking)."""
 
     agent: str = "auto"
     """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
@@ -378,7 +380,8 @@ NUMERIC_KEYS: dict[str, Range] = {
     "xplain_clips_per_round": NON_NEGATIVE,
     # evaluation, logging, snapshots
     "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
-    "checkpoint_frequency": POSITIVE,
+    "checkpoint_frequency": POSITIVE, "logger.clips": NON_NEGATIVE,
+    "logger.finish_timeout": POSITIVE,
     # methods
     "surf.threshold_u": Range(0.5, 1), "surf.lambda_u": NON_NEGATIVE, "surf.mu": POSITIVE,
     "surf.inv_label_ratio": POSITIVE, "surf.crop_range": NON_NEGATIVE,
@@ -593,7 +596,7 @@ def load_received_config(path: str | Path) -> DictConfig:
     Raises:
         ConfigError: one line naming the file and the problem.
     """
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
@@ -605,6 +608,8 @@ def load_received_config(path: str | Path) -> DictConfig:
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
     check_no_resolvers(raw, path)
+    if isinstance(raw.get("logger"), ListConfig):  # runs before the logger group: [csv, ...]
+        raw.logger = {"tensorboard": "tensorboard" in list(raw.logger)}
     try:
         merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
     except OmegaConfBaseException as e:
@@ -710,10 +715,6 @@ def validate(cfg: Any) -> None:
                           "holds its own agent; drop one of them")
     if cfg.prefs_path and not cfg.learn_reward:
         raise ConfigError("prefs_path is set but learn_reward=false; drop one of them")
-    unknown = sorted(set(cfg.logger) - {"csv", "tensorboard"})
-    if unknown:
-        raise ConfigError(f"logger={','.join(cfg.logger)}: unknown backend {unknown[0]!r}; use "
-                          "logger=[csv] or logger=[csv,tensorboard]")
     try:
         resolve_feed_type(cfg.feed_type)
         validate_teacher_params(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,

@@ -16,10 +16,11 @@ from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
 from themis.methods.rune import RUNEConfig
 from themis.methods.surf import SURFConfig
+from themis.tracking.settings import LoggerConfig
 
 GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig,
                            "rune": RUNEConfig, "qpa": QPAConfig, "rime": RIMEConfig,
-                           "mrn": MRNConfig}
+                           "mrn": MRNConfig, "logger": LoggerConfig}
 """The nested key groups (``sac.*``, ``ppo.*``, the methods' keys) and their dataclasses."""
 
 
@@ -48,9 +49,10 @@ def help_text(cfg: DictConfig) -> str:
     described = key_descriptions()
     lines = ["Themis: every key is an override, e.g. ./themis_train.sh env=Hopper-v5 seed=1",
              "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld|"
-             "MovingDot, "
+             "MovingDot|Gym|seals, "
              "teacher=oracle|mistake|noisy|skip|myopic|equal, "
-             "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]); "
+             "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]), "
+             "logger=csv|tensorboard|wandb|mlflow (several: logger=[wandb,mlflow]); "
              "-m sweeps (Hydra's flags: --hydra-help).", ""]
     flat = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(flat, dict)

@@ -219,6 +219,18 @@ class Domain:
         raise ConfigError(f"env={env} is not an environment of domain={self.name}{hint}")
 
 
+def _seals_setup() -> None:
+    """Register the seals environments (importing ``seals`` does) and route MuJoCo's warnings."""
+    _route_mujoco_warnings()
+    _register("seals")()
+
+
+def _is_mujoco(env_id: str) -> bool:
+    """Whether a registered id is one of gymnasium's MuJoCo envs or built on one (seals)."""
+    entry = gym.spec(env_id).entry_point
+    return "mujoco" in (entry if isinstance(entry, str) else getattr(entry, "__module__", ""))
+
+
 class LightMujocoRender(gym.Wrapper):
     """Renders MuJoCo frames without shadows and reflections: on CPU renderers (OSMesa, EGL on
     llvmpipe) that makes a 128×128 HalfCheetah frame about 10× cheaper (75 ms -> 7.5 ms), which
@@ -269,6 +281,11 @@ DOMAINS: dict[str, Domain] = {
     # any registered gymnasium env, also one's own: env=mypkg.envs:MyEnv-v0 imports mypkg.envs
     # (which registers MyEnv-v0) first; bounded Box actions rescaled to [-1, 1]
     "Gym": Domain("Gym", entry_points=("",), import_modules=True),
+    # seals (HumanCompatibleAI's suite for learning specifications): fixed-horizon MuJoCo
+    # (env=Hopper-v1: no early termination, positions observed; README: seals) and diagnostic
+    # tasks with vector observations (env=CartPole-v0, MountainCar-v0, NoisyObs-v0, ...)
+    "seals": Domain("seals", entry_points=("seals.",), id_prefix="seals/",
+                    setup=_seals_setup),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
@@ -347,7 +364,7 @@ def make_env(domain: str, env: str, seed: int | None = None,
         # control, Box2D) print "XDG_RUNTIME_DIR is invalid" on headless machines
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     kwargs = {**dom.make_kwargs, **env_kwargs}
-    mujoco_frames = dom.name == "Control" and render_mode == "rgb_array"
+    mujoco_frames = render_mode == "rgb_array" and dom.make is None and _is_mujoco(env_id)
     if mujoco_frames:
         kwargs = {"width": render_size, "height": render_size, **kwargs}
         if "camera_id" not in kwargs and "camera_name" not in kwargs:
@@ -358,8 +375,10 @@ def make_env(domain: str, env: str, seed: int | None = None,
         if dom.make is not None:
             e = dom.make(env_id, render_mode, render_size,
                          seed if task_seed is None else task_seed, **kwargs)
-        else:
-            e = gym.make(env_id, render_mode=render_mode, **kwargs)
+        else:  # no render_mode=None: envs without rendering (seals' diagnostics) refuse it
+            if render_mode is not None:
+                kwargs["render_mode"] = render_mode
+            e = gym.make(env_id, **kwargs)
     except TypeError as err:
         raise ConfigError(f"env={env}: gym.make rejected env_kwargs {env_kwargs}: {err}") from None
     if mujoco_frames:

@@ -286,6 +286,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     cfg.gold_fraction, cfg.gold_path, cfg.label_quality, cfg.label_instructions = 0.0, None, \
         "none", ""
     cfg.replay_buffer_capacity = max(1000, cfg.segment)  # no training here: a small buffer
+    cfg.logger.wandb = cfg.logger.mlflow = False  # the rebuilt workspace reports to no tracker
     for key, value in overrides.items():
         setattr(cfg, key, value)
     ws = make_workspace(cfg, Path(out_dir) if out_dir else run / "inspection")

@@ -87,7 +87,8 @@ def close_progress_bars() -> None:
 
 
 LOGGER_BACKENDS = ("csv", "tensorboard")
-"""Values of the ``logger`` config key. CSV files are always written."""
+"""File backends of :class:`Logger` (``logger.tensorboard``). CSV files are always written;
+trackers (W&B, MLflow) come as a :class:`themis.tracking.TrackingHub`."""
 
 
 class MetricLog:
@@ -98,15 +99,21 @@ class MetricLog:
         name: the stream name (CSV file stem and TensorBoard tag prefix).
         run_dir: where ``<name>.csv`` goes.
         tensorboard: a ``torch.utils.tensorboard.SummaryWriter`` or None.
+        tracker: a :class:`themis.tracking.TrackingHub` (W&B, MLflow) or None: every row is
+            queued for it as metrics ``<name>/<column>`` at step ``row["step"]``.
     """
 
-    def __init__(self, name: str, run_dir: Path, tensorboard: Any = None) -> None:
+    def __init__(self, name: str, run_dir: Path, tensorboard: Any = None,
+                 tracker: Any = None) -> None:
         self.name = name
         self.csv = CSVLog(run_dir / f"{name}.csv")
         self.tensorboard = tensorboard
+        self.tracker = tracker
 
     def write(self, row: Mapping[str, Any]) -> None:
         self.csv.write(row)
+        if self.tracker is not None:
+            self.tracker.log_row(self.name, row)
         if self.tensorboard is not None and "step" in row:
             step = int(row["step"])
             for key, value in row.items():
@@ -132,6 +139,8 @@ class Logger:
             the interrupted run are dropped (the CSVs are cut by the workspace).
         prefix: put before every console line (``[job 3] `` in a sweep, whose parallel jobs
             share one terminal).
+        tracker: a :class:`themis.tracking.TrackingHub` the rows also go to, or None (the
+            workspace closes it).
 
     Raises:
         ValueError: an unknown backend.
@@ -139,7 +148,7 @@ class Logger:
 
     def __init__(self, run_dir: Path, stream: TextIO | None = None,
                  backends: tuple[str, ...] | list[str] = ("csv",),
-                 purge_step: int | None = None, prefix: str = "") -> None:
+                 purge_step: int | None = None, prefix: str = "", tracker: Any = None) -> None:
         unknown = sorted(set(backends) - set(LOGGER_BACKENDS))
         if unknown:
             raise ValueError(f"logger={','.join(backends)}: unknown backend {unknown[0]!r}; "
@@ -152,9 +161,16 @@ class Logger:
 
             self.tensorboard = SummaryWriter(log_dir=str(run_dir / "tensorboard"),
                                              purge_step=purge_step)
-        self.train = MetricLog("train", run_dir, self.tensorboard)
-        self.eval = MetricLog("eval", run_dir, self.tensorboard)
-        self.reward = MetricLog("reward", run_dir, self.tensorboard)
+        self.tracker = tracker
+        self.train = MetricLog("train", run_dir, self.tensorboard, tracker)
+        self.eval = MetricLog("eval", run_dir, self.tensorboard, tracker)
+        self.reward = MetricLog("reward", run_dir, self.tensorboard, tracker)
+
+    def attach(self, tracker: Any) -> None:
+        """Send every later row also to ``tracker`` (a :class:`themis.tracking.TrackingHub`)."""
+        self.tracker = tracker
+        for log in (self.train, self.eval, self.reward):
+            log.tracker = tracker
 
     def info(self, message: str, color: str | None = None) -> None:
         tqdm.write(self.prefix + (colored(message, color) if color else message),

@@ -25,6 +25,8 @@ def main(cfg: DictConfig) -> None:
                    f"continue with: ./themis_train.sh pretrained_snapshot={path.resolve()}",
                    "cyan")
     ws.logger.close()
+    if ws.tracking is not None:
+        ws.tracking.close("FINISHED")
 
 
 if __name__ == "__main__":

@@ -189,7 +189,8 @@ def threads_per_job(cfg: DictConfig) -> int | str:
 
     ``-m`` sweeps run ``hydra.launcher.n_jobs`` jobs side by side on this machine (-1 = one per
     core, joblib's convention); with ``torch_threads`` ``auto`` or ``0`` each job then gets
-    ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe the CPU.
+    ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe the CPU;
+    with the Ray launcher (``hydra/launcher=ray``) each job gets the ``num_cpus`` Ray reserved.
     Single runs and SLURM jobs keep the key (``auto``: :func:`themis.threads.auto_threads`).
     """
     try:
@@ -199,8 +200,10 @@ def threads_per_job(cfg: DictConfig) -> int | str:
     if fixed is not None and fixed > 0:
         return fixed
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in str(
-            hydra_cfg.launcher.get("_target_", "")):
+    target = str(hydra_cfg.launcher.get("_target_", ""))
+    if hydra_cfg.mode == RunMode.MULTIRUN and target.endswith("ThemisRayLauncher"):
+        return max(1, int(hydra_cfg.launcher.get("num_cpus", 1)))  # the CPUs Ray reserved
+    if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in target:
         return "auto" if fixed is None else fixed
     cores = os.cpu_count() or 1
     n_jobs = int(hydra_cfg.launcher.get("n_jobs", -1))
@@ -337,6 +340,8 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
         ws.run(until)
     except ConfigError as e:
         ws.logger.close()
+        if ws.tracking is not None:
+            ws.tracking.close("FAILED")
         fail(str(e))
     except KeyboardInterrupt:
         print(f"themis: {ws.stopped(launcher)}", file=sys.stderr)
@@ -356,10 +361,13 @@ def main_or_stop(main: Any) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float:
+    """One training run; returns its final true eval return (NaN without an evaluation): the
+    value an optimising sweeper (``hydra/sweeper=optuna``) gets for the job."""
     ws = build_workspace(cfg)
     run_or_stop(ws, "./themis_train.sh")
     ws.finish()
+    return ws.last_eval_return
 
 
 if __name__ == "__main__":

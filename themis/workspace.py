@@ -58,6 +58,7 @@ from themis.precision import resolve_precision
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.reward.recipe import RewardNormaliser
 from themis.threads import ThreadGovernor, apply_threads, choose_threads
+from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
 SNAPSHOT_VERSION = 1
@@ -277,6 +278,7 @@ class Workspace:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
         self.last_episode_reward = float("nan")
+        self.last_eval_return = float("nan")  # the objective of hydra/sweeper=optuna
         self.interact_count = 0
         self.last_checkpoint_step = 0
         self.checkpointed_before_people = False  # see checkpoint_before_people
@@ -289,7 +291,9 @@ class Workspace:
         if resume_state is not None:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
                 truncate_csv(self.run_dir / f"{stream}.csv", int(resume_state["step"]))
-        self.logger = Logger(self.run_dir, backends=cfg.logger,
+        self.logger = Logger(self.run_dir,
+                             backends=("csv", "tensorboard") if cfg.logger.tensorboard else
+                             ("csv",),
                              purge_step=int(resume_state["step"]) if resume_state else None,
                              prefix=job_prefix())
         if resume_state is not None:
@@ -305,6 +309,10 @@ class Workspace:
             self.load_snapshot(Path(cfg.pretrained_snapshot))
         elif cfg.pretrained_policy:
             self.load_pretrained_policy(Path(cfg.pretrained_policy))
+        # W&B / MLflow (logger=wandb|mlflow): rows queued for their threads, never waited for
+        self.tracking = start_tracking(cfg, self.run_dir, self.env_id, self.title,
+                                       self.logger_info_warning)
+        self.logger.attach(self.tracking)
 
     # ------------------------------------------------------------------ running
     def run(self, until: int | None = None) -> None:
@@ -496,6 +504,7 @@ class Workspace:
             row["success_rate"] = float(np.mean(successes))
         self.logger.eval.write(row)
         self.logger.console("eval", row)
+        self.last_eval_return = row["episode_reward"]
         return row["episode_reward"]
 
     def eval_action(self, obs: np.ndarray) -> Any:
@@ -688,6 +697,8 @@ class Workspace:
         if self.thread_governor is not None:
             self.thread_governor.stop()
         self.logger.close()
+        if self.tracking is not None:
+            self.tracking.close("KILLED")
         close_progress_bars()
         for env in (self.env, self.eval_env):
             env.close()
@@ -732,4 +743,12 @@ class Workspace:
         if eval_csv.exists():
             plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
                                 title=f"{self.env_id}: {self.title}")
+        if self.tracking is not None:  # curve, report, clips; then the tracked run ends
+            files = run_files(self.cfg.logger, self.run_dir, self.logger_info_warning) \
+                if self.tracking.active else None  # no report for trackers that are gone
+            self.tracking.close("FINISHED", files)
         self.logger.info(f"done: {self.run_dir}", "cyan")
+
+    def logger_info_warning(self, message: str) -> None:
+        """A yellow console line (a tracker's warning)."""
+        self.logger.info(message, "yellow")

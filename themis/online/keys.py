@@ -57,6 +57,7 @@ LOOP_KEYS: dict[str, str] = {
     "query_schedule": "the wrapper asks reward_batch queries every num_interact steps",
     "query_decay_steps": "the wrapper asks reward_batch queries every num_interact steps",
     "reward_norm_std": "the wrapper normalises r̂ itself (normalize_reward)",
+    "logger": "track the run with your library's own W&B or MLflow callback",
 }
 """Keys of Themis's own training loop, refused by the wrapper, and why."""
 

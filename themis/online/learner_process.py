@@ -147,7 +147,8 @@ class OnlineLearner:
         :mod:`themis.online.loop`): no ``train.csv`` rows (the loop writes them), checkpoints
         in ``checkpoints/learner/``."""
         set_seed_everywhere(cfg.seed)
-        self.logger = Logger(run_dir, backends=cfg.logger)
+        self.logger = Logger(run_dir, backends=("csv", "tensorboard") if cfg.logger.tensorboard
+                             else ("csv",))
         self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
         self.learner: PreferenceLearner = make_learner(self.space)
         self.store = self.space.buffer

@@ -1,0 +1,1 @@
+"""Themis's Optuna sweeper for Hydra (``hydra/sweeper=optuna``); see ``optuna_sweeper``."""
