@@ -35,9 +35,11 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recipe", [[], ["reward_dropout=0.5", "reward_batchnorm=true"]],
+                         ids=["plain", "dropout-batchnorm"])
 def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
-        compose, tmp_path, monkeypatch):
-    ws = make_workspace(compose([*ASYNC, "num_train_steps=3000"]), tmp_path)
+        compose, tmp_path, monkeypatch, recipe):
+    ws = make_workspace(compose([*ASYNC, "num_train_steps=3000", *recipe]), tmp_path)
     seen: list[tuple[int, torch.Tensor]] = []
     real_relabel = pebble.relabel
 

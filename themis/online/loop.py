@@ -158,7 +158,8 @@ class AsyncLearner:
         self.ws = ws
         self.model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size,
                                     cfg.reward_hidden_dim, cfg.reward_hidden_depth,
-                                    obs_shape=ws.obs_shape).to(ws.device)
+                                    obs_shape=ws.obs_shape, dropout=cfg.reward_dropout,
+                                    batchnorm=cfg.reward_batchnorm).to(ws.device)
         self.model.precision = ws.precision
         self.model.eval()
         self.bonus: Any = None
@@ -171,6 +172,13 @@ class AsyncLearner:
         self.version = 0  # the version in use (0: none yet)
         self.dataset = PublishedLabels(self)
         self.stats = NoStats()
+        # DRLHP's query schedule and reward normalisation run only in a sync learner
+        # (config.check_reward_training refuses them with async)
+        self.schedule: Any = None
+        self.normaliser: Any = None
+
+    def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
+        """Nothing: async runs have no ``reward_norm_std`` (refused by the config check)."""
 
     # ------------------------------------------------------------------ the process
     def start(self) -> None:

@@ -212,7 +212,8 @@ class OnlineReward:
         # --- the agent side's model copy and the returned reward
         model = RewardEnsemble(obs_dim, self.action_dim, cfg.ensemble_size,
                                cfg.reward_hidden_dim, cfg.reward_hidden_depth,
-                               obs_shape=self.obs_shape)
+                               obs_shape=self.obs_shape, dropout=cfg.reward_dropout,
+                               batchnorm=cfg.reward_batchnorm)
         self.ensemble = Ensemble(model)
         self.version = 0  # the version in use (0: none yet)
         self.mean, self.var, self.count = 0.0, 1.0, 0.0  # running statistics of r̂
