@@ -280,6 +280,39 @@ def test_sb3_sac_trains_through_the_wrapper_while_the_reward_model_changes(tmp_p
     assert len(PreferenceDataset.load(tmp_path / "preferences")) == 30
 
 
+def test_relabel_callback_rewrites_sb3_sacs_buffer_with_each_new_version(tmp_path):
+    """Without relabelling, SB3 SAC's buffer keeps the warm-up's zeros and stale versions' r̂;
+    the callback rewrites every stored reward with the version in use (PEBBLE's relabel)."""
+    from stable_baselines3 import SAC
+
+    from themis.online import RelabelCallback
+
+    env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path,
+                                    **{**TINY, "max_feedback": 30, "segment": 20})
+    checked: list[int] = []
+
+    class Checked(RelabelCallback):
+        def relabel(self) -> None:
+            super().relabel()
+            buffer = self.model.replay_buffer
+            n = buffer.pos
+            low, high = env.action_space.low, env.action_space.high
+            env_actions = low + (buffer.actions[:n, 0] + 1.0) * 0.5 * (high - low)
+            want = self.core.relabel_rewards(buffer.observations[:n, 0], env_actions)
+            np.testing.assert_allclose(buffer.rewards[:n, 0], want, rtol=1e-5, atol=1e-5)
+            assert np.count_nonzero(buffer.rewards[:n, 0]) == n  # no warm-up zeros left
+            checked.append(self.core.version)
+
+    callback = Checked(env)
+    agent = SAC("MlpPolicy", env, learning_starts=100, batch_size=32, seed=0, device="cpu",
+                policy_kwargs={"net_arch": [32, 32]})
+    agent.learn(600, callback=callback)
+    env.close()
+    assert checked and checked == sorted(set(checked)) and callback.relabels == checked
+    with pytest.raises(ConfigError, match="takes the Themis wrapper"):
+        RelabelCallback(gym.make("Pendulum-v1"))
+
+
 @pytest.mark.slow
 def test_sb3_ppo_with_subproc_vec_env_learns_through_the_vec_wrapper(tmp_path):
     """SB3 PPO on two LunarLander sub-envs in their own processes through the vectorised

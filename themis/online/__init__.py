@@ -7,6 +7,8 @@
 - :mod:`themis.online.segments`: steps regrouped per episode and sub-env;
 - :mod:`themis.online.weights`: model versions published through shared memory;
 - :mod:`themis.online.keys`: ``./themis_train.sh``'s keys for the wrapper, checked;
+- :class:`RelabelCallback` (:mod:`themis.online.relabel`): an off-policy SB3 agent's replay
+  buffer relabelled with each new r̂ version (PEBBLE's relabelling);
 - :func:`train_reward_model`: a reward model from a preferences folder alone, no RL run.
 """
 
@@ -15,13 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["PreferenceLearnerError", "PreferenceLearningVecEnv", "PreferenceLearningVectorEnv",
-           "PreferenceLearningWrapper", "train_reward_model"]
+           "PreferenceLearningWrapper", "RelabelCallback", "train_reward_model"]
 
 _LAZY = {
     "PreferenceLearnerError": "themis.online.wrapper",
     "PreferenceLearningWrapper": "themis.online.wrapper",
     "PreferenceLearningVectorEnv": "themis.online.wrapper",
     "PreferenceLearningVecEnv": "themis.online.sb3",
+    "RelabelCallback": "themis.online.relabel",
     "train_reward_model": "themis.online.offline",
 }
 

@@ -406,6 +406,19 @@ class OnlineReward:
             return np.asarray(true_rewards, dtype=np.float64), predicted
         return np.zeros(n), predicted
 
+    def relabel_rewards(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """r̂ of stored steps with the version in use, as :meth:`rewards` would return it now
+        (normalised with the current statistics, RUNE's bonus at the current β), without
+        changing the statistics: ``obs (n, *obs_shape)``, ``actions (n, action_dim)`` ->
+        ``(n,)`` float64. Zeros before the model is in use (what :meth:`rewards` returned)."""
+        if not self.model_in_use:
+            return np.zeros(len(obs))
+        members = self.ensemble.members(obs, actions)
+        mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
+        raw = self.bonus(members).astype(np.float64) if self.bonus is not None else mean
+        return (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
+            if self.online.normalize_reward else raw
+
     def _update_stats(self, values: np.ndarray) -> None:
         """Merge a batch of r̂ into the running mean and variance (Chan et al. 1979; plain
         floats for the one value of a single env's step)."""
