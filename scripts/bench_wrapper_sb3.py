@@ -13,6 +13,8 @@ result is kept in ``OUT/results.jsonl`` and not run again):
   ``--sac-steps`` steps (100k), ``--queries`` queries (500) in 10 rounds of 50 (segment 50),
   the first after 6000 steps, then every 5000 (Themis's PEBBLE schedule: the first round at
   ``num_seed_steps + num_unsup_steps``);
+- ``sac-relabel``: the same, with :class:`themis.online.RelabelCallback` (SB3's replay buffer
+  relabelled with each new r̂ version, as PEBBLE relabels its own);
 - ``pebble``: Themis's own PEBBLE (``./themis_train.sh``) at the same budget: the same steps,
   queries, rounds and teacher (its defaults otherwise: SAC 2×128, unsupervised pretraining);
 - ``ppo``: SB3 PPO (its defaults) with ``SubprocVecEnv(8)`` on LunarLander-v3 through
@@ -38,9 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ("sac", "pebble", "ppo", "ppo-true")
+JOBS = ("sac", "sac-relabel", "pebble", "ppo", "ppo-true")
 TITLES = {
     "sac": "SB3 SAC through PreferenceLearningWrapper (HalfCheetah-v5, oracle)",
+    "sac-relabel": "SB3 SAC through PreferenceLearningWrapper + RelabelCallback (HalfCheetah-v5, "
+                   "oracle)",
     "pebble": "Themis PEBBLE, ./themis_train.sh (HalfCheetah-v5, oracle)",
     "ppo": "SB3 PPO, SubprocVecEnv(8) through PreferenceLearningVecEnv (LunarLander-v3, oracle)",
     "ppo-true": "SB3 PPO, SubprocVecEnv(8), true reward (LunarLander-v3)",
@@ -58,18 +62,19 @@ def evaluate(model: object, env_id: str, seed: int) -> float:
     return float(mean)
 
 
-def sac_job(args: argparse.Namespace, seed: int, out: Path) -> float:
+def sac_job(args: argparse.Namespace, seed: int, out: Path, relabel: bool = False) -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC
 
     from themis import PreferenceLearningWrapper
+    from themis.online import RelabelCallback
 
     env = PreferenceLearningWrapper(
         gym.make("HalfCheetah-v5"), out, seed=seed, max_feedback=args.queries,
         reward_batch=args.queries // 10, segment=50, num_seed_steps=6000, num_interact=5000,
         torch_threads=1)
     model = SAC("MlpPolicy", env, seed=seed, verbose=0, device="cpu")
-    model.learn(args.sac_steps)
+    model.learn(args.sac_steps, callback=RelabelCallback(env) if relabel else None)
     env.close()
     return evaluate(model, "HalfCheetah-v5", seed)
 
@@ -116,8 +121,8 @@ def worker(args: argparse.Namespace) -> None:
     kind, seed = args.worker, args.seed
     out = Path(args.out) / "runs" / f"{kind}_seed{seed}"
     start = time.time()
-    if kind == "sac":
-        value = sac_job(args, seed, out)
+    if kind in ("sac", "sac-relabel"):
+        value = sac_job(args, seed, out, relabel=kind == "sac-relabel")
     elif kind == "pebble":
         value = pebble_job(args, seed, out)
     else:
