@@ -324,10 +324,12 @@ def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
     found = re.fullmatch(r"themis: stopped at step (\d+); last checkpoint at step (\d+); "
                          r"continue with \./themis_train\.sh resume=(\S+)", lines[0].strip())
     assert found, lines[0]
-    assert int(found.group(1)) >= 800 and int(found.group(2)) == 700
+    stopped, last = int(found.group(1)), int(found.group(2))
+    # 700, or 1000 when a loaded machine let the run pass it before the Ctrl-C arrived
+    assert stopped >= 800 and last in (700, 1000) and last <= stopped
     assert found.group(3) == str(run.resolve())
 
     resumed = launch("themis_train.sh", f"resume={found.group(3)}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resumed from" in resumed.stdout and "at step 700" in resumed.stdout
+    assert "resumed from" in resumed.stdout and f"at step {last}" in resumed.stdout
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200]
