@@ -46,7 +46,8 @@ class TrainConfig:
     # --- experiment
     domain: str = "Control"
     """Environment family: Control (MuJoCo), DMC (DeepMind Control), MetaWorld, ALE (Atari),
-    Box2d, Minigrid, BabyAI, Classic."""
+    Box2d, Minigrid, BabyAI, Classic, MovingDot (DRLHP's pixel dot), seals (fixed-horizon
+    MuJoCo and diagnostics), Gym (any registered id, also env=module:EnvId)."""
     env: str = "HalfCheetah-v5"
     """Environment name within the domain (short or full gymnasium id)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
