@@ -25,12 +25,11 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from themis.online.keys import OnlineKeys
-from themis.online.wrapper import OnlineReward, needs_frames
+from themis.online.wrapper import OnlineReward, ReadsTheLearner, needs_frames
 from themis.utils import ConfigError
 
 
-class PreferenceLearningVecEnv(VecEnvWrapper):
+class PreferenceLearningVecEnv(ReadsTheLearner, VecEnvWrapper):
     """:class:`themis.online.PreferenceLearningWrapper` for a Stable-Baselines3 ``VecEnv``
     (``DummyVecEnv``, ``SubprocVecEnv``): r̂ for all sub-envs in one batch.
 
@@ -52,25 +51,6 @@ class PreferenceLearningVecEnv(VecEnvWrapper):
         self._frames: Any = None
         self._actions: Any = None
         self._in_episode = np.zeros(venv.num_envs, bool)
-
-    @property
-    def online_keys(self) -> OnlineKeys:
-        """The wrapper's own keys, as validated."""
-        return self.core.online
-
-    @property
-    def model_version(self) -> int:
-        """The newest reward-model version, which the next step uses (0: none yet)."""
-        self.core.refresh()
-        return self.core.version
-
-    def switch_to_true_reward(self) -> None:
-        """Return the env's rewards from now on."""
-        self.core.switch_to_true_reward()
-
-    def switch_to_predicted_reward(self) -> None:
-        """Return r̂ again."""
-        self.core.switch_to_predicted_reward()
 
     def reset(self) -> VecEnvObs:
         for i in np.flatnonzero(self._in_episode):

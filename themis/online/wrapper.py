@@ -551,7 +551,38 @@ def needs_frames(keys: dict[str, Any]) -> bool:
 
 
 # ---------------------------------------------------------------------- gymnasium.Env
-class PreferenceLearningWrapper(gym.Wrapper):
+class ReadsTheLearner:
+    """What every Themis preference-learning wrapper answers about its learner, through its
+    :class:`OnlineReward` (``core``): the keys, the model version, and the reward switch."""
+
+    core: OnlineReward
+
+    @property
+    def online_keys(self) -> OnlineKeys:
+        """The wrapper's own keys, as validated."""
+        return self.core.online
+
+    @property
+    def model_version(self) -> int:
+        """The newest reward-model version, which the next step uses (0: none yet)."""
+        self.core.refresh()
+        return self.core.version
+
+    @property
+    def using_predicted_reward(self) -> bool:
+        """True while a step returns r̂, False for the warm-up or the env's reward."""
+        return self.core.model_in_use
+
+    def switch_to_true_reward(self) -> None:
+        """Return the env's reward from now on (r̂ still goes to ``info``)."""
+        self.core.switch_to_true_reward()
+
+    def switch_to_predicted_reward(self) -> None:
+        """Return r̂ again (the warm-up reward until the first model)."""
+        self.core.switch_to_predicted_reward()
+
+
+class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
     """A ``gymnasium.Env`` whose reward is learned from preferences while any agent trains on
     it (Christiano et al. 2017; DRLHP's env wrapper; PEBBLE's rounds and B-Pref's teachers).
 
@@ -612,30 +643,6 @@ class PreferenceLearningWrapper(gym.Wrapper):
         self._frame: np.ndarray | None = None
         self._in_episode = False
 
-    @property
-    def online_keys(self) -> OnlineKeys:
-        """The wrapper's own keys, as validated."""
-        return self.core.online
-
-    @property
-    def model_version(self) -> int:
-        """The newest reward-model version, which the next step uses (0: none yet)."""
-        self.core.refresh()
-        return self.core.version
-
-    @property
-    def using_predicted_reward(self) -> bool:
-        """True while :meth:`step` returns r̂, False for the warm-up or the env's reward."""
-        return self.core.model_in_use
-
-    def switch_to_true_reward(self) -> None:
-        """Return the env's reward from now on (r̂ still goes to ``info``)."""
-        self.core.switch_to_true_reward()
-
-    def switch_to_predicted_reward(self) -> None:
-        """Return r̂ again (the warm-up reward until the first model)."""
-        self.core.switch_to_predicted_reward()
-
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         if self._in_episode:  # reset in the middle of an episode: it ends here
             self.core.end_episode(0)
@@ -673,7 +680,7 @@ class PreferenceLearningWrapper(gym.Wrapper):
 
 
 # ---------------------------------------------------------------------- gymnasium vector
-class PreferenceLearningVectorEnv(gym.vector.VectorWrapper):
+class PreferenceLearningVectorEnv(ReadsTheLearner, gym.vector.VectorWrapper):
     """:class:`PreferenceLearningWrapper` for a ``gymnasium.vector.VectorEnv``: the steps of
     its sub-envs are regrouped per episode, r̂ is computed for all sub-envs in one batch.
 
@@ -706,20 +713,6 @@ class PreferenceLearningVectorEnv(gym.vector.VectorWrapper):
         self._frames: Any = None
         self._resetting = np.zeros(env.num_envs, bool)  # next step resets (next-step mode)
         self._in_episode = np.zeros(env.num_envs, bool)
-
-    @property
-    def model_version(self) -> int:
-        """The newest reward-model version, which the next step uses (0: none yet)."""
-        self.core.refresh()
-        return self.core.version
-
-    def switch_to_true_reward(self) -> None:
-        """Return the env's rewards from now on."""
-        self.core.switch_to_true_reward()
-
-    def switch_to_predicted_reward(self) -> None:
-        """Return r̂ again."""
-        self.core.switch_to_predicted_reward()
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
