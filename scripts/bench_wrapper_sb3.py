@@ -15,6 +15,8 @@ result is kept in ``OUT/results.jsonl`` and not run again):
   ``num_seed_steps + num_unsup_steps``);
 - ``sac-relabel``: the same, with :class:`themis.online.RelabelCallback` (SB3's replay buffer
   relabelled with each new r̂ version, as PEBBLE relabels its own);
+- ``sac-true``: the same SB3 SAC on HalfCheetah-v5's true reward, no wrapper (the ceiling for
+  the two above at the same steps);
 - ``pebble``: Themis's own PEBBLE (``./themis_train.sh``) at the same budget: the same steps,
   queries, rounds and teacher (its defaults otherwise: SAC 2×128, unsupervised pretraining);
 - ``ppo``: SB3 PPO (its defaults) with ``SubprocVecEnv(8)`` on LunarLander-v3 through
@@ -40,11 +42,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ("sac", "sac-relabel", "pebble", "ppo", "ppo-true")
+JOBS = ("sac", "sac-relabel", "sac-true", "pebble", "ppo", "ppo-true")
 TITLES = {
     "sac": "SB3 SAC through PreferenceLearningWrapper (HalfCheetah-v5, oracle)",
     "sac-relabel": "SB3 SAC through PreferenceLearningWrapper + RelabelCallback (HalfCheetah-v5, "
                    "oracle)",
+    "sac-true": "SB3 SAC on the true reward, no wrapper (HalfCheetah-v5, the ceiling)",
     "pebble": "Themis PEBBLE, ./themis_train.sh (HalfCheetah-v5, oracle)",
     "ppo": "SB3 PPO, SubprocVecEnv(8) through PreferenceLearningVecEnv (LunarLander-v3, oracle)",
     "ppo-true": "SB3 PPO, SubprocVecEnv(8), true reward (LunarLander-v3)",
@@ -62,13 +65,18 @@ def evaluate(model: object, env_id: str, seed: int) -> float:
     return float(mean)
 
 
-def sac_job(args: argparse.Namespace, seed: int, out: Path, relabel: bool = False) -> float:
+def sac_job(args: argparse.Namespace, seed: int, out: Path, relabel: bool = False,
+            wrapped: bool = True) -> float:
     import gymnasium as gym
     from stable_baselines3 import SAC
 
     from themis import PreferenceLearningWrapper
     from themis.online import RelabelCallback
 
+    if not wrapped:
+        model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), seed=seed, verbose=0, device="cpu")
+        model.learn(args.sac_steps)
+        return evaluate(model, "HalfCheetah-v5", seed)
     env = PreferenceLearningWrapper(
         gym.make("HalfCheetah-v5"), out, seed=seed, max_feedback=args.queries,
         reward_batch=args.queries // 10, segment=50, num_seed_steps=6000, num_interact=5000,
@@ -121,8 +129,8 @@ def worker(args: argparse.Namespace) -> None:
     kind, seed = args.worker, args.seed
     out = Path(args.out) / "runs" / f"{kind}_seed{seed}"
     start = time.time()
-    if kind in ("sac", "sac-relabel"):
-        value = sac_job(args, seed, out, relabel=kind == "sac-relabel")
+    if kind in ("sac", "sac-relabel", "sac-true"):
+        value = sac_job(args, seed, out, relabel=kind == "sac-relabel", wrapped=kind != "sac-true")
     elif kind == "pebble":
         value = pebble_job(args, seed, out)
     else:
