@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from themis.config import NON_NEGATIVE, Range, TrainConfig, compose, validate
+from themis.config import TrainConfig, compose, validate
 from themis.methods import active_methods
-from themis.utils import ConfigError
+from themis.utils import NON_NEGATIVE, ConfigError, Range
 
 GROUP_KEYS = ("method", "teacher", "domain")
 """Config groups chosen by name (``method=surf``, ``teacher=noisy``), as on the command line."""
