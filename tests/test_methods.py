@@ -12,11 +12,14 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.crop import TemporalCrop
+from themis.methods.mrn import MRN
 from themis.methods.qpa import HybridReplay, QPAConfig
-from themis.methods.rime import RIMEConfig, RobustLabelFilter
-from themis.methods.rune import RUNEConfig, UncertaintyBonus
-from themis.methods.surf import PseudoLabeler, SURFConfig
+from themis.methods.registry import build_methods, find
+from themis.methods.rime import RIME, RIMEConfig, RobustLabelFilter
+from themis.methods.rune import RUNE, RUNEConfig, UncertaintyBonus
+from themis.methods.surf import SURF, PseudoLabeler, SURFConfig
 from themis.train import make_workspace
 
 
@@ -106,8 +109,11 @@ def test_surf_draws_mu_times_the_training_batch_size_whatever_the_number_of_labe
     surf.add(pairs(1000))
     data = PreferenceDataset(10, 2, 2, 1)
     data.add(pairs(10), rng.integers(0, 2, 10).astype(np.float32))  # 10 labels: one batch
+    method = SURF(SURFConfig(enabled=True, threshold_u=0.5, mu=4, crop_range=0),
+                  MethodContext(segment=2, obs_dim=2, action_dim=1))
+    method.unlabelled = surf
     trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=3, hidden_dim=8), 1e-3, 128,
-                            rng, pseudo=surf)
+                            rng, methods=[method])
     trainer.train_epoch(data)
     assert surf.used == 3 * 4 * 128  # threshold 0.5: every drawn pair is confident
 
@@ -176,7 +182,8 @@ def test_qpa_queries_come_from_the_last_episodes(compose):
 def test_qpa_on_meta_world_trains_without_crops_on_a_pool_of_30_episodes(compose):
     # huxiao09/QPA run_QPA.sh (max_reward_buffer_size=30, no data_aug_ratio) and train_QPA.py
     # (metaworld: train_reward, no cropping mask, reward_update=200 epochs, 97 % stop)
-    from themis.feedback.factory import make_crop
+    def make_crop(cfg):
+        return choose_augmentation(build_methods(cfg, MethodContext(segment=cfg.segment)))
 
     dmc, meta = compose(["method=qpa"]), compose(["method=qpa", "domain=MetaWorld"])
     assert make_crop(dmc).copies == 20 and dmc.query_pool_episodes == 10
@@ -240,13 +247,13 @@ def test_rime_in_the_trainer_judges_the_trained_rows_against_their_own_truth(row
     data.add(SegmentPairs(rng.standard_normal((4, 2, 3, 2), dtype=np.float32),
                           np.zeros((4, 2, 3, 1), np.float32), true, np.zeros((4, 2), np.int64)),
              np.array([1.0, 0.0, 1.0, 0.5], np.float32))
-    rime = RobustLabelFilter(RIMEConfig(enabled=True))
+    rime = RIME(RIMEConfig(enabled=True), MethodContext(segment=3, obs_dim=2))
     seen = []
-    select = rime.select
-    rime.select = lambda model, obs, act, labels, oracle: (
+    select = rime.filter.select
+    rime.filter.select = lambda model, obs, act, labels, oracle: (
         seen.append((labels.numpy().copy(), oracle)), select(model, obs, act, labels, oracle))[1]
     trainer = RewardTrainer(RewardEnsemble(2, 1, ensemble_size=2, hidden_dim=8), 1e-3, 4, rng,
-                            label_filter=rime)
+                            methods=[rime])
     trainer.train_epoch(data, rows)
     picked = np.arange(4) if rows is None else rows
     labels, oracle = seen[0]
@@ -353,7 +360,8 @@ def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose,
     ws.run(until=ws.pretrain_end)
     assert any(not torch.equal(a, b) for a, b in zip(before, ws.reward_model.parameters(),
                                                       strict=True))  # trained in pretraining
-    assert ws.learner.warm.loss < 0.5  # fits the scaled intrinsic reward (chance: ~1)
+    # fits the scaled intrinsic reward (chance: ~1)
+    assert find(ws.learner.methods, RIME).warm.loss < 0.5
     # the agent's pretraining reward: clip((d - mean) / 3 std, -1, 1) (agent/sac_RIME.py),
     # not PEBBLE's d / std (mean ~3 here), so the kept critic's values stay near r̂'s
     r = torch.cat(rewards)
@@ -373,7 +381,8 @@ def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
         compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "method=rime"]), tmp_path)
     ws.run(until=ws.cfg.num_seed_steps + 50)
-    draws, warm = [], ws.learner.warm
+    rime = find(ws.learner.methods, RIME)
+    draws, warm = [], rime.warm
 
     def spy(draw):
         def recorded():
@@ -381,7 +390,7 @@ def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
             return draws[-1]
         warm(recorded)
 
-    ws.learner.warm = spy
+    rime.warm = spy
     ws.run(until=ws.step + 1)  # one agent update
     assert len(draws) == 5  # train_RIME.py: for _ in range(5): a fresh sample_state_ent batch
     assert all(not torch.equal(draws[0].observations, d.observations) for d in draws[1:])
@@ -401,7 +410,7 @@ def test_heldout_correlations_measure_r_hat_not_r_hat_plus_runes_bonus(compose, 
     pairs = ws.buffer.sample_segment_pairs(30, ws.cfg.segment, np.random.default_rng(0))
     labels = np.ones(30)
     with_bonus = ws.learner.quality(pairs, labels)
-    ws.learner.bonus = None
+    ws.learner.methods = []
     assert ws.learner.quality(pairs, labels) == with_bonus  # the bonus plays no part
     assert not np.isnan(with_bonus[2])
 
@@ -414,7 +423,8 @@ def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
     # train_PrefPPO_explore.py: beta_init 0.01, beta_schedule constant (not SAC's decay)
     assert compose(["method=rune"]).rune.ppo_beta == 0.01
     ws.run()
-    assert ws.learner.bonus.beta(0) == ws.learner.bonus.beta(10**6) == 1.0
+    bonus = find(ws.learner.methods, RUNE).uncertainty
+    assert bonus.beta(0) == bonus.beta(10**6) == 1.0
     obs = ws.buffer.obs[:50].reshape(50, -1)
     act = np.eye(ws.action_dim, dtype=np.float32)[np.zeros(50, int)]
     members = ws.reward_model.predict_members(obs, act)
@@ -444,7 +454,8 @@ def test_reward_side_mechanisms_work_with_ppo(compose, tmp_path):
     assert len(rounds) >= 2 and (rounds["unlabelled"] > 0).all()
     assert (rounds["rime_kept"] + rounds["rime_flipped"] + rounds["rime_dropped"]
             == rounds["labeled_feedback"]).all()
-    assert np.isfinite(ws.learner.warm.loss)  # warm-started on the rollouts' state entropy
+    # warm-started on the rollouts' state entropy
+    assert np.isfinite(find(ws.learner.methods, RIME).warm.loss)
 
 
 # -------------------------------------------------------------------------------- MRN
@@ -548,7 +559,7 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
     ws = make_workspace(compose([*TINY_PENDULUM, "method=mrn", "mrn.meta_steps=100"]),
                         tmp_path)
     ws.run(until=505)  # the bilevel update of step 500 changed r̂: the buffer follows it
-    assert ws.learner.meta.updates == 1
+    assert find(ws.learner.methods, MRN).update.updates == 1
     n = len(ws.buffer) - ws.buffer._pending
     expected = ws.learner.reward(ws.buffer.obs[:n], ws.buffer.actions[:n])
     np.testing.assert_allclose(ws.buffer.rewards[:n], expected, rtol=1e-5, atol=1e-6)
@@ -557,7 +568,8 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
     rounds = pd.read_csv(tmp_path / "reward.csv")
     # steps 500, 600 before round 2; 700 (after the round), 800, 900; none once spent
     assert rounds["mrn_updates"].tolist() == [0, 2, 5]
-    assert ws.learner.meta.updates == 5 and np.isfinite(rounds["mrn_outer_loss"].iloc[-1])
+    assert find(ws.learner.methods, MRN).update.updates == 5
+    assert np.isfinite(rounds["mrn_outer_loss"].iloc[-1])
     assert pd.read_csv(tmp_path / "eval.csv")["episode_reward"].notna().all()
 
 

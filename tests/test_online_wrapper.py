@@ -364,7 +364,7 @@ def test_surf_rune_and_rime_learn_through_the_wrapper_and_rune_adds_its_bonus(tm
     action = np.array([0.5], np.float32)
     _, reward, *_ = env.step(action)
     members = env.core.ensemble.members(obs[None].astype(np.float32), action[None])[:, 0]
-    beta = env.core.bonus.beta()
+    beta = env.core.bonus_methods[0].uncertainty.beta()
     env.close()
     assert beta > 0 and members.std() > 0
     assert reward == pytest.approx(members.mean() + beta * members.std(), abs=1e-5)

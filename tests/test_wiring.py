@@ -18,6 +18,10 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.intrinsic import knn_distance
+from themis.methods.mrn import MRN
+from themis.methods.registry import find
+from themis.methods.rime import RIME
+from themis.methods.surf import SURF
 from themis.train import make_workspace
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
@@ -191,12 +195,14 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
         assert state.pop("episode") == saved.pop("episode") + 1
     _assert_same_state(saved, state)
     assert resumed.learner.teacher.margin == ws.learner.teacher.margin != 0.0
-    if ws.learner.pseudo is not None:  # SURF's unlabelled pairs and RIME's statistics
-        assert len(resumed.learner.pseudo) == len(ws.learner.pseudo) > 0
-        epochs = ws.learner.trainer.label_filter.epochs
-        assert resumed.learner.trainer.label_filter.epochs == epochs > 0
-    if ws.learner.meta is not None:  # MRN's updates (steps 500, 600, 700)
-        assert resumed.learner.meta.updates == ws.learner.meta.updates == 3
+    surf, resumed_surf = (find(w.learner.methods, SURF) for w in (ws, resumed))
+    if surf is not None:  # SURF's unlabelled pairs and RIME's statistics
+        assert len(resumed_surf.unlabelled) == len(surf.unlabelled) > 0
+        epochs = find(ws.learner.methods, RIME).filter.epochs
+        assert find(resumed.learner.methods, RIME).filter.epochs == epochs > 0
+    mrn = find(ws.learner.methods, MRN)
+    if mrn is not None:  # MRN's updates (steps 500, 600, 700)
+        assert find(resumed.learner.methods, MRN).update.updates == mrn.update.updates == 3
     assert len(resumed.learner.dataset) == len(ws.learner.dataset)
     np.testing.assert_array_equal(resumed.learner.dataset.labels[: len(ws.learner.dataset)],
                                   ws.learner.dataset.labels[: len(ws.learner.dataset)])

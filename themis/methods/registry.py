@@ -125,12 +125,12 @@ def check_methods(cfg: Any, agent: str | None = None, where: str = "loop") -> No
         raise ValueError(f"where={where!r} is not one of {WHERE}")
     agent = agent or (cfg.agent if cfg.agent in ("sac", "ppo") else None)
     classes = active(cfg)
-    if cfg.ensemble_size < 2 and str(cfg.feed_type) not in ("0", "uniform"):
-        raise ConfigError(f"feed_type={cfg.feed_type} ranks queries by ensemble disagreement, "
-                          f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
     refuse_inside_agent([cls.name for cls in classes], where)
     for cls in classes:
         cls.check(cfg, agent, where)
+    if cfg.ensemble_size < 2 and str(cfg.feed_type) not in ("0", "uniform"):
+        raise ConfigError(f"feed_type={cfg.feed_type} ranks queries by ensemble disagreement, "
+                          f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
 
 
 def check_ratings(cfg: Any) -> None:

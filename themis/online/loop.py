@@ -313,6 +313,10 @@ class AsyncLearner:
     def warm_start(self, draw: Any) -> None:
         """Nothing (RIME's warm start is refused with async)."""
 
+    def replay(self, buffer: Any) -> Any:
+        """The whole buffer (a method with its own replay is refused with async)."""
+        return buffer
+
     def update_between_rounds(self, agent: Any, step: int, sample: Any) -> bool:
         """Nothing (MRN is refused with async)."""
         return False
