@@ -311,14 +311,14 @@ class AsyncLearner:
         """Nothing: the learner process fits ``prefs_path`` when it starts."""
 
     def warm_start(self, draw: Any) -> None:
-        """Nothing (RIME's warm start is refused with async)."""
+        """Nothing (a method with a pretraining step that trains r̂ is refused with async)."""
 
     def replay(self, buffer: Any) -> Any:
         """The whole buffer (a method with its own replay is refused with async)."""
         return buffer
 
     def update_between_rounds(self, agent: Any, step: int, sample: Any) -> bool:
-        """Nothing (MRN is refused with async)."""
+        """Nothing (a method inside the agent is refused with async)."""
         return False
 
     def state_dict(self) -> dict[str, Any]:
