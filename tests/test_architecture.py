@@ -37,8 +37,15 @@ def source_modules(package: Path = PACKAGE, root: Path = ROOT) -> dict[str, Path
     return {module_name(path, root): path for path in sorted(package.rglob("*.py"))}
 
 
-def imported_names(path: Path, name: str) -> set[str]:
-    """Every module name ``path`` (module ``name``) imports, wherever the statement is.
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_names(path: Path, name: str) -> dict[str, bool]:
+    """Every module name ``path`` (module ``name``) imports, wherever the statement is, and
+    whether the import runs (False: only under ``if TYPE_CHECKING:``).
 
     ``import a.b`` gives ``a.b``; ``from a import b`` gives ``a.b`` (the graph keeps ``a.b`` when
     it is a module, else ``a``), ``from a import *`` gives ``a``; relative imports are resolved
@@ -46,18 +53,25 @@ def imported_names(path: Path, name: str) -> set[str]:
     """
     is_package = path.name == "__init__.py"
     package_parts = name.split(".") if is_package else name.split(".")[:-1]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    type_only = {id(inner) for node in ast.walk(tree)
+                 if isinstance(node, ast.If) and _is_type_checking(node.test)
+                 for statement in node.body for inner in ast.walk(statement)}
+    names: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        found: list[str] = []
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            found = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base_parts = package_parts[: len(package_parts) - (node.level - 1)]
                 base = ".".join(base_parts + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
-            names.update(base if alias.name == "*" else f"{base}.{alias.name}"
-                         for alias in node.names)
+            found = [base if alias.name == "*" else f"{base}.{alias.name}"
+                     for alias in node.names]
+        for target in found:
+            names[target] = names.get(target, False) or id(node) not in type_only
     return names
 
 
@@ -65,17 +79,29 @@ def import_graph(package: Path = PACKAGE, root: Path = ROOT) -> nx.DiGraph:
     """Directed graph of ``package``'s modules: an edge ``a -> b`` when ``a`` imports ``b``.
 
     ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``
-    (whose ``__init__`` provides the name). Imports of anything outside ``package`` are left out.
+    (whose ``__init__`` provides the name). An import that runs (at the top, or later inside a
+    function) of ``x.y.z`` also runs the ``__init__`` of ``x`` and ``x.y``: edges too, except to
+    the importer's own enclosing packages (already running when its code runs); an import under
+    ``if TYPE_CHECKING:`` runs nothing and is an edge to the module it names only. Imports of
+    anything outside ``package`` are left out.
     """
     modules = source_modules(package, root)
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for name, path in modules.items():
-        for target in imported_names(path, name):
-            if target in modules:
-                graph.add_edge(name, target)
-            elif target.rpartition(".")[0] in modules:  # a name from a package's __init__
-                graph.add_edge(name, target.rpartition(".")[0])
+        own = {".".join(name.split(".")[:end]) for end in range(1, name.count(".") + 1)}
+        if path.name == "__init__.py":
+            own.add(name)
+        for target, runs in imported_names(path, name).items():
+            if target not in modules:  # a name from a package's __init__, or not ours
+                target = target.rpartition(".")[0]
+            if target not in modules:
+                continue
+            graph.add_edge(name, target)
+            parts = target.split(".")
+            for end in range(1, len(parts) if runs else 0):
+                if ".".join(parts[:end]) not in own:
+                    graph.add_edge(name, ".".join(parts[:end]))
     graph.remove_edges_from(list(nx.selfloop_edges(graph)))
     return graph
 

@@ -20,17 +20,17 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats as scipy_stats
 
-from themis.buffers import NoSegmentsError, SegmentPairs
+from themis.agents.buffers import NoSegmentsError, SegmentPairs
+from themis.agents.intrinsic import NoveltySample
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
-from themis.intrinsic import NoveltySample
+from themis.feedback.teachers import SyntheticTeacher, TeacherStats
 from themis.methods.mrn import MetaRewardUpdate
 from themis.methods.rime import WarmStart
 from themis.methods.rune import UncertaintyBonus
 from themis.methods.surf import PseudoLabeler
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.recipe import RewardNormaliser
-from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode
 
 ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
@@ -157,7 +157,7 @@ class PreferenceLearner:
 
     def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
         """Pretraining, after an agent update: RIME's warm start of the reward model on the
-        novelty of fresh batches from ``draw()`` (:class:`themis.intrinsic.NoveltySample`);
+        novelty of fresh batches from ``draw()`` (:class:`themis.agents.intrinsic.NoveltySample`);
         nothing for other methods (``draw`` is not called)."""
         if self.warm is not None:
             self.warm(draw)
@@ -312,7 +312,7 @@ class PreferenceLearner:
         """This round's ``n`` queries (:class:`QuerySelector`; uniform in the first round).
 
         Raises:
-            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+            themis.agents.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
         """
         return self.selector.select(store, n, self.model,
                                     self.dataset.observations[: len(self.dataset)], first,

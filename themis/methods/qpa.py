@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from themis.buffers import ReplayBuffer, ReplayBufferSamples
+from themis.agents.buffers import ReplayBuffer, ReplayBufferSamples
 
 
 @dataclass

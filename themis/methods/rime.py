@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from themis.intrinsic import NoveltySample
+    from themis.agents.intrinsic import NoveltySample
     from themis.reward.ensemble import RewardEnsemble
 
 

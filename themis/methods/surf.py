@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from themis.buffers import SegmentPairs
+from themis.agents.buffers import SegmentPairs
 
 if TYPE_CHECKING:
     from themis.reward.ensemble import RewardEnsemble

@@ -23,8 +23,8 @@ from themis.methods.rime import RobustLabelFilter
 from themis.methods.surf import PseudoLabeler
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
+from themis.reward.preference_models import true_preference
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts, ValidationSplit, member_weight_norms
-from themis.teachers import true_preference
 from themis.utils import make_adam
 
 

@@ -17,22 +17,22 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
+from themis.agents.intrinsic import SCALES
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.crowd import check_crowd
+from themis.crowd.aggregation import check_crowd
 from themis.feedback.rating import check_rating
+from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
-from themis.intrinsic import SCALES
+from themis.feedback.teachers import validate_teacher_params
 from themis.methods import check_methods
 from themis.methods.mrn import MRNConfig
 from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
 from themis.methods.rune import RUNEConfig
 from themis.methods.surf import SURFConfig
-from themis.precision import PRECISIONS
-from themis.sampling import resolve_feed_type
-from themis.teachers import validate_teacher_params
-from themis.threads import parse_threads
+from themis.run.precision import PRECISIONS
+from themis.run.threads import parse_threads
 from themis.tracking.settings import LoggerConfig
 from themis.utils import ConfigError
 
@@ -54,7 +54,7 @@ class TrainConfig:
     """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
     obs_transform: str | None = None
     """Dict observations as one array: a key (obs_transform=image) or a module:function called
-    with each observation (DRLHP's obs_transform_func; themis/observations)."""
+    with each observation (DRLHP's obs_transform_func; themis/environments/observations.py)."""
     seed: int = 0
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
@@ -62,9 +62,9 @@ class TrainConfig:
     precision: str = "auto"
     """Matrix products of SAC's update and the reward model: ``fp32``, ``bf16`` (bfloat16
     autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
-    :mod:`themis.precision`."""
+    :mod:`themis.run.precision`."""
     torch_threads: Any = "auto"
-    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.threads`: one
+    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.run.threads`: one
     thread for small vector networks, more for CNNs and wide networks, one while other processes
     use the cores), ``0`` (PyTorch's default: all cores) or a fixed count. In a local ``-m``
     sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
@@ -108,7 +108,7 @@ class TrainConfig:
     large_batch: int = 10
     """Candidate multiplier for the non-uniform samplers."""
     feed_type: Any = 0
-    """Query sampler, 0-5 or its name (themis.sampling)."""
+    """Query sampler, 0-5 or its name (themis.feedback.sampling)."""
     query_pool_episodes: int = 100
     """Queries are cut from the most recent this-many episodes."""
     ensemble_size: int = 3
@@ -293,7 +293,7 @@ class TrainConfig:
     """PPO hyper-parameters (discrete actions)."""
 
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
 # ---------------------------------------------------------------- numeric keys: one table
@@ -353,7 +353,7 @@ UNIT = Range(0, 1)
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
     "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
-    # torch_threads: auto or a count (themis.threads.parse_threads, checked in validate)
+    # torch_threads: auto or a count (themis.run.threads.parse_threads, checked in validate)
     # schedule
     "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
     "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
@@ -409,7 +409,7 @@ NUMERIC_KEYS: dict[str, Range] = {
 }
 """Every numeric key of the train/pretrain config and its method and agent groups, with the
 values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,
-checked by :func:`themis.sampling.resolve_feed_type`). A key of ``None`` (a default left to
+checked by :func:`themis.feedback.sampling.resolve_feed_type`). A key of ``None`` (a default left to
 Themis) is not checked."""
 
 

@@ -10,12 +10,12 @@ from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.config import TrainConfig
 from themis.methods.mrn import MRNConfig
 from themis.methods.qpa import QPAConfig
 from themis.methods.rime import RIMEConfig
 from themis.methods.rune import RUNEConfig
 from themis.methods.surf import SURFConfig
+from themis.run.config import TrainConfig
 from themis.tracking.settings import LoggerConfig
 
 GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig,
