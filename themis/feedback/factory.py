@@ -26,12 +26,8 @@ from themis.feedback.teachers import (
     SyntheticTeacher,
     TeacherPreset,
 )
-from themis.methods import method_title
-from themis.methods.crop import TemporalCrop
-from themis.methods.mrn import MetaRewardUpdate
-from themis.methods.rime import RobustLabelFilter, WarmStart
-from themis.methods.rune import UncertaintyBonus
-from themis.methods.surf import PseudoLabeler
+from themis.methods.base import MethodContext
+from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
 from themis.reward.recipe import trainer_kwargs
@@ -172,18 +168,17 @@ def make_learner(ws: Any) -> PreferenceLearner:
                            dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
                            ).to(ws.device)
     model.precision = ws.precision
-    pseudo = PseudoLabeler(cfg.surf, cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype) \
-        if cfg.surf.enabled else None
+    methods = build_methods(cfg, MethodContext(
+        cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=lambda: int(ws.step),
+        on_policy=ws.driver.NAME == "ppo"))
     rating = cfg.feedback == "rating"
     trainer: RewardTrainer = RatingTrainer(
         model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
         np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
         model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
-        crop=make_crop(cfg), pseudo=pseudo,
-        label_filter=RobustLabelFilter(cfg.rime) if cfg.rime.enabled else None,
-        **({"target_accuracy": cfg.rime.target_accuracy,
-            "min_epochs": cfg.rime.least_reward_update} if cfg.rime.enabled else {}),
-        **trainer_kwargs(cfg))  # DRLHP's recipe keys
+        methods=methods, **trainer_kwargs(cfg))  # DRLHP's recipe keys
+    for method in methods:
+        method.bind(model, trainer.optimizer)
     teacher_rng = np.random.default_rng(cfg.seed + 2)
     teacher = SyntheticRatingTeacher(cfg.rating_classes, cfg.teacher_beta, cfg.teacher_gamma,
                                      cfg.teacher_eps_mistake, cfg.teacher_eps_skip,
@@ -198,7 +193,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
         ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info,
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
-    learner.pseudo = pseudo
+    learner.methods = methods
+    selector.methods = methods
     if cfg.gold_path:
         try:
             learner.gold_dataset = PreferenceDataset.load(cfg.gold_path)
@@ -210,25 +206,7 @@ def make_learner(ws: Any) -> PreferenceLearner:
             raise ConfigError(f"gold_path={cfg.gold_path} holds segment={gold.segment}, "
                               f"obs_dim={gold.obs_dim}, action_dim={gold.action_dim}; this run "
                               f"has {cfg.segment}, {ws.obs_dim}, {ws.action_dim}")
-    if cfg.rune.enabled:
-        learner.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step),
-                                         on_policy=ws.driver.NAME == "ppo")
-    if cfg.rime.enabled and cfg.rime.warm_start_steps:
-        learner.warm = WarmStart(model, trainer.optimizer, cfg.rime.warm_start_steps)
-    if cfg.mrn.enabled:
-        learner.meta = MetaRewardUpdate(model, trainer.optimizer, cfg.mrn)
     return learner
-
-
-def make_crop(cfg: Any) -> TemporalCrop | None:
-    """QPA's crops (``data_aug_ratio`` copies, H − 15 … H − 5 steps; none at 0, as QPA on
-    Meta-World) or SURF's (one, H − 2·crop_range … H); QPA's when both are on; ``None`` for
-    the other methods."""
-    if cfg.qpa.enabled and cfg.qpa.data_aug_ratio:
-        return TemporalCrop(cfg.segment - 15, cfg.segment - 5, cfg.qpa.data_aug_ratio)
-    if cfg.surf.enabled and cfg.surf.crop_range:
-        return TemporalCrop(cfg.segment - 2 * cfg.surf.crop_range, cfg.segment)
-    return None
 
 
 def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:

@@ -25,10 +25,7 @@ from themis.agents.intrinsic import NoveltySample
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
 from themis.feedback.teachers import SyntheticTeacher, TeacherStats
-from themis.methods.mrn import MetaRewardUpdate
-from themis.methods.rime import WarmStart
-from themis.methods.rune import UncertaintyBonus
-from themis.methods.surf import PseudoLabeler
+from themis.methods.base import Method, overrides, reward_with_bonus
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.recipe import RewardNormaliser
 from themis.utils import ConfigError, eval_mode
@@ -107,11 +104,8 @@ class PreferenceLearner:
         self.max_episode_steps, self.min_labels, self.info = max_episode_steps, min_labels, info
         self.bpref_thresholds = bpref_thresholds
         self.channel: Channel | None = None
-        # PEBBLE's successors (themis/methods): set by the factory when a method is on
-        self.bonus: UncertaintyBonus | None = None  # RUNE
-        self.pseudo: PseudoLabeler | None = None  # SURF (also the trainer's)
-        self.warm: WarmStart | None = None  # RIME
-        self.meta: MetaRewardUpdate | None = None  # MRN
+        # PEBBLE's successors (themis/methods): the run's methods, whose hooks run here
+        self.methods: list[Method] = list(getattr(trainer, "methods", ()))
         self.gold_dataset: PreferenceDataset | None = None  # gold_path: known answers
         # DRLHP's recipe, set by the workspace when its keys are on
         self.normaliser: RewardNormaliser | None = None  # reward_norm_std
@@ -125,16 +119,19 @@ class PreferenceLearner:
 
     # ------------------------------------------------------------------ the agent's view
     def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """Ensemble-mean r̂(s, a) (RUNE: plus β_t × the ensemble's std; ``reward_norm_std``:
-        of the members normalised by :attr:`normaliser`):
-        ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        """Ensemble-mean r̂(s, a), plus the methods' ``reward_bonus`` (e.g. β_t × the
+        ensemble's std); with ``reward_norm_std`` of the members normalised by
+        :attr:`normaliser`: ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        bonus_methods = [m for m in self.methods if overrides(m, "reward_bonus")]
         with eval_mode(self.model):
             if self.normaliser is not None:
                 members = self.normaliser(self.model.predict_members(obs, action))
-                return self.bonus(members) if self.bonus is not None else members.mean(0)
-            if self.bonus is not None:
-                return self.bonus(self.model.predict_members(obs, action))
-            return self.model.predict(obs, action)
+            elif bonus_methods:
+                members = self.model.predict_members(obs, action)
+            else:
+                return self.model.predict(obs, action)
+            rewarded = reward_with_bonus(bonus_methods, members)
+            return members.mean(0) if rewarded is None else rewarded
 
     def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
         """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions (evenly
@@ -156,29 +153,42 @@ class PreferenceLearner:
             self.normaliser.reset()
 
     def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
-        """Pretraining, after an agent update: RIME's warm start of the reward model on the
-        novelty of fresh batches from ``draw()`` (:class:`themis.agents.intrinsic.NoveltySample`);
-        nothing for other methods (``draw`` is not called)."""
-        if self.warm is not None:
-            self.warm(draw)
+        """Pretraining, after an agent update: the methods' ``pretraining_step`` (e.g. a warm
+        start of the reward model on the novelty of fresh batches from ``draw()``,
+        :class:`themis.agents.intrinsic.NoveltySample`); nothing without one."""
+        for method in self.methods:
+            method.pretraining_step(draw)
 
     def method_stats(self) -> dict[str, float]:
-        """The successors' own numbers for ``reward.csv`` (empty for PEBBLE), and DRLHP's
+        """The methods' own numbers for ``reward.csv`` (empty for PEBBLE), and DRLHP's
         validation numbers when its keys are set (:meth:`RewardTrainer.recipe_stats`)."""
-        pieces = (self.pseudo, self.bonus, self.trainer.label_filter, self.warm, self.meta)
-        return {**{k: v for piece in pieces if piece is not None
-                   for k, v in piece.stats().items()}, **self.trainer.recipe_stats()}
+        return {**{k: v for method in self.methods for k, v in method.stats().items()},
+                **self.trainer.recipe_stats()}
+
+    def replay(self, buffer: Any) -> Any:
+        """Where the off-policy agent's batches come from: a method's ``replay`` (while
+        feedback is open), or ``buffer`` itself."""
+        for method in self.methods:
+            sampler = method.replay(buffer, self.is_open)
+            if sampler is not None:
+                return sampler
+        return buffer
 
     def update_between_rounds(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
-        """A method's update of r̂ between feedback rounds; MRN, when due (every
-        ``mrn.meta_steps`` while feedback is open, labels exist): a bilevel update through
-        ``agent``'s critic on the batch ``sample()`` and the last ``reward_batch`` labels.
-        Returns whether r̂ changed (the caller relabels)."""
-        if not (self.meta and self.meta.due(step) and self.is_open() and len(self.dataset)):
+        """The methods' ``between_rounds`` change of r̂ (e.g. a bilevel update through
+        ``agent``'s critic on the batch ``sample()`` and the last ``reward_batch`` labels),
+        while feedback is open and labels exist. Returns whether r̂ changed (the caller
+        relabels)."""
+        hooks = [m for m in self.methods if overrides(m, "between_rounds")]
+        if not hooks or not (self.is_open() and len(self.dataset)):
             return False
-        self.meta(agent, sample(), self.dataset, self.reward_batch)
-        self.model_changed()
-        return True
+        changed = False
+        for method in hooks:
+            changed |= method.between_rounds(agent, step, sample, self.dataset,
+                                             self.reward_batch)
+        if changed:
+            self.model_changed()
+        return changed
 
     # ------------------------------------------------------------------ rounds
     def is_open(self) -> bool:
@@ -239,7 +249,7 @@ class PreferenceLearner:
                 self.info(f"reward model trained on {len(self.dataset)} saved preferences "
                           f"(train accuracy {offline.accuracy:.3f})", "cyan")
             return None
-        sampler = "uniform" if first else self.selector.sampler
+        sampler = self.selector.chooser_name(first)
         postponed = False
         if n_queries > 0:
             try:
@@ -248,10 +258,11 @@ class PreferenceLearner:
                 postponed, n_queries = True, 0
                 self.postponed_rounds += 1
                 self.info(f"step {step}: feedback round postponed: {e}", "yellow")
-        if n_queries > 0 and self.pseudo is not None:  # SURF: unlabelled pairs, uniform
-            self.pseudo.add(self.selector.select(
-                store, n_queries * self.pseudo.cfg.inv_label_ratio, self.model,
-                self.dataset.observations[:0], True, min_episode, usable))
+        if n_queries > 0:  # the methods' after_queries (e.g. uniform unlabelled pairs)
+            for method in self.methods:
+                method.after_queries(lambda k: self.selector.select(
+                    store, k, self.model, self.dataset.observations[:0], True, min_episode,
+                    usable), n_queries)
         if n_queries > 0:
             self.set_margin(recent_returns, recent_lengths)
             self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
@@ -410,13 +421,13 @@ class PreferenceLearner:
         """Held-out quality of the reward model on labelled pairs it was not trained on:
         accuracy against the labels and against the true returns' labels (ties excluded; the
         two differ when the teacher errs, e.g. a crowd), and Pearson / Spearman correlation of
-        predicted (the ensemble mean r̂, without RUNE's bonus) and true returns of the ``2 n``
+        predicted (the ensemble mean r̂, without a method's bonus) and true returns of the ``2 n``
         segments."""
         accuracy = self.trainer.accuracy(pairs.observations, pairs.actions, labels)
         oracle = self.trainer.accuracy(pairs.observations, pairs.actions,
                                        self.oracle_labels(pairs.true_rewards))
         n, width, horizon = pairs.true_rewards.shape
-        with eval_mode(self.model):  # r̂ itself: the agent's reward may add RUNE's bonus
+        with eval_mode(self.model):  # r̂ itself: the agent's reward may add a method's bonus
             predicted = self.model.predict(pairs.observations.reshape(n * width * horizon, -1),
                                            pairs.actions.reshape(n * width * horizon, -1))
         predicted = predicted.reshape(n * width, horizon).sum(1)
@@ -452,13 +463,14 @@ class PreferenceLearner:
             "teacher_margin": self.teacher.margin,
             "dataset_size": len(self.dataset),
             **{key: piece.state_dict() for key, piece in self.method_pieces().items()},
+            **{key: value for method in self.methods
+               for key, value in method.state_dict().items()},
         }
 
     def method_pieces(self) -> dict[str, Any]:
-        """The successors' pieces with a state of their own, by checkpoint key."""
-        pieces = (("rime_filter", self.trainer.label_filter), ("surf_unlabelled", self.pseudo),
-                  ("mrn", self.meta), ("reward_l2", self.trainer.l2),
-                  ("reward_normaliser", self.normaliser))
+        """DRLHP's recipe pieces with a state of their own, by checkpoint key (the methods'
+        states come from their own ``state_dict``)."""
+        pieces = (("reward_l2", self.trainer.l2), ("reward_normaliser", self.normaliser))
         return {key: piece for key, piece in pieces if piece is not None}
 
     def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:
@@ -484,6 +496,8 @@ class PreferenceLearner:
         for key, piece in self.method_pieces().items():
             if key in state:
                 piece.load_state_dict(state[key])
+        for method in self.methods:
+            method.load_state_dict(state)
         self.dataset = self.resumed_dataset(int(state["dataset_size"]))
         self.reconcile_web_answers()
 

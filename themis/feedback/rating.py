@@ -24,7 +24,7 @@ from themis.agents.buffers import SegmentPairs
 from themis.feedback.channels import AnswersAtOnce, Gathered
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.teachers import SyntheticRatingTeacher
-from themis.methods import active_methods
+from themis.methods.registry import check_ratings, rating_method_on
 from themis.utils import ConfigError
 
 
@@ -101,11 +101,9 @@ def check_rating(cfg: Any) -> None:
         raise ConfigError(f"feedback={cfg.feedback} is unknown; use pairwise or rating")
     if cfg.feedback != "rating":
         return
-    # method=rune sets feed_type=1 as its published runs; ratings ignore it (uniform cuts)
-    refused = [("method", cfg.surf.enabled or cfg.rime.enabled or cfg.qpa.enabled
-                or cfg.mrn.enabled,
-                "SURF, QPA, RIME and MRN work on pairwise labels; RUNE works with ratings"),
-               ("feed_type", cfg.feed_type not in (0, "uniform") and not cfg.rune.enabled,
+    check_ratings(cfg)  # methods that work on pairwise labels
+    # a method that takes ratings may set feed_type in its config file; ratings ignore it
+    refused = [("feed_type", cfg.feed_type not in (0, "uniform") and not rating_method_on(cfg),
                 "segments to rate are cut uniformly: the samplers score pairs"),
                ("teacher_eps_equal", cfg.teacher_eps_equal > 0,
                 "'equally good' needs two segments"),
@@ -116,6 +114,5 @@ def check_rating(cfg: Any) -> None:
                ("label_aggregate", cfg.label_aggregate != "each", "every rating is a label")]
     for key, bad, why in refused:
         if bad:
-            value = ",".join(m for m in active_methods(cfg) if m != "rune") if key == "method" \
-                else getattr(cfg, key)
+            value = getattr(cfg, key)
             raise ConfigError(f"feedback=rating does not take {key}={value}: {why}")

@@ -20,6 +20,7 @@ from themis.feedback.sampling import (
     pair_features,
     uses_labelled_features,
 )
+from themis.methods.base import Method, overrides
 from themis.reward import RewardEnsemble
 
 FEEDBACK_ROUNDS = 10
@@ -131,6 +132,11 @@ class QuerySelector:
         encoder: for pixels and grids, the fixed random encoder whose features k-center
             compares (RE3); ``None`` for vectors (flattened observations, as B-Pref).
         obs_shape: the shape of one observation (labelled pairs may hold them flattened).
+
+    Attributes:
+        methods: the run's methods; one with its own ``select_queries`` picks the queries of
+            later rounds among ``n × large_batch`` candidates instead of the sampler (the
+            first round stays uniform).
     """
 
     def __init__(self, sampler: str, segment: int, large_batch: int,
@@ -138,6 +144,7 @@ class QuerySelector:
                  obs_shape: tuple[int, ...] = ()) -> None:
         self.sampler, self.segment, self.large_batch = sampler, segment, large_batch
         self.rng, self.encoder, self.obs_shape = rng, encoder, obs_shape
+        self.methods: list[Method] = []
 
     def select(self, store: object, n_queries: int, reward_model: RewardEnsemble,
                labelled_observations: np.ndarray, first: bool, min_episode: int,
@@ -154,14 +161,29 @@ class QuerySelector:
             themis.agents.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
         """
         sampler = "uniform" if first else self.sampler
-        n_candidates = n_queries * self.large_batch if needs_large_batch(sampler) else n_queries
+        chooser = None if first else next(
+            (m for m in self.methods if overrides(m, "select_queries")), None)
+        n_candidates = n_queries * self.large_batch if chooser is not None \
+            or needs_large_batch(sampler) else n_queries
         candidates = store.sample_segment_pairs(  # type: ignore[attr-defined]
             n_candidates, self.segment, self.rng, min_episode, usable)
+        if chooser is not None:
+            picks = chooser.select_queries(candidates, reward_model, n_queries, self.rng)
+            if picks is not None:
+                return candidates.take(picks)
         labelled = self.pair_features(labelled_observations) \
             if uses_labelled_features(sampler) else np.zeros((0, 0), dtype=np.float32)
         picks = SAMPLERS[sampler](candidates, reward_model, labelled, n_queries, self.rng,
                                   features=self.pair_features)
         return candidates.take(picks)
+
+    def chooser_name(self, first: bool) -> str:
+        """What picks this round's queries, for ``reward.csv``: ``uniform`` (the first round),
+        a method's name (its own ``select_queries``) or the sampler's."""
+        if first:
+            return "uniform"
+        chooser = next((m for m in self.methods if overrides(m, "select_queries")), None)
+        return chooser.name if chooser is not None else self.sampler
 
     def pair_features(self, observations: np.ndarray) -> np.ndarray:
         """k-center features of query pairs ``(n, 2, H, ...) -> (n, d)``: the flattened

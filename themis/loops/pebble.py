@@ -6,13 +6,13 @@
    ``reset_update`` updates (B-Pref ``update_after_reset``);
 4. every ``num_interact`` steps, while feedback is open: a feedback round of the learner
    (queries, teacher, reward training), then the whole replay buffer is relabelled with r̂;
-5. every step: one SAC update on the (relabelled) replay buffer (QPA: half of each batch
-   from the recent episodes, :class:`themis.methods.qpa.HybridReplay`; MRN: every
-   ``mrn.meta_steps`` first a bilevel step of the reward model through the critic, then a
-   relabel, :class:`themis.methods.mrn.MetaRewardUpdate`).
+5. every step: one SAC update on the (relabelled) replay buffer, or on the batches of a
+   method's ``replay`` hook; before it, when a method's ``between_rounds`` hook changes r̂
+   (e.g. a bilevel step through the critic), a relabel.
 
-PEBBLE's successors (:mod:`themis.methods`) act through the learner (rewards, reward training)
-and, for QPA, the batches; RIME's warm start is the learner's ``warm_start`` in pretraining.
+PEBBLE's successors (:mod:`themis.methods`) act through the learner's hooks (rewards, reward
+training, ``warm_start`` in pretraining, ``replay``, ``update_between_rounds``); this loop
+never names one.
 
 With ``learn_reward=false`` the same loop trains SAC on the environment reward (no queries).
 """
@@ -28,7 +28,6 @@ from tqdm import tqdm
 from themis.agents import SAC
 from themis.agents.buffers import ReplayBuffer
 from themis.agents.intrinsic import NoveltySample
-from themis.methods.qpa import HybridReplay
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -93,19 +92,19 @@ def relabel(ws: Workspace) -> None:
 
 
 def unsupervised_update(ws: Workspace, agent: SAC) -> None:
-    """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3; RIME's
-    centred scale with ``state_entropy_scale=centred``), then RIME's warm start."""
+    """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3; or the
+    centred scale, ``state_entropy_scale=centred``), then the methods' pretraining step."""
     batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
     intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
                                  ws.rng)
     ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
-    if ws.learner is not None and not ws.pretraining_done:  # RIME's warm start
+    if ws.learner is not None and not ws.pretraining_done:  # e.g. a warm start of r̂
         ws.learner.warm_start(lambda: novelty_sample(ws))
 
 
 def novelty_sample(ws: Workspace) -> NoveltySample:
-    """A fresh replay batch with the standardised novelty of its states ``s`` (RIME's
-    warm-start target; the statistics are the agent's pretraining reward's, unchanged)."""
+    """A fresh replay batch with the standardised novelty of its states ``s`` (a warm-start
+    target; the statistics are the agent's pretraining reward's, unchanged)."""
     batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
     dist = ws.state_entropy.distances(batch.observations, ws.buffer.obs[: len(ws.buffer)],
                                       ws.rng)
@@ -121,7 +120,7 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
             ws.learner.fit_saved_labels(cfg.prefs_path)
         ws.feedback_round(first=True)
         relabel(ws)
-    if cfg.reset_critic:  # PEBBLE; RIME keeps the critic of its warm-started reward
+    if cfg.reset_critic:  # PEBBLE; a method with a warm-started r̂ may keep the critic
         agent.reset_critic()
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
         agent.update(replay(ws).sample(cfg.sac.batch_size, ws.rng), index)
@@ -139,10 +138,8 @@ def run(ws: Workspace, until: int) -> None:
     """Run the PEBBLE loop from the current step up to ``until``."""
     cfg, env, buffer = ws.cfg, ws.env, replay(ws)
     agent: SAC = ws.agent  # type: ignore[assignment]
-    # where SAC's batches come from: the whole buffer, or QPA's hybrid experience replay
-    batches: ReplayBuffer | HybridReplay = HybridReplay(
-        buffer, cfg.qpa, active=lambda: ws.learner is not None and ws.learner.is_open()) \
-        if cfg.qpa.enabled else buffer
+    # where SAC's batches come from: the whole buffer, or a method's replay (e.g. hybrid)
+    batches: Any = ws.learner.replay(buffer) if ws.learner is not None else buffer
     ws.banner()
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
     ws.episodes_started = ws.episode + 1  # the query pool counts the current episode ...
@@ -183,7 +180,7 @@ def run(ws: Workspace, until: int) -> None:
                     if ws.learner is not None and ws.step > ws.pretrain_end and \
                             ws.learner.update_between_rounds(agent, ws.step, lambda: buffer.sample(
                                 cfg.sac.batch_size, ws.rng)):
-                        relabel(ws)  # r̂ changed between rounds (MRN)
+                        relabel(ws)  # r̂ changed between rounds (a method's hook)
                     ws.metrics = agent.update(batches.sample(cfg.sac.batch_size, ws.rng),
                                               ws.step)
 

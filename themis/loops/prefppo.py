@@ -148,8 +148,9 @@ def rollout_distances(ws: Workspace, rollout_obs: np.ndarray) -> torch.Tensor:
 
 def warm_start(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray,
                dist: torch.Tensor) -> None:
-    """RIME's warm start on the rollout: each step a fresh minibatch of its states with their
-    standardised novelty (:func:`themis.loops.pebble.novelty_sample` for SAC)."""
+    """The methods' pretraining step (e.g. a warm start of r̂) on the rollout: each step a
+    fresh minibatch of its states with their standardised novelty
+    (:func:`themis.loops.pebble.novelty_sample` for SAC)."""
     assert ws.learner is not None
     obs = torch.as_tensor(rollout_obs.reshape(-1, *ws.obs_shape), device=ws.device)
     act = torch.as_tensor(np.eye(ws.action_dim, dtype=np.float32)[actions.reshape(-1)],
@@ -248,7 +249,7 @@ def run(ws: Workspace, until: int) -> None:
         if phase in ("unsup", "collect"):  # collect_prefs_only keeps exploring
             dist = rollout_distances(ws, rollout_obs)
             rewards = ws.state_entropy.normalise(dist).reshape(horizon, n_envs).cpu().numpy()
-            if phase == "unsup" and ws.learner is not None:  # RIME's warm start
+            if phase == "unsup" and ws.learner is not None:  # e.g. a warm start of r̂
                 warm_start(ws, rollout_obs, actions, dist)
         elif phase == "reward":
             rewards = learned_rewards(ws, rollout_obs, actions)

@@ -26,8 +26,9 @@ Meta-World (not ``config/train_MRN.yaml``'s default 5000, which CJReinforce/RIME
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,10 @@ from torch import nn
 from torch.func import functional_call
 
 from themis.agents.buffers import ReplayBufferSamples
+from themis.methods.base import Method, MethodContext
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.trainer import bradley_terry_loss
+from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range
 
 
 @dataclass
@@ -156,4 +159,46 @@ class MetaRewardUpdate:
         self.updates, self.outer_loss = int(state["updates"]), float(state["outer_loss"])
 
 
-__all__ = ["MRNConfig", "MetaRewardUpdate", "meta_outer_loss"]
+class MRN(Method):
+    """MRN as a method (module docstring): the bilevel update between feedback rounds."""
+
+    name, title, published = "mrn", "MRN", "2022-10"
+    Config = MRNConfig
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "meta_steps": POSITIVE, "outer_weight": NON_NEGATIVE}
+    inside_agent = "trains the reward model through the agent's critic"
+
+    def __init__(self, cfg: MRNConfig, context: MethodContext) -> None:
+        super().__init__(cfg, context)
+        self.update: MetaRewardUpdate | None = None
+
+    @classmethod
+    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+        """SAC only: the inner step is one of SAC's critic."""
+        if agent == "ppo":
+            raise ConfigError("method=mrn trains the reward model through one step of SAC's "
+                              "critic; PPO has no Q-function: use it with SAC (Box actions)")
+
+    def bind(self, model: Any, optimizer: torch.optim.Optimizer) -> None:
+        self.update = MetaRewardUpdate(model, optimizer, self.cfg)
+
+    def between_rounds(self, agent: Any, step: int, sample: Callable[[], Any],
+                       dataset: Any, reward_batch: int) -> bool:
+        """A bilevel update every ``meta_steps`` steps."""
+        if self.update is None or not self.update.due(step):
+            return False
+        self.update(agent, sample(), dataset, reward_batch)
+        return True
+
+    def stats(self) -> dict[str, float]:
+        return self.update.stats() if self.update is not None else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mrn": self.update.state_dict()} if self.update is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "mrn" in state and self.update is not None:
+            self.update.load_state_dict(state["mrn"])
+
+
+__all__ = ["MRN", "MRNConfig", "MetaRewardUpdate", "meta_outer_loss"]

@@ -25,12 +25,16 @@ without crops (``train_QPA.py`` calls ``train_reward``, not ``train_reward_iter`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from themis.agents.buffers import ReplayBuffer, ReplayBufferSamples
+from themis.methods.base import Method, MethodContext
+from themis.methods.crop import TemporalCrop
+from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range
 
 
 @dataclass
@@ -94,4 +98,34 @@ class HybridReplay:
         return b.samples(idx)
 
 
-__all__ = ["HybridReplay", "QPAConfig"]
+class QPA(Method):
+    """QPA as a method (module docstring): hybrid experience replay and ``data_aug_ratio``
+    crops of every pair (its query pool is ``query_pool_episodes``, set by its config file)."""
+
+    name, title, published = "qpa", "QPA", "2023-05"
+    Config = QPAConfig
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "recent_episodes": POSITIVE, "her_ratio": UNIT, "data_aug_ratio": NON_NEGATIVE}
+    inside_agent = "mixes recent episodes into SAC's replay batches"
+    augmentation_priority = 1  # with SURF: QPA's crops
+
+    def __init__(self, cfg: QPAConfig, context: MethodContext) -> None:
+        super().__init__(cfg, context)
+        self.augmentation = TemporalCrop(context.segment - 15, context.segment - 5,
+                                         cfg.data_aug_ratio) if cfg.data_aug_ratio else None
+
+    @classmethod
+    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+        """SAC only (PPO has no replay buffer); crops need segments of 16 steps or more."""
+        if agent == "ppo":
+            raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
+                              "trains on fresh rollouts only: use it with SAC (Box actions)")
+        if run_cfg.qpa.data_aug_ratio and run_cfg.segment <= 15:
+            raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
+                              f"segment={run_cfg.segment} is too short (at least 16)")
+
+    def replay(self, buffer: Any, active: Callable[[], bool]) -> HybridReplay:
+        return HybridReplay(buffer, self.cfg, active)
+
+
+__all__ = ["QPA", "HybridReplay", "QPAConfig"]

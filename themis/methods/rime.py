@@ -40,13 +40,16 @@ pretraining (``config/method/rime.yaml`` sets ``reset_critic=false``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from themis.methods.base import Method, MethodContext
+from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range
 
 if TYPE_CHECKING:
     from themis.agents.intrinsic import NoveltySample
@@ -207,4 +210,61 @@ class WarmStart:
         self.loss = float(loss.detach())
 
 
-__all__ = ["RIMEConfig", "RobustLabelFilter", "WarmStart"]
+class RIME(Method):
+    """RIME as a method (module docstring): the label filter each epoch, its stop rule, the
+    warm start during pretraining."""
+
+    name, title, published = "rime", "RIME", "2024-02"
+    Config = RIMEConfig
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "threshold_alpha": NON_NEGATIVE, "beta_init": NON_NEGATIVE, "beta_min": NON_NEGATIVE,
+        "beta_decay_epochs": POSITIVE, "flip_tau": UNIT, "warm_start_steps": NON_NEGATIVE,
+        "least_reward_update": NON_NEGATIVE, "target_accuracy": UNIT}
+
+    def __init__(self, cfg: RIMEConfig, context: MethodContext) -> None:
+        super().__init__(cfg, context)
+        self.filter = RobustLabelFilter(cfg)
+        self.warm: WarmStart | None = None
+
+    @classmethod
+    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+        """The warm start needs pretraining in the learner's reach."""
+        warm = run_cfg.rime.warm_start_steps
+        if run_cfg.pretrained_snapshot and warm:
+            raise ConfigError("method=rime warm-starts the reward model during pretraining, and "
+                              "a pretraining snapshot keeps no reward model: drop "
+                              "pretrained_snapshot (RIME pretrains itself), or set "
+                              "rime.warm_start_steps=0 to start from it without the warm start")
+        if where == "async" and warm and run_cfg.num_unsup_steps:
+            raise ConfigError("reward_training=async: RIME's warm start trains the reward model "
+                              "on the agent's pretraining batches; set rime.warm_start_steps=0; "
+                              "use reward_training=sync")
+
+    def bind(self, model: Any, optimizer: torch.optim.Optimizer) -> None:
+        if self.cfg.warm_start_steps:
+            self.warm = WarmStart(model, optimizer, self.cfg.warm_start_steps)
+
+    def stop_rule(self) -> tuple[float, int]:
+        return self.cfg.target_accuracy, self.cfg.least_reward_update
+
+    def select_labels(self, model: Any, obs: torch.Tensor, act: torch.Tensor,
+                      labels: torch.Tensor, oracle: np.ndarray | None,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.filter.select(model, obs, act, labels, oracle)
+
+    def pretraining_step(self, draw: Callable[[], Any]) -> None:
+        if self.warm is not None:
+            self.warm(draw)
+
+    def stats(self) -> dict[str, float]:
+        return {**self.filter.stats(), **(self.warm.stats() if self.warm is not None else {})}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rime_filter": self.filter.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "rime_filter" in state:
+            self.filter.load_state_dict(state["rime_filter"])
+
+
+__all__ = ["RIME", "RIMEConfig", "RobustLabelFilter", "WarmStart"]

@@ -16,10 +16,14 @@ use β_t at collection time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+
+from themis.methods.base import Method, MethodContext
+from themis.utils import NON_NEGATIVE, UNIT, ConfigError, Range
 
 
 @dataclass
@@ -61,11 +65,42 @@ class UncertaintyBonus:
         """``reward.csv`` columns: β_t now and the mean ensemble std of the last rewards."""
         return {"rune_beta": self.beta(), "rune_std": self.last_std}
 
-    def __call__(self, member_rewards: np.ndarray) -> np.ndarray:
-        """Reward of each row: mean + β_t · std over members; ``(E, n) -> (n,)`` float32."""
+    def bonus(self, member_rewards: np.ndarray) -> np.ndarray:
+        """β_t · std over members of each row, ``(E, n) -> (n,)`` (the members' dtype)."""
         std = member_rewards.std(axis=0)
         self.last_std = float(std.mean()) if len(std) else float("nan")
-        return (member_rewards.mean(axis=0) + self.beta() * std).astype(np.float32)
+        return self.beta() * std
+
+    def __call__(self, member_rewards: np.ndarray) -> np.ndarray:
+        """Reward of each row: mean + β_t · std over members; ``(E, n) -> (n,)`` float32."""
+        return (member_rewards.mean(axis=0) + self.bonus(member_rewards)).astype(np.float32)
 
 
-__all__ = ["RUNEConfig", "UncertaintyBonus"]
+class RUNE(Method):
+    """RUNE as a method (module docstring): β_t × the ensemble's std added to r̂."""
+
+    name, title, published = "rune", "RUNE", "2022-05"
+    Config = RUNEConfig
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "beta_init": NON_NEGATIVE, "beta_decay": UNIT, "ppo_beta": NON_NEGATIVE}
+    ratings = True
+
+    def __init__(self, cfg: RUNEConfig, context: MethodContext) -> None:
+        super().__init__(cfg, context)
+        self.uncertainty = UncertaintyBonus(cfg, context.clock, on_policy=context.on_policy)
+
+    @classmethod
+    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+        """The std needs two members or more."""
+        if run_cfg.ensemble_size < 2:
+            raise ConfigError("method=rune adds beta * the ensemble's std of r̂: it needs "
+                              f"ensemble_size >= 2 (got {run_cfg.ensemble_size})")
+
+    def reward_bonus(self, members: np.ndarray) -> np.ndarray:
+        return self.uncertainty.bonus(members)
+
+    def stats(self) -> dict[str, float]:
+        return self.uncertainty.stats()
+
+
+__all__ = ["RUNE", "RUNEConfig", "UncertaintyBonus"]

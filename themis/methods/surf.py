@@ -20,15 +20,18 @@ the official code does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from themis.agents.buffers import SegmentPairs
+from themis.methods.base import Method, MethodContext
+from themis.methods.crop import TemporalCrop
+from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range
 
 if TYPE_CHECKING:
     from themis.reward.ensemble import RewardEnsemble
@@ -164,4 +167,56 @@ class PseudoLabeler:
         return self.cfg.lambda_u * (ce * mask).mean(-1).sum()
 
 
-__all__ = ["PseudoLabeler", "SURFConfig"]
+class SURF(Method):
+    """SURF as a method (module docstring): unlabelled pairs after each round's queries, a
+    pseudo-label loss per training batch, one temporal crop of every pair."""
+
+    name, title, published = "surf", "SURF", "2022-03"
+    Config = SURFConfig
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "threshold_u": Range(0.5, 1), "lambda_u": NON_NEGATIVE, "mu": POSITIVE,
+        "inv_label_ratio": POSITIVE, "crop_range": NON_NEGATIVE, "max_unlabelled": POSITIVE}
+
+    def __init__(self, cfg: SURFConfig, context: MethodContext) -> None:
+        super().__init__(cfg, context)
+        self.unlabelled = PseudoLabeler(cfg, context.segment, context.obs_dim,
+                                        context.action_dim, context.obs_dtype)
+        self.augmentation = TemporalCrop(context.segment - 2 * cfg.crop_range,
+                                         context.segment) if cfg.crop_range else None
+
+    @classmethod
+    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+        """Crops must leave segments of at least one step."""
+        crop = run_cfg.surf.crop_range
+        if crop < 0 or 2 * crop >= run_cfg.segment:
+            raise ConfigError(f"surf.crop_range={crop} must be >= 0 and leave segments of at "
+                              f"least one step (segment={run_cfg.segment})")
+
+    def after_queries(self, pick: Callable[[int], Any], n: int) -> None:
+        """``inv_label_ratio × n`` uniform unlabelled pairs from the query pool."""
+        self.unlabelled.add(pick(n * self.cfg.inv_label_ratio))
+
+    def start_epoch(self) -> None:
+        self.unlabelled.start_epoch()
+
+    def end_epoch(self) -> None:
+        self.unlabelled.end_epoch()
+
+    def batch_loss(self, model: Any, batch_size: int, rng: np.random.Generator,
+                   pair_returns: Callable[..., tuple[torch.Tensor, ...]],
+                   ) -> torch.Tensor | None:
+        """The pseudo-label loss (:meth:`PseudoLabeler.loss`)."""
+        return self.unlabelled.loss(model, batch_size, rng, pair_returns)  # type: ignore
+
+    def stats(self) -> dict[str, float]:
+        return self.unlabelled.stats()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"surf_unlabelled": self.unlabelled.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "surf_unlabelled" in state:
+            self.unlabelled.load_state_dict(state["surf_unlabelled"])
+
+
+__all__ = ["SURF", "PseudoLabeler", "SURFConfig"]

@@ -24,9 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from themis.methods import active_methods
-from themis.run.config import NON_NEGATIVE, Range, TrainConfig, compose, validate
-from themis.utils import ConfigError
+from themis.methods.registry import check_methods, refuse_inside_agent
+from themis.run.config import TrainConfig, compose, validate
+from themis.utils import NON_NEGATIVE, ConfigError, Range
 
 GROUP_KEYS = ("method", "teacher", "domain")
 """Config groups chosen by name (``method=surf``, ``teacher=noisy``), as on the command line."""
@@ -153,7 +153,7 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
 
     Raises:
         ConfigError: one line: an unknown key (with the closest one), a wrong type or value,
-            a key of Themis's own loop, a method that needs the agent (QPA, MRN).
+            a key of Themis's own loop, a method that works inside the agent.
     """
     flat = _flat(keys)
     groups = {k: flat.pop(k) for k in GROUP_KEYS if k in flat}
@@ -163,15 +163,10 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
         if top in LOOP_KEYS:
             raise ConfigError(f"{key} configures Themis's own training loop, not the wrapper "
                               f"({LOOP_KEYS[top]}); drop it")
-    if "method" in groups:
+    if "method" in groups:  # a method inside the agent: said before composing
         methods = groups["method"] if isinstance(groups["method"], list | tuple) \
             else [groups["method"]]
-        refused = [m for m in map(str, methods) if m in ("qpa", "mrn")]
-        if refused:
-            what = "mixes recent episodes into SAC's replay batches" if refused[0] == "qpa" \
-                else "trains the reward model through the agent's critic"
-            raise ConfigError(f"method={refused[0]} {what}, inside the agent: the wrapper "
-                              "cannot reach it; use surf, rune or rime")
+        refuse_inside_agent(list(map(str, methods)), "wrapper")
     try:
         cfg = compose([_group_override(k, v) for k, v in groups.items()])
         if saved is not None:
@@ -213,13 +208,8 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
         cfg_obj.reward_batch = 1
     else:
         validate(cfg_obj)
-    from themis.methods import check_methods
-
-    check_methods(cfg_obj, discrete=discrete)
-    if not set(active_methods(cfg_obj)) <= {"pebble", "surf", "rune", "rime"}:
-        bad = sorted(set(active_methods(cfg_obj)) - {"pebble", "surf", "rune", "rime"})[0]
-        raise ConfigError(f"method={bad} works inside the agent: the wrapper cannot reach it; "
-                          "use surf, rune or rime")
+    check_methods(cfg_obj, agent="ppo" if discrete else None,
+                  where="wrapper")
     return cfg_obj, online
 
 

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from themis.agents.buffers import EpisodeStore
+from themis.methods.base import MethodContext, reward_with_bonus
+from themis.methods.registry import build_methods
 from themis.online.keys import OnlineKeys
 from themis.online.learner_process import EnvSpec
 from themis.online.segments import Run, StepRecorder
@@ -162,12 +164,10 @@ class AsyncLearner:
                                     batchnorm=cfg.reward_batchnorm).to(ws.device)
         self.model.precision = ws.precision
         self.model.eval()
-        self.bonus: Any = None
-        if cfg.rune.enabled:
-            from themis.methods.rune import UncertaintyBonus
-
-            self.bonus = UncertaintyBonus(cfg.rune, clock=lambda: int(ws.step),
-                                          on_policy=ws.driver.NAME == "ppo")
+        # the methods that add to the agent's reward (the learner process runs the others)
+        self.bonus_methods = build_methods(cfg, MethodContext(
+            cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=lambda: int(ws.step),
+            on_policy=ws.driver.NAME == "ppo"), only=("reward_bonus",))
         self.channel: LoopChannel | None = None
         self.version = 0  # the version in use (0: none yet)
         self.dataset = PublishedLabels(self)
@@ -267,11 +267,14 @@ class AsyncLearner:
 
     # ------------------------------------------------------------------ the learner's face
     def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """Ensemble-mean r̂(s, a) of the version in use (RUNE: plus β_t × the ensemble's
-        std): ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
+        """Ensemble-mean r̂(s, a) of the version in use, plus the methods' ``reward_bonus``:
+        ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
         with eval_mode(self.model):
-            if self.bonus is not None:
-                return self.bonus(self.model.predict_members(obs, action))
+            if self.bonus_methods:
+                rewarded = reward_with_bonus(self.bonus_methods,
+                                             self.model.predict_members(obs, action))
+                if rewarded is not None:
+                    return rewarded
             return self.model.predict(obs, action)
 
     def counts(self) -> dict[str, float]:

@@ -41,6 +41,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from themis.methods.base import MethodContext, reward_with_bonus
+from themis.methods.registry import build_methods
 from themis.online.keys import OnlineKeys, online_config, saved_keys
 from themis.online.learner_process import EnvSpec, main
 from themis.online.segments import StepRecorder
@@ -221,11 +223,10 @@ class OnlineReward:
         self.total_steps = 0
         self.use_true = online.warmup_reward == "true" or cfg.collect_prefs_only
         self.forced_true = False
-        self.bonus = None
-        if cfg.rune.enabled:
-            from themis.methods.rune import UncertaintyBonus
-
-            self.bonus = UncertaintyBonus(cfg.rune, clock=lambda: self.total_steps)
+        # the methods that add to the agent's reward (the learner process runs the others)
+        self.bonus_methods = build_methods(cfg, MethodContext(
+            cfg.segment, obs_dim, self.action_dim, self.obs_dtype,
+            clock=lambda: self.total_steps), only=("reward_bonus",))
         capacity = cfg.replay_buffer_capacity or 100_000
         self.flush_steps = max(256, 4 * cfg.segment * n_envs)
         self.recorder = StepRecorder(n_envs, cfg.segment, self.obs_shape, self.obs_dtype,
@@ -398,7 +399,7 @@ class OnlineReward:
             members = self.ensemble.members(obs, actions)
             mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
             self._update_stats(mean)
-            raw = self.bonus(members).astype(np.float64) if self.bonus is not None else mean
+            raw = self.with_bonus(members, mean)
             predicted = (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
                 if self.online.normalize_reward else raw
         if self.model_in_use:
@@ -407,16 +408,23 @@ class OnlineReward:
             return np.asarray(true_rewards, dtype=np.float64), predicted
         return np.zeros(n), predicted
 
+    def with_bonus(self, members: np.ndarray, mean: np.ndarray) -> np.ndarray:
+        """``mean`` (float64), or the mean plus the methods' ``reward_bonus`` of the members
+        ``(E, n)`` when a method adds one."""
+        rewarded = reward_with_bonus(self.bonus_methods, members) if self.bonus_methods \
+            else None
+        return mean if rewarded is None else rewarded.astype(np.float64)
+
     def relabel_rewards(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """r̂ of stored steps with the version in use, as :meth:`rewards` would return it now
-        (normalised with the current statistics, RUNE's bonus at the current β), without
+        (normalised with the current statistics, a method's bonus as it is now), without
         changing the statistics: ``obs (n, *obs_shape)``, ``actions (n, action_dim)`` ->
         ``(n,)`` float64. Zeros before the model is in use (what :meth:`rewards` returned)."""
         if not self.model_in_use:
             return np.zeros(len(obs))
         members = self.ensemble.members(obs, actions)
         mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
-        raw = self.bonus(members).astype(np.float64) if self.bonus is not None else mean
+        raw = self.with_bonus(members, mean)
         return (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
             if self.online.normalize_reward else raw
 

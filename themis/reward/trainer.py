@@ -11,16 +11,16 @@ split, a bootstrap sample per member and an L2 coefficient adapted to the valida
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from themis.agents.encoders import observation_kind
-from themis.methods.crop import TemporalCrop
-from themis.methods.rime import RobustLabelFilter
-from themis.methods.surf import PseudoLabeler
+from themis.methods.base import Method, choose_augmentation, overrides
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
 from themis.reward.preference_models import true_preference
@@ -75,14 +75,16 @@ class RewardTrainer:
         batch_size: pairs per gradient step (BPref: 128).
         rng: random generator for the per-member permutations (and crops, pseudo-label
             batches).
-        crop: SURF's / QPA's temporal cropping of every pair (:mod:`themis.methods.crop`).
-        pseudo: SURF's pseudo-labelled unlabelled pairs, a loss term per batch.
-        label_filter: RIME's per-epoch choice of labels kept, flipped or left out.
-        target_accuracy: :meth:`train` stops once train accuracy exceeds it (BPref: 0.97;
-            RIME: 0.98).
+        crop: a temporal crop of every pair (:class:`themis.methods.crop.TemporalCrop`);
+            default: the methods' :func:`~themis.methods.base.choose_augmentation`.
+        methods: the run's methods, whose reward-training hooks run here
+            (:class:`themis.methods.base.Method`: ``select_labels`` before each epoch,
+            ``start_epoch`` / ``end_epoch``, ``batch_loss`` each batch, ``stop_rule``).
+        target_accuracy: :meth:`train` stops once train accuracy exceeds it (BPref: 0.97; a
+            method's ``stop_rule`` replaces it).
         min_epochs: :meth:`train` stops early only after epoch ``min_epochs + 1`` (0-based
-            index above ``min_epochs``, as ``train_RIME.py``'s ``epoch > least_reward_update``;
-            0: any epoch, as BPref).
+            index above ``min_epochs``; 0: any epoch, as BPref; a method's ``stop_rule``
+            replaces it).
         chunk_images: pixel observations per member and forward pass: a batch of pairs is
             run through the CNNs in chunks whose gradients add up to the batch's (the same
             step; a 128-pair batch of 50-step segments is 12,800 images per member, whose
@@ -100,8 +102,8 @@ class RewardTrainer:
 
     def __init__(self, model: RewardEnsemble, lr: float = 3e-4, batch_size: int = 128,
                  rng: np.random.Generator | None = None, chunk_images: int | None = 256,
-                 crop: TemporalCrop | None = None, pseudo: PseudoLabeler | None = None,
-                 label_filter: RobustLabelFilter | None = None, target_accuracy: float = 0.97,
+                 crop: Any = None, methods: Sequence[Method] = (),
+                 target_accuracy: float = 0.97,
                  min_epochs: int = 0, random_response: float = 0.0,
                  validation: ValidationSplit | None = None,
                  bootstrap: BootstrapCounts | None = None, l2: AdaptiveL2 | None = None,
@@ -115,10 +117,17 @@ class RewardTrainer:
             ("val_labels", "val_loss", "val_accuracy"), float("nan"))
         """The last :meth:`train`'s validation numbers (empty without ``validation``; NaN
         before the first)."""
+        self.methods = list(methods)
+        rules = [rule for rule in (m.stop_rule() for m in self.methods) if rule is not None]
+        if rules:  # a method's own stop (the first, in registry order)
+            target_accuracy, min_epochs = rules[0]
         self.target_accuracy, self.min_epochs = target_accuracy, min_epochs
         self.batch_size = batch_size
         self.chunk_images = chunk_images
-        self.crop, self.pseudo, self.label_filter = crop, pseudo, label_filter
+        self.crop = crop if crop is not None else choose_augmentation(self.methods)
+        self.label_filters = [m for m in self.methods if overrides(m, "select_labels")]
+        self.epoch_hooks = [m for m in self.methods if overrides(m, "start_epoch")
+                            or overrides(m, "end_epoch") or overrides(m, "batch_loss")]
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
 
@@ -133,14 +142,16 @@ class RewardTrainer:
         picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
         if picked is not None:  # e.g. without the labels of flagged labelers
             labels = labels[picked]
-        if self.label_filter is not None:  # RIME: this epoch's trusted and flipped labels
+        for method in self.label_filters:  # e.g. this epoch's trusted and flipped labels
             oracle = true_preference(dataset.true_rewards[: len(dataset)]).astype(np.float32)
             if picked is not None:
-                oracle = oracle[rows]
-            sel, labels = self.label_filter.select(
+                oracle = oracle[picked.cpu().numpy()]
+            chosen = method.select_labels(
                 self.model, obs if picked is None else obs[picked],
                 act if picked is None else act[picked], labels, oracle)
-            picked = sel if picked is None else picked[sel]
+            if chosen is not None:
+                sel, labels = chosen
+                picked = sel if picked is None else picked[sel]
         n, ens = len(labels), self.model.ensemble_size
         if n == 0:
             return float("nan"), float("nan")
@@ -150,8 +161,8 @@ class RewardTrainer:
         else:
             perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
         perms = perms.to(self.model.device)
-        if self.pseudo is not None:
-            self.pseudo.start_epoch()
+        for method in self.epoch_hooks:
+            method.start_epoch()
         total_loss = torch.zeros((), device=obs.device)
         correct = torch.zeros((), device=obs.device)
         counted = torch.zeros((), device=obs.device)
@@ -177,13 +188,14 @@ class RewardTrainer:
                     total_loss += loss.detach() * batch.shape[1]
             if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
                 self.l2.penalty(member_weight_norms(self.model, ens)).backward()
-            if self.pseudo is not None:  # SURF: pseudo-labelled unlabelled pairs
-                extra = self.pseudo.loss(self.model, self.batch_size, self.rng, self.pair_returns)
+            for method in self.epoch_hooks:  # e.g. pseudo-labelled unlabelled pairs
+                extra = method.batch_loss(self.model, self.batch_size, self.rng,
+                                          self.pair_returns)
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
-        if self.pseudo is not None:
-            self.pseudo.end_epoch()
+        for method in self.epoch_hooks:
+            method.end_epoch()
         accuracy = correct.item() / counted.item() if counted.item() else float("nan")
         return total_loss.item() / (n * ens), accuracy
 

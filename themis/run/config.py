@@ -7,12 +7,11 @@ config, before anything runs. :func:`validate` then checks values and combinatio
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
@@ -25,23 +24,26 @@ from themis.feedback.rating import check_rating
 from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
 from themis.feedback.teachers import validate_teacher_params
-from themis.methods import check_methods
-from themis.methods.mrn import MRNConfig
-from themis.methods.qpa import QPAConfig
-from themis.methods.rime import RIMEConfig
-from themis.methods.rune import RUNEConfig
-from themis.methods.surf import SURFConfig
+from themis.methods.registry import check_methods, config_fields, numeric_keys
 from themis.run.precision import PRECISIONS
 from themis.run.threads import parse_threads
 from themis.tracking.settings import LoggerConfig
-from themis.utils import ConfigError
+from themis.utils import (
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_REAL,
+    UNIT,
+    ConfigError,
+    Range,
+)
 
 AGENTS = ("auto", "sac", "ppo")
 
 
 @dataclass
-class TrainConfig:
-    """Schema of ``config/train_themis.yaml`` and ``config/pretrain_themis.yaml``."""
+class BaseTrainConfig:
+    """Schema of ``config/train_themis.yaml`` and ``config/pretrain_themis.yaml`` without the
+    methods' key groups (:data:`TrainConfig` adds one per registered method)."""
 
     # --- experiment
     domain: str = "Control"
@@ -277,79 +279,29 @@ class TrainConfig:
     """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
     reset_critic: bool = True
     """Reset SAC's critic at the end of pretraining (PEBBLE; RIME keeps it)."""
-    surf: SURFConfig = field(default_factory=SURFConfig)
-    """SURF (method=surf): pseudo-labels and temporal cropping (themis/methods/surf.py)."""
-    rune: RUNEConfig = field(default_factory=RUNEConfig)
-    """RUNE (method=rune): reward + beta_t x ensemble std (themis/methods/rune.py)."""
-    qpa: QPAConfig = field(default_factory=QPAConfig)
-    """QPA (method=qpa): recent-episode queries and replay, crops (themis/methods/qpa.py)."""
-    rime: RIMEConfig = field(default_factory=RIMEConfig)
-    """RIME (method=rime): robust label selection, warm start (themis/methods/rime.py)."""
-    mrn: MRNConfig = field(default_factory=MRNConfig)
-    """MRN (method=mrn): bilevel reward update through the critic (themis/methods/mrn.py)."""
     sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (discrete actions)."""
 
 
+if TYPE_CHECKING:
+    class TrainConfig(BaseTrainConfig):
+        """The whole schema (see below); a method's group is ``cfg.<name>``."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    TrainConfig = make_dataclass("TrainConfig", config_fields(), bases=(BaseTrainConfig,))
+    TrainConfig.__module__ = __name__  # pickles and reads as themis.run.config.TrainConfig
+    TrainConfig.__doc__ = """Schema of ``config/train_themis.yaml`` and
+    ``config/pretrain_themis.yaml``: :class:`BaseTrainConfig` and one ``<name>.*`` group per
+    method of :data:`themis.methods.registry.REGISTRY` (its ``Config`` dataclass)."""
+
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
 # ---------------------------------------------------------------- numeric keys: one table
-INF = float("inf")
-
-
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric config key takes: finite, in ``[lo, hi]`` (``(`` or ``)`` where
-    ``lo_open`` / ``hi_open``); ``hi = inf`` means no upper bound (the value stays finite)."""
-
-    lo: float = -INF
-    hi: float = INF
-    lo_open: bool = False
-    hi_open: bool = False
-    text: str = ""
-    """A rule in words that replaces the generic one (e.g. a TCP port)."""
-
-    def holds(self, value: float) -> bool:
-        """Whether ``value`` is finite and inside the range."""
-        if not math.isfinite(value):
-            return False
-        above = value > self.lo if self.lo_open else value >= self.lo
-        below = value < self.hi if self.hi_open else value <= self.hi
-        return above and below
-
-    def rule(self, value: float) -> str:
-        """What a wrong ``value`` is told, e.g. ``must be positive`` or ``is outside [0, 1]``."""
-        if self.text:
-            return self.text
-        def shown(bound: float) -> str:
-            return str(int(bound)) if math.isfinite(bound) and bound == int(bound) else \
-                f"{bound:g}"
-
-        finite = "finite " if math.isinf(value) else ""  # NaN is no number at all
-        if self.hi == INF:
-            if self.lo == -INF:
-                return "must be a finite number"
-            if isinstance(value, int):
-                return "must be positive" if self.lo == 1 else f"must be >= {shown(self.lo)}"
-            if self.lo == 0 and self.lo_open:
-                return f"must be a {finite}positive number"
-            return f"must be a {finite}number {'>' if self.lo_open else '>='} {shown(self.lo)}"
-        return f"is outside {'(' if self.lo_open else '['}{shown(self.lo)}, {shown(self.hi)}" \
-               f"{')' if self.hi_open else ']'}"
-
-
-POSITIVE = Range(1)
-"""Counts, sizes and frequencies (integers >= 1)."""
-NON_NEGATIVE = Range(0)
-"""Counts that may be 0, and weights >= 0."""
-POSITIVE_REAL = Range(0, lo_open=True)
-"""Learning rates, temperatures, sharpness: > 0 and finite."""
-UNIT = Range(0, 1)
-"""Probabilities, fractions, discounts."""
-
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
     "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
@@ -383,17 +335,6 @@ NUMERIC_KEYS: dict[str, Range] = {
     "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
     "checkpoint_frequency": POSITIVE, "logger.clips": NON_NEGATIVE,
     "logger.finish_timeout": POSITIVE,
-    # methods
-    "surf.threshold_u": Range(0.5, 1), "surf.lambda_u": NON_NEGATIVE, "surf.mu": POSITIVE,
-    "surf.inv_label_ratio": POSITIVE, "surf.crop_range": NON_NEGATIVE,
-    "surf.max_unlabelled": POSITIVE,
-    "rune.beta_init": NON_NEGATIVE, "rune.beta_decay": UNIT, "rune.ppo_beta": NON_NEGATIVE,
-    "qpa.recent_episodes": POSITIVE, "qpa.her_ratio": UNIT, "qpa.data_aug_ratio": NON_NEGATIVE,
-    "rime.threshold_alpha": NON_NEGATIVE, "rime.beta_init": NON_NEGATIVE,
-    "rime.beta_min": NON_NEGATIVE, "rime.beta_decay_epochs": POSITIVE, "rime.flip_tau": UNIT,
-    "rime.warm_start_steps": NON_NEGATIVE, "rime.least_reward_update": NON_NEGATIVE,
-    "rime.target_accuracy": UNIT,
-    "mrn.meta_steps": POSITIVE, "mrn.outer_weight": NON_NEGATIVE,
     # agents
     "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
     "sac.discount": UNIT, "sac.actor_lr": POSITIVE_REAL, "sac.critic_lr": POSITIVE_REAL,
@@ -411,6 +352,8 @@ NUMERIC_KEYS: dict[str, Range] = {
 values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,
 checked by :func:`themis.feedback.sampling.resolve_feed_type`). A key of ``None`` (a default left to
 Themis) is not checked."""
+NUMERIC_KEYS.update(numeric_keys())  # each method's own keys (its RANGES)
+
 
 
 def check_numbers(cfg: Any) -> None:
@@ -651,8 +594,8 @@ def check_reward_training(cfg: Any) -> None:
 
     Raises:
         ConfigError: one line: an unknown value, or with async: no learned reward, a resume,
-            a method or option that needs the agent inside the learner (QPA, MRN, RIME's
-            warm start, explanations).
+            a method or option that needs the agent inside the learner (a method's
+            ``inside_agent`` or its own async rule, explanations).
     """
     if cfg.reward_training not in REWARD_TRAININGS:
         raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
@@ -665,13 +608,6 @@ def check_reward_training(cfg: Any) -> None:
         why = ("resume of an async run is not supported (the background learner's labels and "
                "the agent's checkpoint are not saved together); start a new run with "
                "prefs_path=RUN_DIR/preferences to keep its labels")
-    elif cfg.qpa.enabled:
-        why = "method=qpa mixes recent episodes into SAC's batches in step with its rounds"
-    elif cfg.mrn.enabled:
-        why = "method=mrn trains the reward model through the agent's critic"
-    elif cfg.rime.enabled and cfg.rime.warm_start_steps and cfg.num_unsup_steps:
-        why = ("RIME's warm start trains the reward model on the agent's pretraining batches; "
-               "set rime.warm_start_steps=0")
     elif cfg.xplain_action or cfg.xplain_state:
         why = "explained clips need the agent inside the learner process"
     elif cfg.query_schedule != "constant" or cfg.reward_norm_std:
@@ -679,6 +615,7 @@ def check_reward_training(cfg: Any) -> None:
                "reward_norm_std) run in the loop's own learner")
     if why is not None:
         raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
+    check_methods(cfg, where="async")  # a method inside the agent, or its own async rule
 
 
 def validate(cfg: Any) -> None:

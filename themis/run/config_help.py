@@ -10,28 +10,23 @@ from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.methods.mrn import MRNConfig
-from themis.methods.qpa import QPAConfig
-from themis.methods.rime import RIMEConfig
-from themis.methods.rune import RUNEConfig
-from themis.methods.surf import SURFConfig
-from themis.run.config import TrainConfig
+from themis.methods.registry import BASE, config_groups, method_names
+from themis.run.config import BaseTrainConfig
 from themis.tracking.settings import LoggerConfig
 
-GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig,
-                           "rune": RUNEConfig, "qpa": QPAConfig, "rime": RIMEConfig,
-                           "mrn": MRNConfig, "logger": LoggerConfig}
-"""The nested key groups (``sac.*``, ``ppo.*``, the methods' keys) and their dataclasses."""
+GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, **config_groups(),
+                           "logger": LoggerConfig}
+"""The nested key groups (``sac.*``, ``ppo.*``, each method's keys) and their dataclasses."""
 
 
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
-    :class:`TrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
+    :class:`~themis.run.config.BaseTrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
     import ast
     import inspect
 
     out: dict[str, str] = {}
-    for prefix, cls in [("", TrainConfig), *((f"{k}.", c) for k, c in GROUPS.items())]:
+    for prefix, cls in [("", BaseTrainConfig), *((f"{k}.", c) for k, c in GROUPS.items())]:
         body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
         node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
         for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
@@ -51,7 +46,7 @@ def help_text(cfg: DictConfig) -> str:
              "Groups: domain=ALE|BabyAI|Box2d|Classic|Control|DMC|Minigrid|MetaWorld|"
              "MovingDot|Gym|seals, "
              "teacher=oracle|mistake|noisy|skip|myopic|equal, "
-             "method=pebble|surf|rune|qpa|rime|mrn (several: method=[surf,rune]), "
+             f"method={'|'.join([BASE, *method_names()])} (several: method=[a,b]), "
              "logger=csv|tensorboard|wandb|mlflow (several: logger=[wandb,mlflow]); "
              "-m sweeps (Hydra's flags: --hydra-help).", ""]
     flat = OmegaConf.to_container(cfg, resolve=False)

@@ -261,7 +261,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     from themis.environments.domains import make_env
     from themis.feedback.selector import resolve_reward_batch
     from themis.loops import pebble, prefppo
-    from themis.methods import check_methods
+    from themis.methods.registry import check_methods
     from themis.online.loop import AsyncLearner
     from themis.run.config import validate
 
@@ -281,7 +281,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
         raise ConfigError(f"{cfg.env}: {e}") from None
     finally:
         probe.close()
-    check_methods(cfg, discrete=name == "ppo")
+    check_methods(cfg, agent=name)
     if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
         cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
     ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo, async_learner=AsyncLearner)
