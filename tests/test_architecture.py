@@ -3,7 +3,9 @@ included), ``lib/`` reached only from the one lazy factory, and no loose modules
 
 The import graph is read from the source (an AST walk of every ``import`` statement: top level,
 inside functions and methods, under ``if TYPE_CHECKING:``), not from ``sys.modules``, so a lazy
-import that dodges a circle at run time still counts as the circle it is.
+import that dodges a circle at run time still counts as the circle it is. An import from
+another package also runs that package's ``__init__`` (``from themis.feedback.teachers import
+x`` runs ``themis/feedback/__init__.py``): that is an edge too.
 """
 
 from __future__ import annotations
@@ -152,6 +154,8 @@ def write(root: Path, files: dict[str, str]) -> Path:
     "from . import a",            # relative, a submodule
     "from .a import f",           # relative
     "def g():\n    from .sub import x\n",  # through a package's __init__ (x is no module)
+    "def g():\n    from pkg.sub.leaf import y\n",  # running pkg/sub/__init__ on the way
+    "if TYPE_CHECKING:\n    from pkg.a import f\n",  # type-only: still a dependency
 ])
 def test_the_walk_sees_every_kind_of_import(tmp_path, statement):
     """A circle is found however its back edge is written."""
@@ -160,6 +164,7 @@ def test_the_walk_sees_every_kind_of_import(tmp_path, statement):
         "pkg/a.py": "from pkg.b import g\n",
         "pkg/b.py": statement + "\n",
         "pkg/sub/__init__.py": "from pkg.a import f as x\n",
+        "pkg/sub/leaf.py": "y = 1\n",
     })
     graph = import_graph(package, tmp_path)
     assert any("pkg.a" in cycle and "pkg.b" in cycle for cycle in nx.simple_cycles(graph))
@@ -174,3 +179,21 @@ def test_the_walk_finds_no_circle_where_there_is_none(tmp_path):
     })
     assert not list(nx.simple_cycles(import_graph(package, tmp_path)))
     assert lib_importers(package, tmp_path) == {"pkg.b"}
+
+
+def test_a_package_init_is_run_by_imports_from_outside_it_only(tmp_path):
+    """``pkg.sub.leaf`` imported from outside runs ``pkg/sub/__init__`` (an edge); from inside
+    ``pkg.sub`` it does not (the package is already running), nor under TYPE_CHECKING."""
+    package = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.sub.leaf import y\n",
+        "pkg/t.py": "if TYPE_CHECKING:\n    from pkg.sub.leaf import y\n",
+        "pkg/sub/__init__.py": "from pkg.sub.leaf import y\nfrom pkg.sub.other import z\n",
+        "pkg/sub/leaf.py": "y = 1\n",
+        "pkg/sub/other.py": "from pkg.sub.leaf import y\nz = y\n",
+    })
+    graph = import_graph(package, tmp_path)
+    assert graph.has_edge("pkg.a", "pkg.sub") and graph.has_edge("pkg.a", "pkg.sub.leaf")
+    assert not graph.has_edge("pkg.sub.other", "pkg.sub")
+    assert set(graph.successors("pkg.t")) == {"pkg.sub.leaf"}
+    assert not list(nx.simple_cycles(graph))
