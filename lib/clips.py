@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from lib.human_interface import query_clip, write_clip
-from themis.buffers import SegmentPairs
-from themis.frames import FrameStore
+from themis.agents.buffers import SegmentPairs
+from themis.environments.frames import FrameStore
 
 Panels = Callable[[int, Path], tuple[np.ndarray, ...]]
 

@@ -3,10 +3,11 @@
     ./themis_train.sh human_teacher=true teacher_ui=web            # prints the URL, keeps training
     python scripts/label_server.py RUN_DIR                         # label a run trained elsewhere
 
-The training loop posts each round's queries to the run's :class:`themis.label_store.LabelStore`
-(SQLite) and gathers whatever answers have arrived at the next round; this server is the other
-side: the labeling page (``/``: the side-by-side clip looping, buttons Left / Right / Equal /
-Can't tell, keys 1, 2, 0, s, counters), the status page (``/status``: learning curve, labels per
+The training loop posts each round's queries to the run's
+:class:`themis.crowd.label_store.LabelStore` (SQLite) and gathers whatever answers have
+arrived at the next round; this server is the other side: the labeling page (``/``: the
+side-by-side clip looping, buttons Left / Right / Equal / Can't tell, keys 1, 2, 0, s,
+counters), the status page (``/status``: learning curve, labels per
 labeler, agreement) and a small JSON API (``/api/...``, OpenAPI spec at ``/openapi.json``).
 
 Security: binds 127.0.0.1 by default; any other address needs labeler tokens (``labelers=N``),
@@ -44,8 +45,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from themis import crowd
-from themis.label_store import OWNER, DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
+from themis.crowd import aggregation as crowd
+from themis.crowd.label_store import OWNER, DuplicateAnswer, LabelStore, QueryFull, UnknownQuery
 
 LOG = logging.getLogger("themis.label_server")
 MAX_BODY = 4096

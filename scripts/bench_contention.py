@@ -7,7 +7,7 @@
 
 Each row ``K:THREADS[:POLICY]`` starts ``K`` runs of the workload at once, each in its own
 process with ``torch_threads=THREADS`` (``0``: PyTorch's default, all cores, what runs had
-before; ``auto``: Themis's default, :mod:`themis.threads`) and the OpenMP wait policy
+before; ``auto``: Themis's default, :mod:`themis.run.threads`) and the OpenMP wait policy
 ``POLICY``: ``default`` (libgomp's, unset; what Themis runs with), ``active``, ``passive``
 (``OMP_WAIT_POLICY``) or ``spin=N`` (``GOMP_SPINCOUNT``). Every run steps for ``--seconds``
 seconds after its workspace is built (the main job's first seconds: random seed steps,
@@ -40,8 +40,8 @@ DEFAULT_ROWS = "1:1,1:0,2:0,2:1,4:0,1:auto,2:auto,4:auto"
 
 def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: list[str]) -> None:
     """One run: build the workspace, step it for ``seconds``, print ``{"steps_per_s": x}``."""
-    from themis.config import compose
-    from themis.train import make_workspace
+    from themis.run.config import compose
+    from themis.run.train import make_workspace
 
     overrides = [*WORKLOADS[workload], *extra, f"torch_threads={threads}",
                  "eval_frequency=1000000000", "log_frequency=1000000000",

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from themis.config import compose
-from themis.envs import make_env
-from themis.utils import set_num_threads
+from themis.environments.domains import make_env
+from themis.run.config import compose
+from themis.run.threads import set_num_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def random_return(domain: str, env: str, episodes: int, seed: int) -> float:
 
 def run(overrides: list[str], run_dir: Path) -> tuple[float, int, float]:
     """One Themis run; returns (final eval return, total feedback, seconds)."""
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     start = time.time()
     ws = make_workspace(compose(overrides), run_dir)

@@ -23,11 +23,11 @@ import time
 import numpy as np
 import torch
 
-from themis.buffers import ReplayBuffer
+from themis.agents.buffers import ReplayBuffer
+from themis.feedback.sampling import SAMPLERS, kcenter_greedy, pair_features
+from themis.feedback.teachers import SyntheticTeacher
 from themis.reward import RewardEnsemble
-from themis.sampling import SAMPLERS, kcenter_greedy, pair_features
-from themis.teachers import SyntheticTeacher
-from themis.utils import set_num_threads
+from themis.run.threads import set_num_threads
 
 OBS_DIM, ACTION_DIM, SEGMENT, PICKS = 17, 6, 50, 100
 

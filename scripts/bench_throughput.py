@@ -57,8 +57,8 @@ def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, de
         model.learn(steps, reset_num_timesteps=False)
         return {"steps_per_s": steps / (time.perf_counter() - start),
                 "threads": torch.get_num_threads()}
-    from themis.config import compose
-    from themis.train import make_workspace
+    from themis.run.config import compose
+    from themis.run.train import make_workspace
 
     common = ["env=HalfCheetah-v5", f"device={device}", f"num_train_steps={total + 1}",
               "sac.hidden_dim=256", "sac.batch_size=256", f"eval_frequency={NEVER}",
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.warmup < 1:
         print("bench_throughput: error: --steps and --warmup must be positive", file=sys.stderr)
         return 2
-    from themis.config import TrainConfig
+    from themis.run.config import TrainConfig
 
     pretraining = TrainConfig().num_unsup_steps
     if any(k == "pebble" for k, _, _ in variants) and args.steps <= pretraining:

@@ -20,8 +20,8 @@ import time
 
 import torch
 
+from themis.agents.buffers import ReplayBufferSamples
 from themis.agents.sac import SAC, SACConfig
-from themis.buffers import ReplayBufferSamples
 
 
 def update_flops(obs: int, act: int, hidden: int, depth: int, batch: int) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from themis.feedback.factory import make_clips
-from themis.inspection import load_run
+from themis.interpret.inspection import load_run
 from themis.utils import ScriptParser, int_at_least
 
 

@@ -28,7 +28,8 @@ from themis.interpret.featvis import (
 from themis.interpret.report import update_report
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.sources import load_reward_source
-from themis.utils import ScriptParser, int_at_least, set_num_threads
+from themis.run.threads import set_num_threads
+from themis.utils import ScriptParser, int_at_least
 
 
 def positive(text: str) -> float:

@@ -7,7 +7,7 @@
 Reward curves of fresh episodes of the saved agent and of a random policy (true reward and the
 learned one, aligned by least squares, with Pearson/Spearman), gridworld heatmaps for
 MiniGrid/BabyAI, learning and reward-model curves, teacher statistics and links to the clips
-(see :mod:`themis.inspection`).
+(see :mod:`themis.interpret.inspection`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from themis.inspection import inspect_run
+from themis.interpret.inspection import inspect_run
 from themis.utils import ScriptParser, int_at_least
 
 

@@ -10,7 +10,7 @@ so is the link of the run's owner (the status page with every labeler's scores; 
 only their own); ``--new-tokens`` replaces lost links (the old ones stop working).
 
 Reads and writes ``RUN_DIR/labels.sqlite`` (the run's posted queries and the answers; see
-``themis/label_store.py``); the run gathers the answers at its next feedback round. Stop with
+``themis/crowd/label_store.py``); the run gathers the answers at its next feedback round. Stop with
 Ctrl-C: every answer is already on disk.
 """
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from lib.label_server import LabelServer
-from themis.label_store import OWNER, LabelStore
+from themis.crowd.label_store import OWNER, LabelStore
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 # The body of ./themis_train.sh and ./themis_pretrain.sh: run a Themis entry point with the
 # repository's .venv (when it exists), headless MuJoCo rendering, and every argument passed to
 # Hydra as an override.
-#   scripts/launch.sh themis.train env=HalfCheetah-v5 seed=1
+#   scripts/launch.sh themis.run.train env=HalfCheetah-v5 seed=1
 set -euo pipefail
 module="$1"
 shift
@@ -12,7 +12,8 @@ if [ -z "${THEMIS_PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ]; then
   python="$root/.venv/bin/python"
 fi
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere (the rule of
-# themis.envs.choose_gl_backend, which scripts run without a launcher get from make_env).
+# themis.environments.mujoco.choose_gl_backend, which scripts run without a
+# launcher get from make_env).
 if [ -z "${MUJOCO_GL:-}" ]; then
   # EGL on NVIDIA machines that have libEGL (GPU containers often lack it), else OSMesa
   if [ -e /dev/nvidia0 ] && ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1'; then

@@ -2,7 +2,7 @@
 # Mutation testing of Themis's core modules with mutmut (not part of CI; see README "Tests").
 #
 #   scripts/mutation.sh                       # every core module in pyproject's [tool.mutmut]
-#   scripts/mutation.sh "themis.teachers*"    # mutants whose names match (mutmut globs)
+#   scripts/mutation.sh "themis.feedback.teachers*"    # mutants whose names match (mutmut globs)
 #   scripts/mutation.sh --sample 8 [SEED]     # 8 uniformly drawn mutants per module (seeded)
 #
 # mutmut copies the tree to mutants/, runs the fast tests ("not slow") once to learn which tests

@@ -54,7 +54,8 @@ def statuses() -> dict[str, str]:
 
 
 def module_of(name: str) -> str:
-    """``themis.teachers.x_f__mutmut_3`` or ``themis.teachers.xǁCǁm__mutmut_3`` → its module."""
+    """``themis.feedback.teachers.x_f__mutmut_3`` or
+    ``themis.feedback.teachers.xǁCǁm__mutmut_3`` → its module."""
     return name.split(".x")[0]
 
 

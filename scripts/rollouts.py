@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from themis.envs import make_env
+from themis.environments.domains import make_env
 from themis.interpret.rollouts import (
     collect_rollouts,
     concatenate,
@@ -30,7 +30,8 @@ from themis.interpret.rollouts import (
     save_rollouts,
 )
 from themis.interpret.sources import policy_source, run_env
-from themis.utils import ScriptParser, int_at_least, set_num_threads
+from themis.run.threads import set_num_threads
+from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,8 +80,8 @@ class Bot(threading.Thread):
 
 def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) -> dict:
     """One training run labelled by the bots; returns its row of the report."""
-    from themis import crowd
-    from themis.label_store import LabelStore
+    from themis.crowd import aggregation as crowd
+    from themis.crowd.label_store import LabelStore
 
     run = out / mode
     shutil.rmtree(run, ignore_errors=True)  # a simulation starts afresh (the bots' answers)
@@ -108,7 +108,7 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
     flagged = sorted(s["labeler"] for s in scores if s["flagged"])
     labels = pd.read_csv(run / "preferences" / "labels.csv", dtype={"labeler": str})
     from themis.reward import PreferenceDataset
-    from themis.teachers import true_preference
+    from themis.reward.preference_models import true_preference
 
     data = PreferenceDataset.load(run / "preferences")
     oracle = true_preference(data.true_rewards[: len(data)])

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from themis.label_store import LabelStore
+from themis.crowd.label_store import LabelStore
 from themis.reward.dataset import PreferenceDataset
 
 AGGREGATES = ("each", "majority", "model")

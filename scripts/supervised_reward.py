@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.supervised import save_supervised, train_supervised
-from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, set_num_threads
+from themis.run.threads import set_num_threads
+from themis.utils import ConfigError, ScriptParser, get_device, int_at_least
 
 
 def fraction(text: str) -> float:

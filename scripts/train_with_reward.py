@@ -22,11 +22,12 @@ import numpy as np
 import torch
 import yaml
 
-from themis.config import check_named_code
-from themis.envs import make_env
+from themis.environments.domains import make_env
 from themis.reward.ensemble import load_reward_model
-from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, set_num_threads
-from themis.wrappers import LearnedRewardWrapper
+from themis.reward.wrapper import LearnedRewardWrapper
+from themis.run.config import check_named_code
+from themis.run.threads import set_num_threads
+from themis.utils import ConfigError, ScriptParser, get_device, int_at_least
 
 
 def true_return(env: gym.Env, policy, episodes: int, seed: int) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from themis.envs import choose_gl_backend
+from themis.environments.mujoco import choose_gl_backend
 
 choose_gl_backend()
 # Runs built inside the tests get one fixed thread (no thread governor switching threads in the
@@ -23,7 +23,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture
 def compose():
     """Compose ``config/<name>.yaml`` with overrides, as the launchers would."""
-    from themis.config import compose as themis_compose
+    from themis.run.config import compose as themis_compose
 
     return themis_compose
 

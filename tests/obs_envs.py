@@ -1,5 +1,6 @@
 """Small gymnasium envs with observations of other layouts, for the tests of
-:mod:`themis.observations` (registered on import: ``domain=Gym env=tests.obs_envs:NAME``).
+:mod:`themis.environments.observations` (registered on import:
+``domain=Gym env=tests.obs_envs:NAME``).
 
 Each rewards the action that matches a bit of the observation (so a reward model has
 something to learn) and ends after 50 steps.

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from themis import inspection
-from themis.audit import (
+from themis.agents.buffers import SegmentPairs
+from themis.crowd.audit import (
     cohen_kappa_table,
     crowd_fleiss_kappa,
     fleiss_kappa,
@@ -21,9 +21,9 @@ from themis.audit import (
     most_disputed,
     oracle_confusion,
 )
-from themis.audit_report import held_out_accuracy, labels_section
-from themis.buffers import SegmentPairs
-from themis.label_store import LabelStore
+from themis.crowd.audit_report import held_out_accuracy, labels_section
+from themis.crowd.label_store import LabelStore
+from themis.interpret import inspection
 
 WEIGHTS = np.array([1.0, -2.0, 0.5], np.float32)
 """The true reward of the crowd's env: linear in the observation (easy to learn)."""
@@ -150,7 +150,7 @@ def test_cohen_kappa_by_hand():
                             "created": np.arange(8.0)})
     queries = pd.DataFrame({"id": [1, 2, 3, 4], "round": 1, "clip": "", "segments": "",
                             "gold": np.nan, "oracle": np.nan})
-    from themis.audit import PairwiseAnswers
+    from themis.crowd.audit import PairwiseAnswers
 
     kappa = cohen_kappa_table(PairwiseAnswers(queries, answers))
     assert kappa.loc["a", "b"] == pytest.approx(0.5) and kappa.loc["b", "a"] == kappa.loc["a", "b"]

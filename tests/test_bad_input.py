@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import launch
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 from themis.utils import ConfigError
 
 
@@ -198,7 +198,7 @@ def test_help_describes_every_key():
     import dataclasses
 
     from themis.agents import PPOConfig, SACConfig
-    from themis.config import TrainConfig
+    from themis.run.config import TrainConfig
 
     proc = launch("themis_train.sh", "--help", "env=Hopper-v5")
     assert proc.returncode == 0, proc.stderr
@@ -281,7 +281,7 @@ def test_a_taken_labeling_port_is_one_line(tmp_path):
 def test_values_that_were_silently_accepted_are_refused(compose, tmp_path, overrides, message):
     """Issue 33 item 12: each of these ran (some to exit 0 with NaN results)."""
     if overrides == ["PREFS_NAN"]:  # a received dataset with a NaN observation
-        from themis.buffers import SegmentPairs
+        from themis.agents.buffers import SegmentPairs
         from themis.reward.dataset import PreferenceDataset
 
         rng = np.random.default_rng(0)
@@ -302,12 +302,12 @@ def test_values_that_were_silently_accepted_are_refused(compose, tmp_path, overr
 
 def test_every_numeric_key_has_its_range_in_the_one_table():
     """Issue 33 item 12: a numeric key added to a config dataclass without a range in
-    themis.config.NUMERIC_KEYS fails here, so every number is checked for finiteness and range
+    themis.run.config.NUMERIC_KEYS fails here, so every number is checked for finiteness and range
     in one place."""
     import dataclasses
     import typing
 
-    from themis.config import NUMERIC_KEYS, TrainConfig, compose
+    from themis.run.config import NUMERIC_KEYS, TrainConfig, compose
 
     def numeric(cls: type, prefix: str = "") -> list[str]:
         keys = []
@@ -323,7 +323,7 @@ def test_every_numeric_key_has_its_range_in_the_one_table():
     assert len(keys) > 80 and set(keys) <= set(NUMERIC_KEYS), set(keys) - set(NUMERIC_KEYS)
     assert set(NUMERIC_KEYS) - set(keys) == {"reward_batch"}  # typed Any: "auto" or a count
     for name in ("train_themis", "pretrain_themis"):  # the shipped configs are in range
-        from themis.config import validate
+        from themis.run.config import validate
 
         validate(compose(name=name))
 
@@ -335,7 +335,7 @@ def received_run(tmp_path_factory):
     from omegaconf import OmegaConf
 
     from tests.conftest import TINY_PENDULUM
-    from themis.config import compose
+    from themis.run.config import compose
 
     run = tmp_path_factory.mktemp("received") / "run"
     cfg = compose(TINY_PENDULUM)
@@ -350,8 +350,8 @@ def received_run(tmp_path_factory):
 def _craft(run, file: str, how: str) -> None:
     """Replace ``run/checkpoints/<file>`` with a truncated or crafted one (plain data: every
     crafted file here loads with weights_only=True)."""
-    from themis.checkpoint import save_checkpoint
     from themis.reward.ensemble import RewardEnsemble
+    from themis.run.checkpoint import save_checkpoint
 
     path = run / "checkpoints" / file
     if how == "truncated":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from themis.buffers import ReplayBuffer
+from themis.agents.buffers import ReplayBuffer
 
 
 def fill(buf: ReplayBuffer, n: int, episode_len: int, start: int = 0) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from themis.config import TrainConfig, validate
+from themis.run.config import TrainConfig, validate
 from themis.utils import ConfigError
 
 BPREF_KEYS = {
@@ -41,7 +41,7 @@ def test_reward_batch_auto_spreads_the_budget_over_ten_rounds(compose, overrides
     assert cfg.reward_batch == reward_batch
 
 def test_clip_frames_are_larger_for_people_than_for_explained_synthetic_runs(compose):
-    from themis.config import frame_capacity, frame_size
+    from themis.run.config import frame_capacity, frame_size
 
     person, synthetic = compose(["human_teacher=true"]), compose(["xplain_state=true"])
     assert (frame_size(person), frame_capacity(person)) == (256, 5_000)
@@ -107,7 +107,7 @@ def test_bad_values_are_rejected_before_training(compose, override, message):
     ("4", "kcenter_disagreement"), ("5", "kcenter_entropy"), ("kcenter_entropy", "kcenter_entropy"),
 ])
 def test_every_feed_type_validates_and_names_its_sampler(compose, feed_type, name):
-    from themis.sampling import resolve_feed_type
+    from themis.feedback.sampling import resolve_feed_type
 
     cfg = compose([f"feed_type={feed_type}"])
     validate(cfg)
@@ -135,7 +135,7 @@ def test_agent_values_are_checked(compose, override, message):
     ("true", "here"), ("1", "here"), ("yes", "here"), ("runs/a", "runs/a"),
 ])
 def test_resume_is_read_one_way(value, target):
-    from themis.config import resume_target
+    from themis.run.config import resume_target
 
     assert resume_target(value) == target
 
@@ -145,7 +145,7 @@ def test_reward_batch_auto_fits_a_short_schedule_and_the_run_spends_its_budget(
     import pandas as pd
 
     from tests.conftest import TINY_PENDULUM
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "max_feedback"))]
     ws = make_workspace(compose([*tiny, "max_feedback=20"]), tmp_path / "auto")

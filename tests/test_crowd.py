@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from themis import crowd
-from themis.buffers import SegmentPairs
-from themis.label_store import LabelStore
+from themis.agents.buffers import SegmentPairs
+from themis.crowd import aggregation as crowd
+from themis.crowd.label_store import LabelStore
 
 
 def crowd_store(tmp_path: Path, n: int = 60, gold_every: int = 6,
@@ -79,7 +79,7 @@ def test_dawid_skene_keeps_gold_answers_clamped_and_checks_labels():
 def test_crowd_keys_without_people_on_the_web_are_refused(compose, overrides, message):
     from omegaconf import OmegaConf
 
-    from themis.config import validate
+    from themis.run.config import validate
     from themis.utils import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):

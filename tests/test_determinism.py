@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import TINY_PENDULUM
 from themis.reward import PreferenceDataset
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 
 
 def run_once(compose, run_dir, overrides):

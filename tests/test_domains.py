@@ -13,6 +13,7 @@ import torch
 
 from tests.conftest import launch
 from themis.agents import PPO, PPOConfig, resolve_agent, select_agent
+from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import (
     FlattenEncoder,
     GridCNN,
@@ -22,8 +23,7 @@ from themis.agents.encoders import (
     random_encoder,
 )
 from themis.agents.ppo import Rollout, gae
-from themis.buffers import EpisodeStore
-from themis.envs import episode_limit, get_domain, make_env
+from themis.environments.domains import episode_limit, get_domain, make_env
 from themis.reward import PreferenceDataset, RewardEnsemble
 from themis.utils import ConfigError
 
@@ -281,7 +281,7 @@ def test_wrong_agent_for_the_action_space_fails_before_training(tmp_path):
 
 
 def test_ppo_episode_store_keeps_whole_episodes_in_order(compose, tmp_path):
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false",
                    "num_train_steps=1024", "num_seed_steps=128", "num_unsup_steps=128",
@@ -315,7 +315,7 @@ def test_ppo_episode_store_keeps_whole_episodes_in_order(compose, tmp_path):
 
 def test_ppo_bootstraps_time_limit_truncations(compose, tmp_path, monkeypatch):
     """CartPole cut at 5 steps: every episode ends by truncation, whose reward gets γ V(s_T)."""
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false",
                    "+env_kwargs.max_episode_steps=5", "num_train_steps=256",
@@ -344,7 +344,7 @@ def test_egl_is_chosen_only_where_libegl_is_found(monkeypatch):
     traceback (seen on a bare H100 machine): fall back to OSMesa there."""
     import ctypes.util
 
-    from themis.envs import choose_gl_backend
+    from themis.environments.mujoco import choose_gl_backend
 
     monkeypatch.setattr("os.path.exists", lambda path: path == "/dev/nvidia0")
     for found, expected in ((None, "osmesa"), ("libEGL.so.1", "egl")):

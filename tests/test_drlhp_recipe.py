@@ -16,10 +16,9 @@ import torch
 
 import themis.environments  # noqa: F401  (registers MovingDot)
 from tests.conftest import TINY_PENDULUM
-from themis.buffers import SegmentPairs
-from themis.config import ConfigError, validate
+from themis.agents.buffers import SegmentPairs
+from themis.environments.domains import episode_limit, frame_stack_size, make_env
 from themis.environments.moving_dot import MovingDotEnv
-from themis.envs import episode_limit, frame_stack_size, make_env
 from themis.feedback.selector import DecayingSchedule
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer, bradley_terry_loss
 from themis.reward.recipe import (
@@ -29,7 +28,8 @@ from themis.reward.recipe import (
     ValidationSplit,
     member_weight_norms,
 )
-from themis.train import make_workspace
+from themis.run.config import ConfigError, validate
+from themis.run.train import make_workspace
 
 
 # ---------------------------------------------------------------- random response

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from themis.agents import SAC
-from themis.envs import get_domain, make_env
+from themis.environments.domains import get_domain, make_env
 from themis.utils import ConfigError, get_device
 
 
@@ -83,14 +83,14 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
 def test_mujoco_warnings_are_logged_once_not_written_to_cwd(tmp_path, monkeypatch, caplog):
     import logging
 
-    from themis import envs
+    from themis.environments import mujoco as themis_mujoco
 
     monkeypatch.chdir(tmp_path)
-    envs._seen_mujoco_warnings.clear()
-    caplog.set_level(logging.DEBUG, logger="themis.envs")
+    themis_mujoco._seen_mujoco_warnings.clear()
+    caplog.set_level(logging.DEBUG, logger="themis.environments.mujoco")
     for _ in range(2):
-        envs.make_env("Control", "HalfCheetah-v5", seed=0).close()
-    messages = [r.getMessage() for r in caplog.records if r.name == "themis.envs"]
+        make_env("Control", "HalfCheetah-v5", seed=0).close()
+    messages = [r.getMessage() for r in caplog.records if r.name == "themis.environments.mujoco"]
     assert len(messages) == len(set(messages))
     import mujoco
 
@@ -122,8 +122,8 @@ def test_sac_steps_actor_and_temperature_with_one_optimizer_as_two_did():
     parameters as the two separate steps did; checkpoints of the two-optimiser layout load."""
     import copy
 
+    from themis.agents.buffers import ReplayBufferSamples
     from themis.agents.sac import SAC, SACConfig
-    from themis.buffers import ReplayBufferSamples
     from themis.utils import make_adam
 
     torch.manual_seed(0)

@@ -24,7 +24,7 @@ from lib.human_interface import BANNER, GAP, side_by_side, write_clip
 from tests.conftest import TINY_PENDULUM, launch
 from themis.agents.ppo import PPO, PPOConfig
 from themis.agents.sac import SAC, SACConfig
-from themis.envs import make_env
+from themis.environments.domains import make_env
 from themis.reward import RewardEnsemble
 
 CPU = torch.device("cpu")
@@ -186,7 +186,7 @@ def test_explain_renders_mujoco_clips_with_no_gl_variable_set(compose, tmp_path)
     from omegaconf import OmegaConf
 
     from tests.conftest import ROOT
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     cfg = compose(["domain=Control", "env=HalfCheetah-v5", "segment=10", "sac.hidden_dim=32",
                    "reward_hidden_dim=32", "ensemble_size=1", "max_feedback=10"])

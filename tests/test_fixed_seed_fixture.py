@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.reward import PreferenceDataset
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 
 FIXTURES = ROOT / "tests" / "fixtures"
 # float32 everywhere: bfloat16 products (precision=auto on CPUs that have them) round

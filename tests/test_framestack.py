@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from themis.buffers import EpisodeStore, SegmentPairs
-from themis.envs import frame_stack_size, make_env
-from themis.framestack import stacked, stacked_tensor, unstack
+from themis.agents.buffers import EpisodeStore, SegmentPairs
+from themis.environments.domains import frame_stack_size, make_env
+from themis.environments.framestack import stacked, stacked_tensor, unstack
 from themis.reward import PreferenceDataset
 
 CPU = torch.device("cpu")

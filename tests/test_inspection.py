@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import TINY_PENDULUM, launch
-from themis.envs import make_env
-from themis.inspection import (
+from themis.environments.domains import make_env
+from themis.interpret.inspection import (
     affine_alignment,
     direction_mean,
     grid_reward_maps,
@@ -50,7 +50,7 @@ def test_a_reward_model_equal_to_the_true_reward_correlates_perfectly(scale, shi
 
 
 def test_report_numbers_are_whole_where_they_are_whole():
-    from themis.inspection import _number
+    from themis.interpret.inspection import _number
 
     assert [_number(1000.0), _number(np.float64(0.0)), _number(0.12345), _number(7)] == [
         "1000", "0", "0.123", "7"]  # not 1e+03

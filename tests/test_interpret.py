@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from themis.envs import make_env
+from themis.environments.domains import make_env
 from themis.interpret.epic import (
     canonicalize_tabular,
     epic_sampled,
@@ -404,7 +404,7 @@ def test_the_feature_vis_command_end_to_end(tmp_path):
 
 
 def test_the_report_gets_and_refreshes_the_interpretability_section(tmp_path):
-    from themis.inspection import INTERPRET_BEGIN, interpret_section
+    from themis.interpret.inspection import INTERPRET_BEGIN, interpret_section
     from themis.interpret.report import update_report
 
     run = tmp_path / "run"
@@ -461,7 +461,7 @@ def test_bad_input_to_the_commands_exits_2_with_one_line(tmp_path, capsys, name,
 @pytest.mark.slow
 def test_a_runs_saved_agent_plays_rollouts_and_its_report_gets_the_preprocessing(tmp_path):
     from tests.conftest import TINY_PENDULUM, launch
-    from themis.inspection import inspect_run
+    from themis.interpret.inspection import inspect_run
 
     run = tmp_path / "run"
     result = launch("themis_train.sh", *TINY_PENDULUM, f"hydra.run.dir={run}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from themis.intrinsic import RunningMeanStd, StateEntropyReward, knn_distance
+from themis.agents.intrinsic import RunningMeanStd, StateEntropyReward, knn_distance
 
 
 @pytest.mark.parametrize("k", [1, 3, 7])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM
-from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.agents.buffers import ReplayBuffer, SegmentPairs
 from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MRN
@@ -20,7 +20,7 @@ from themis.methods.registry import build_methods, find
 from themis.methods.rime import RIME, RIMEConfig, RobustLabelFilter
 from themis.methods.rune import RUNE, RUNEConfig, UncertaintyBonus
 from themis.methods.surf import SURF, PseudoLabeler, SURFConfig
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 
 
 class SumModel(torch.nn.Module):
@@ -239,7 +239,7 @@ def test_rime_trusts_every_label_first_and_beta_decays_linearly():
 @pytest.mark.parametrize("rows", [None, np.array([0, 2, 3])])
 def test_rime_in_the_trainer_judges_the_trained_rows_against_their_own_truth(rows):
     from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
-    from themis.teachers import true_preference
+    from themis.reward.preference_models import true_preference
 
     rng = np.random.default_rng(0)
     true = rng.standard_normal((4, 2, 3)).astype(np.float32)
@@ -508,8 +508,8 @@ def test_mrn_outer_loss_and_its_reward_gradient_match_the_hand_computed_bilevel_
 
 def test_mrn_update_steps_the_reward_model_not_the_critic_and_lowers_the_outer_loss():
     from themis.agents import SAC
+    from themis.agents.buffers import ReplayBufferSamples
     from themis.agents.sac import SACConfig
-    from themis.buffers import ReplayBufferSamples
     from themis.methods.mrn import MetaRewardUpdate, MRNConfig
     from themis.reward import PreferenceDataset, RewardEnsemble
 
@@ -575,10 +575,10 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
 
 def test_the_banner_and_the_learning_curve_name_method_sampler_and_teacher(
         compose, tmp_path, capsys, monkeypatch):
-    import themis.workspace
+    import themis.run.workspace
 
     titles: list[str] = []
-    monkeypatch.setattr(themis.workspace, "plot_learning_curve",
+    monkeypatch.setattr(themis.run.workspace, "plot_learning_curve",
                         lambda csv, png, title="": titles.append(title))
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600", "method=[surf,rune]",
                                  "feed_type=1", "teacher=skip"]), tmp_path)

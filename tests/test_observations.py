@@ -1,5 +1,5 @@
-"""Observations of any layout through the loops (:mod:`themis.observations`): channels-last
-images, small images, dict observations with ``obs_transform``, and the bad inputs.
+"""Observations of any layout through the loops (:mod:`themis.environments.observations`):
+channels-last images, small images, dict observations with ``obs_transform``, and the bad inputs.
 
 The envs are in ``tests/obs_envs.py`` (``domain=Gym env=tests.obs_envs:NAME`` imports it).
 """
@@ -18,9 +18,8 @@ from omegaconf import OmegaConf
 from tests import obs_envs
 from tests.conftest import TINY_PENDULUM, launch
 from themis.agents.encoders import GridCNN, NatureCNN, make_encoder, observation_kind
-from themis.config import check_named_code
-from themis.envs import make_env
-from themis.observations import (
+from themis.environments.domains import make_env
+from themis.environments.observations import (
     image_layout,
     make_obs_transform,
     prepare_observations,
@@ -28,7 +27,8 @@ from themis.observations import (
     unsupported,
 )
 from themis.reward import PreferenceDataset, RewardEnsemble
-from themis.train import make_workspace
+from themis.run.config import check_named_code
+from themis.run.train import make_workspace
 from themis.utils import ConfigError
 
 GYM = "tests.obs_envs:"

@@ -23,7 +23,7 @@ import torch
 
 from tests.conftest import ROOT
 from themis import PreferenceLearningVectorEnv, PreferenceLearningWrapper, load_reward_model
-from themis.buffers import EpisodeStore
+from themis.agents.buffers import EpisodeStore
 from themis.online.segments import StepRecorder, add_run
 from themis.online.wrapper import PreferenceLearnerError, observation_transform
 from themis.reward import PreferenceDataset
@@ -637,7 +637,7 @@ def test_every_web_answer_reaches_preferences_once_across_a_kill_9_and_a_resume(
     process is killed with SIGKILL (the learner then saves and ends, no orphan), and resumed:
     every answer that got HTTP 201 is in preferences/ exactly once, with its label."""
     from tests.test_web_labeling import Bots, _every_answer_once_in_preferences
-    from themis.label_store import LabelStore
+    from themis.crowd.label_store import LabelStore
 
     run = tmp_path / "run"
     store = LabelStore(run / "labels.sqlite", run / "web")

@@ -21,17 +21,17 @@ from fastapi.testclient import TestClient
 from lib.human_interface import KeyReader, RatingTerminalTeacher
 from lib.label_server import create_app
 from tests.conftest import ROOT, TINY_PENDULUM
-from themis.buffers import SegmentPairs
-from themis.label_store import LabelStore
+from themis.agents.buffers import SegmentPairs
+from themis.crowd.label_store import LabelStore
+from themis.feedback.teachers import SyntheticRatingTeacher
 from themis.reward import PreferenceDataset, RewardEnsemble
-from themis.reward.rating import (
-    RatingTrainer,
+from themis.reward.preference_models import (
     class_boundaries,
     normalised_returns,
     rating_logits,
     rating_loss,
 )
-from themis.teachers import SyntheticRatingTeacher
+from themis.reward.rating import RatingTrainer
 
 RATING_RUN = [o for o in TINY_PENDULUM if not o.startswith("reward_batch")] + [
     "reward_batch=4", "feedback=rating", "rating_classes=3"]
@@ -361,7 +361,7 @@ def test_chunked_rating_gradients_equal_the_whole_batch_with_fixed_min_max_and_b
 
 
 def test_saved_labels_of_the_other_kind_are_refused_with_one_line(compose, tmp_path):
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
     from themis.utils import ConfigError
 
     pairs = PreferenceDataset(2, 20, 3, 1)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from themis.buffers import ReplayBuffer, SegmentPairs
+from themis.agents.buffers import ReplayBuffer, SegmentPairs
+from themis.feedback.teachers import SyntheticTeacher
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer, bradley_terry_loss
-from themis.teachers import SyntheticTeacher
 
 
 def test_bradley_terry_loss_known_values():
@@ -152,7 +152,7 @@ def test_pixel_batches_in_chunks_give_the_same_step_as_one_pass():
 def test_a_round_of_ties_reports_no_accuracy_and_stops():
     """Only ties (sparse rewards): no strict label to order, so the accuracy is NaN — not a
     perfect 1.0 next to a chance-level loss — and training stops after one epoch."""
-    from themis.buffers import SegmentPairs
+    from themis.agents.buffers import SegmentPairs
     from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 
     rng = np.random.default_rng(0)
@@ -168,7 +168,7 @@ def test_a_round_of_ties_reports_no_accuracy_and_stops():
 
 
 def test_one_preference_is_enough_to_train_and_none_is_an_error():
-    from themis.buffers import SegmentPairs
+    from themis.agents.buffers import SegmentPairs
     from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 
     rng = np.random.default_rng(0)

@@ -16,11 +16,11 @@ import torch
 from conftest import ROOT, TINY_PENDULUM
 
 import themis
-from themis.buffers import SegmentPairs
-from themis.envs import make_env
+from themis.agents.buffers import SegmentPairs
+from themis.environments.domains import make_env
 from themis.reward import PreferenceDataset, RewardEnsemble, load_reward_model, save_reward_model
 from themis.reward.dataset import FORMAT_VERSION
-from themis.wrappers import LearnedRewardWrapper
+from themis.reward.wrapper import LearnedRewardWrapper
 
 
 def random_pairs(n: int, segment: int = 4, obs_dim: int = 3, action_dim: int = 1,
@@ -227,7 +227,7 @@ def test_sb3_sac_trains_on_a_wrapped_env_with_a_loaded_model(tmp_path):
 def test_tensorboard_scalars_beside_the_csvs(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from themis.logger import Logger
+    from themis.run.logger import Logger
 
     logger = Logger(tmp_path, backends=["csv", "tensorboard"])
     logger.eval.write({"step": 100, "episode_reward": -5.0, "total_feedback": 20})
@@ -245,7 +245,7 @@ def test_tensorboard_scalars_beside_the_csvs(tmp_path):
 # ---------------------------------------------------------------- prefs_path in a run
 @pytest.mark.slow
 def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose):
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run()
@@ -272,7 +272,7 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
 
 
 def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run(until=first.pretrain_end + 1)  # one round: its labels are saved at once
@@ -290,7 +290,7 @@ def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
     ("segment=10", "set segment=4"),
 ])
 def test_prefs_path_errors(tmp_path, compose, override, message):
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
     from themis.utils import ConfigError
 
     dataset = PreferenceDataset(4, 4, 3, 1)

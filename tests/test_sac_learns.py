@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM
-from themis.checkpoint import UnsafeFileError, safe_load
-from themis.train import make_workspace
+from themis.run.checkpoint import UnsafeFileError, safe_load
+from themis.run.train import make_workspace
 from themis.utils import ConfigError
 
 
@@ -78,7 +78,7 @@ def test_a_crafted_checkpoint_with_its_checksum_is_refused(compose, tmp_path):
 
 
 def test_a_run_folder_with_a_crafted_agent_is_refused_by_inspection(tmp_path):
-    from themis.inspection import load_run
+    from themis.interpret.inspection import load_run
 
     marker = tmp_path / "ran"
     run = tmp_path / "run"
@@ -110,21 +110,21 @@ def test_renamed_files_are_synced_with_their_directory(tmp_path, monkeypatch):
     """A rename survives a power loss only once the directory is synced: checkpoints, datasets
     and query segments sync theirs."""
     import themis.utils
-    from themis.checkpoint import save_checkpoint
-    from themis.label_store import LabelStore
+    from themis.crowd.label_store import LabelStore
     from themis.reward import PreferenceDataset
+    from themis.run.checkpoint import save_checkpoint
 
     synced: list[Path] = []
     real = themis.utils.fsync_dir
     monkeypatch.setattr(themis.utils, "fsync_dir", lambda p: (synced.append(Path(p)), real(p)))
-    import themis.label_store
-    monkeypatch.setattr(themis.label_store, "fsync_dir", themis.utils.fsync_dir)
+    import themis.crowd.label_store
+    monkeypatch.setattr(themis.crowd.label_store, "fsync_dir", themis.utils.fsync_dir)
 
     save_checkpoint({"step": 1}, tmp_path / "checkpoints")
     assert tmp_path / "checkpoints" in synced
     data = PreferenceDataset(2, 3, 2, 1)
     rng = np.random.default_rng(0)
-    from themis.buffers import SegmentPairs
+    from themis.agents.buffers import SegmentPairs
     pairs = SegmentPairs(rng.normal(size=(1, 2, 3, 2)).astype(np.float32),
                          np.zeros((1, 2, 3, 1), np.float32), np.zeros((1, 2, 3), np.float32),
                          np.zeros((1, 2), np.int64))

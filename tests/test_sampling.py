@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from themis.buffers import SegmentPairs
-from themis.reward import RewardEnsemble
-from themis.sampling import (
+from themis.agents.buffers import SegmentPairs
+from themis.feedback.sampling import (
     FEED_TYPES,
     SAMPLERS,
     disagreement,
@@ -21,6 +20,7 @@ from themis.sampling import (
     resolve_feed_type,
     uniform,
 )
+from themis.reward import RewardEnsemble
 
 
 class FixedProbabilities:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from conftest import launch
 
-from themis.envs import episode_limit, make_env
+from themis.environments.domains import episode_limit, make_env
 
 # Hopper-v1 episodes last 1000 steps: the first feedback round comes after the first episode
 TINY_HOPPER = [

@@ -107,7 +107,7 @@ def test_a_typo_inside_a_sweep_is_one_line_and_exit_2(tmp_path, sweep, message):
 
 
 def test_slurm_launcher_config_composes():
-    from themis.config import compose
+    from themis.run.config import compose
 
     cfg = compose(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
                   return_hydra_config=True)

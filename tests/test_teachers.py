@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from themis.teachers import PRESETS, SyntheticTeacher
+from themis.feedback.teachers import PRESETS, SyntheticTeacher
 
 
 def test_oracle_prefers_higher_return_and_ties_are_equal():
@@ -85,9 +85,9 @@ def test_presets():
 
 
 def test_synthetic_channel_answers_posted_queries_at_once():
-    from themis.buffers import SegmentPairs
+    from themis.agents.buffers import SegmentPairs
     from themis.feedback import SyntheticChannel
-    from themis.teachers import SyntheticTeacher
+    from themis.feedback.teachers import SyntheticTeacher
 
     rewards = np.zeros((3, 2, 4), dtype=np.float32)
     rewards[0, 1] = 1.0  # segment 2 better
@@ -104,7 +104,7 @@ def test_synthetic_channel_answers_posted_queries_at_once():
 
 
 def test_teacher_stats_on_a_hand_made_round():
-    from themis.teachers import TeacherStats
+    from themis.feedback.teachers import TeacherStats
 
     stats = TeacherStats()
     keep = np.array([True, False, True, True, True, False])
@@ -172,7 +172,7 @@ def test_bpref_threshold_schedule_squares_eps():
 def test_a_run_says_once_when_negative_returns_turn_the_skip_and_equal_thresholds_off(
         compose, tmp_path, capsys):
     from tests.conftest import TINY_PENDULUM
-    from themis.train import make_workspace
+    from themis.run.train import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "teacher=skip", "teacher_eps_equal=0.1"]),
                         tmp_path)

@@ -10,8 +10,14 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM, launch
-from themis.threads import ThreadGovernor, auto_threads, available_cores, choose_threads, other_load
-from themis.train import make_workspace
+from themis.run.threads import (
+    ThreadGovernor,
+    auto_threads,
+    available_cores,
+    choose_threads,
+    other_load,
+)
+from themis.run.train import make_workspace
 
 
 @pytest.fixture(autouse=True)

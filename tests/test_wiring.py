@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM
-from themis.intrinsic import knn_distance
+from themis.agents.intrinsic import knn_distance
 from themis.methods.mrn import MRN
 from themis.methods.registry import find
 from themis.methods.rime import RIME
 from themis.methods.surf import SURF
-from themis.train import make_workspace
+from themis.run.train import make_workspace
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
             "ppo.num_steps=32"]
@@ -233,7 +233,7 @@ def test_margin_without_a_time_limit_uses_the_recent_episode_length(compose, tmp
 
 
 def test_atari_time_limit_is_its_frame_limit_in_agent_steps():
-    from themis.envs import episode_limit, make_env
+    from themis.environments.domains import episode_limit, make_env
 
     env = make_env("ALE", "Breakout-v5")
     assert episode_limit(env) == 108_000 // 4  # frame skip 4 (AtariPreprocessing)
@@ -273,7 +273,7 @@ def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ende
     assert pd.read_csv(tmp_path / "train" / "reward.csv")["step"].iloc[0] == 400
     assert set(pd.read_csv(tmp_path / "train" / "train.csv")["phase"]) == {"reward"}
 
-    from themis.checkpoint import safe_load
+    from themis.run.checkpoint import safe_load
 
     old = safe_load(snapshot)  # a snapshot of an earlier version
     del old["num_seed_steps"], old["num_unsup_steps"]
@@ -305,7 +305,7 @@ def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tm
 def test_a_checkpoint_of_the_previous_layout_still_resumes(compose, tmp_path):
     """Checkpoints written before the redesign (no episodes_started, recent_lengths or
     postponed_rounds) load into the new workspace and the run goes on."""
-    from themis.checkpoint import load_checkpoint, save_checkpoint
+    from themis.run.checkpoint import load_checkpoint, save_checkpoint
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     ws.run(until=ws.pretrain_end + 350)

@@ -16,7 +16,7 @@ __all__ = ["LearnedRewardWrapper", "PreferenceDataset", "PreferenceLearningVecto
            "PreferenceLearningWrapper", "RewardEnsemble", "__version__", "load_reward_model"]
 
 _LAZY = {
-    "LearnedRewardWrapper": "themis.wrappers",
+    "LearnedRewardWrapper": "themis.reward.wrapper",
     "PreferenceDataset": "themis.reward.dataset",
     "PreferenceLearningWrapper": "themis.online.wrapper",
     "PreferenceLearningVectorEnv": "themis.online.wrapper",

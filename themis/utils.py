@@ -161,20 +161,6 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def set_num_threads(num_threads: int) -> None:
-    """Set PyTorch's intra-op threads for a script; ``0`` keeps the default (``THEMIS_THREADS``
-    overrides, read as :func:`themis.threads.parse_threads` reads it; ``auto`` keeps the default).
-
-    Raises:
-        ValueError: ``THEMIS_THREADS`` is not ``auto`` or a count.
-    """
-    from themis.threads import parse_threads
-
-    chosen = parse_threads(os.environ.get("THEMIS_THREADS", num_threads))
-    if chosen:
-        torch.set_num_threads(chosen)
-
-
 @contextlib.contextmanager
 def eval_mode(*models: nn.Module) -> Iterator[None]:
     """Put modules in eval mode inside the block and restore their previous modes after it."""

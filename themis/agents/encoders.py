@@ -10,8 +10,8 @@ an observation space gets:
 - ``grid``: small ``(C, H, W)`` symbolic grids (MiniGrid/BabyAI ``(C, 7, 7)``) -> :class:`GridCNN`
   (the 2×2-convolution encoder of the MiniGrid RL baselines).
 
-Images arrive channels-first: :func:`themis.envs.make_env` transposes channels-last ones
-(:mod:`themis.observations`).
+Images arrive channels-first: :func:`themis.environments.domains.make_env` transposes
+channels-last ones (:mod:`themis.environments.observations`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from synthetic preferences to move the dot to the middle in 0.15M timesteps.
 
 Registered ids: ``MovingDotNoFrameskip-v0`` (the name DRLHP's Atari wrappers expect) and its
 synonym ``MovingDot-v0``, frame by frame as in gym-moving-dot. The Themis domain ``MovingDot``
-(``themis.envs``) adds the Atari preprocessing DRLHP ran it with (:func:`atari_preprocessing`:
+(``themis.environments.domains``) adds the Atari preprocessing DRLHP ran it with
+(:func:`atari_preprocessing`:
 4-frame skip with max-pooling, 84 × 84 grayscale, 4 stacked frames), so one agent step moves the
 dot 4 pixels, an episode has 250 agent steps and a step's reward is in [−4, 4].
 

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from themis import crowd
-from themis.buffers import SegmentPairs
-from themis.logger import progress_bars_paused
-from themis.teachers import SyntheticTeacher
+from themis.agents.buffers import SegmentPairs
+from themis.crowd import aggregation as crowd
+from themis.feedback.teachers import SyntheticTeacher
+from themis.run.logger import progress_bars_paused
 
 
 @dataclass
@@ -143,11 +143,11 @@ class WebChannel:
     """People on the labeling page: posted queries wait in the run's label store.
 
     Args:
-        store: the run's :class:`themis.label_store.LabelStore`.
+        store: the run's :class:`themis.crowd.label_store.LabelStore`.
         clips: a ``lib.clips.ClipMaker``; posted queries get a side-by-side clip each.
         labels_per_query: different labelers asked per query.
         aggregate: ``each`` (every answer a label), ``majority`` or ``model`` (Dawid–Skene,
-            :mod:`themis.crowd`).
+            :mod:`themis.crowd.aggregation`).
         info: console line writer ``(message, colour)``.
         round_number: the number of the feedback round that posts (names the clips).
         rating_classes: ``feedback=rating``: posted queries are single segments people rate

@@ -14,18 +14,23 @@ from typing import Any
 
 import numpy as np
 
+from themis.crowd.label_store import OWNER, LabelStore
 from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
+from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import QuerySelector
-from themis.label_store import OWNER, LabelStore
+from themis.feedback.teachers import (
+    PRESETS,
+    SyntheticRatingTeacher,
+    SyntheticTeacher,
+    TeacherPreset,
+)
 from themis.methods.base import MethodContext
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
 from themis.reward.recipe import trainer_kwargs
-from themis.sampling import resolve_feed_type
-from themis.teachers import PRESETS, SyntheticRatingTeacher, SyntheticTeacher, TeacherPreset
 from themis.utils import ConfigError
 
 
@@ -285,7 +290,7 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
 def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]] | None:
     """``teacher_ui=web``: the run's SQLite label store and the labelers' tokens (``None``
     for a labeler that exists already: only its token's hash is stored), the run owner's last
-    (named :data:`themis.label_store.OWNER`) when there are labelers."""
+    (named :data:`themis.crowd.label_store.OWNER`) when there are labelers."""
     cfg = ws.cfg
     text = label_instructions(cfg)  # checked for every run (a synthetic one refuses them)
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):

@@ -20,14 +20,14 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats as scipy_stats
 
-from themis.buffers import NoSegmentsError, SegmentPairs
+from themis.agents.buffers import NoSegmentsError, SegmentPairs
+from themis.agents.intrinsic import NoveltySample
 from themis.feedback.channels import Channel, WebChannel
 from themis.feedback.selector import QuerySelector
-from themis.intrinsic import NoveltySample
+from themis.feedback.teachers import SyntheticTeacher, TeacherStats
 from themis.methods.base import Method, overrides, reward_with_bonus
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.recipe import RewardNormaliser
-from themis.teachers import SyntheticTeacher, TeacherStats
 from themis.utils import ConfigError, eval_mode
 
 ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
@@ -155,7 +155,7 @@ class PreferenceLearner:
     def warm_start(self, draw: Callable[[], NoveltySample]) -> None:
         """Pretraining, after an agent update: the methods' ``pretraining_step`` (e.g. a warm
         start of the reward model on the novelty of fresh batches from ``draw()``,
-        :class:`themis.intrinsic.NoveltySample`); nothing without one."""
+        :class:`themis.agents.intrinsic.NoveltySample`); nothing without one."""
         for method in self.methods:
             method.pretraining_step(draw)
 
@@ -323,7 +323,7 @@ class PreferenceLearner:
         """This round's ``n`` queries (:class:`QuerySelector`; uniform in the first round).
 
         Raises:
-            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+            themis.agents.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
         """
         return self.selector.select(store, n, self.model,
                                     self.dataset.observations[: len(self.dataset)], first,

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from themis.buffers import SegmentPairs
+from themis.agents.buffers import SegmentPairs
 from themis.feedback.channels import AnswersAtOnce, Gathered
 from themis.feedback.learner import PreferenceLearner
+from themis.feedback.teachers import SyntheticRatingTeacher
 from themis.methods.registry import check_ratings, rating_method_on
-from themis.teachers import SyntheticRatingTeacher
 from themis.utils import ConfigError
 
 
@@ -52,7 +52,7 @@ class RatingLearner(PreferenceLearner):
         """``n`` segments cut uniformly from the query pool (both halves of ⌈n/2⌉ pairs).
 
         Raises:
-            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+            themis.agents.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
         """
         pairs = self.selector.select(store, (n + 1) // 2, self.model,
                                      self.dataset.observations[:0], True, min_episode, usable)

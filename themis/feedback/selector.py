@@ -13,10 +13,15 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from themis.buffers import SegmentPairs
+from themis.agents.buffers import SegmentPairs
+from themis.feedback.sampling import (
+    SAMPLERS,
+    needs_large_batch,
+    pair_features,
+    uses_labelled_features,
+)
 from themis.methods.base import Method, overrides
 from themis.reward import RewardEnsemble
-from themis.sampling import SAMPLERS, needs_large_batch, pair_features, uses_labelled_features
 
 FEEDBACK_ROUNDS = 10
 """Rounds that ``reward_batch=auto`` spreads ``max_feedback`` over (README: Query schedule)."""
@@ -119,7 +124,7 @@ class QuerySelector:
     """Cuts candidates from a store and picks queries with a named sampler.
 
     Args:
-        sampler: the sampler of later rounds (a :data:`themis.sampling.SAMPLERS` name); the
+        sampler: the sampler of later rounds (a :data:`themis.feedback.sampling.SAMPLERS` name); the
             first round is uniform (PEBBLE).
         segment: steps per segment.
         large_batch: candidate multiplier of the uncertainty samplers.
@@ -153,7 +158,7 @@ class QuerySelector:
             usable: optional mask of usable store slots (steps whose frames are kept).
 
         Raises:
-            themis.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
+            themis.agents.buffers.NoSegmentsError: no episode in the pool holds a whole segment.
         """
         sampler = "uniform" if first else self.sampler
         chooser = None if first else next(

@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from themis.inspection import encode_observation
+from themis.interpret.inspection import encode_observation
 
 
 @dataclass
@@ -77,7 +77,8 @@ def enumerate_grid(env: gym.Env, max_states: int = 20_000) -> GridMDP:
     """All states reachable from ``env``'s current state and every action from each.
 
     Args:
-        env: a MiniGrid/BabyAI env made by :func:`themis.envs.make_env`, after ``reset``.
+        env: a MiniGrid/BabyAI env made by :func:`themis.environments.domains.make_env`, after
+            ``reset``.
         max_states: refuse layouts with more reachable states (memory and time).
 
     Raises:

@@ -1,8 +1,9 @@
 """Pictures of preprocessed rewards, and their section of the run report.
 
 Each command writes its pictures and a Markdown fragment (``*.md``) into an output folder; for a
-run, that folder is ``RUN_DIR/interpret/`` and :func:`themis.inspection.interpret_section` puts
-the fragments into ``report/report.md`` (also when the report is written later by
+run, that folder is ``RUN_DIR/interpret/`` and
+:func:`themis.interpret.inspection.interpret_section` puts the fragments into
+``report/report.md`` (also when the report is written later by
 ``scripts/inspect_reward.py``). :func:`update_report` refreshes that section in an existing
 report.
 """
@@ -15,8 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from themis.inspection import INTERPRET_BEGIN, INTERPRET_END, affine_alignment, interpret_section
 from themis.interpret.gridworld import GridMDP, cell_map
+from themis.interpret.inspection import (
+    INTERPRET_BEGIN,
+    INTERPRET_END,
+    affine_alignment,
+    interpret_section,
+)
 
 
 def _plt() -> Any:

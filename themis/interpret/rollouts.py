@@ -35,7 +35,7 @@ the same layout, except that ``infos`` is an array of pickled dicts, which is no
 need unpickling); a Themis folder is written back with :func:`save_rollouts`.
 
 Policies for :func:`collect_rollouts`: a random policy, a Themis run's saved agent
-(``checkpoints/agent.pt``, rebuilt through :func:`themis.inspection.load_run`) or a
+(``checkpoints/agent.pt``, rebuilt through :func:`themis.interpret.inspection.load_run`) or a
 Stable-Baselines3 ``.zip`` (:mod:`themis.interpret.sb3`, weights only).
 """
 
@@ -401,7 +401,7 @@ def collect_rollouts(env: gym.Env, policy: Policy, episodes: int, seed: int = 0,
     episode are kept as ``infos``.
 
     Args:
-        env: a Themis env (:func:`themis.envs.make_env`).
+        env: a Themis env (:func:`themis.environments.domains.make_env`).
         policy: observation -> action.
         episodes: how many (>= 1).
         seed: seed of the first reset.

@@ -13,8 +13,8 @@ Supported (what ``MlpPolicy``/``CnnPolicy`` of SB3 2.x save): PPO and A2C (``Dis
 observations, gSDE, custom feature extractors (a clear error names the unknown keys).
 
 This is a minimal reader for rollouts (:mod:`themis.interpret.rollouts`). The policy must have
-been trained on the observations Themis' env gives (:func:`themis.envs.make_env`); a first layer
-of another width is refused.
+been trained on the observations Themis' env gives
+(:func:`themis.environments.domains.make_env`); a first layer of another width is refused.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 policies for rollouts (random, a run's saved agent, an SB3 zip), and reward models as functions.
 
 Everything a user may have received is read without pickle: run configs through
-:func:`themis.config.load_received_config`, agents and reward models through ``safe_load``, SB3
+:func:`themis.run.config.load_received_config`, agents and reward models through ``safe_load``, SB3
 zips through :mod:`themis.interpret.sb3`.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from themis.checkpoint import safe_load
 from themis.interpret.rollouts import Policy, random_policy
 from themis.reward.ensemble import RewardEnsemble, load_reward_model
+from themis.run.checkpoint import safe_load
 
 
 @dataclass
@@ -48,7 +48,7 @@ def run_env(run_dir: Path) -> tuple[str, str]:
         FileNotFoundError: no ``config.yaml``.
         themis.utils.ConfigError: a config that is not a Themis run's.
     """
-    from themis.config import load_received_config
+    from themis.run.config import load_received_config
 
     config = run_dir / "config.yaml"
     if not config.is_file():
@@ -120,7 +120,7 @@ def policy_source(spec: str, env: gym.Env, domain: str, env_name: str, seed: int
         return PolicySource(random_policy(env, seed), {"kind": "random", "seed": seed})
     path = Path(spec)
     if path.is_dir():
-        from themis.inspection import load_run
+        from themis.interpret.inspection import load_run
 
         run_domain, run_env_name = run_env(path)
         if (run_domain, run_env_name) != (domain, env_name):

@@ -26,12 +26,12 @@ import numpy as np
 from tqdm import tqdm
 
 from themis.agents import SAC
-from themis.buffers import ReplayBuffer
-from themis.intrinsic import NoveltySample
+from themis.agents.buffers import ReplayBuffer
+from themis.agents.intrinsic import NoveltySample
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
-    from themis.workspace import Workspace
+    from themis.run.workspace import Workspace
 
 NAME = "sac"
 METHOD = "PEBBLE"

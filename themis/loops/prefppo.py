@@ -25,15 +25,15 @@ import numpy as np
 import torch
 
 from themis.agents import PPO
+from themis.agents.buffers import EpisodeStore
+from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
-from themis.buffers import EpisodeStore
-from themis.envs import make_env
-from themis.frames import FrameStore
-from themis.intrinsic import NoveltySample, knn_distance
+from themis.environments.domains import make_env
+from themis.environments.frames import FrameStore
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
-    from themis.workspace import Workspace
+    from themis.run.workspace import Workspace
 
 NAME = "ppo"
 METHOD = "PrefPPO"

@@ -124,13 +124,13 @@ class Method:
     def select_queries(self, candidates: Any, reward_model: Any, n: int,
                        rng: np.random.Generator) -> np.ndarray | None:
         """Later rounds: the indices of ``n`` pairs among ``candidates`` (a
-        :class:`themis.buffers.SegmentPairs` of ``n × large_batch`` pairs), or ``None`` to
+        :class:`themis.agents.buffers.SegmentPairs` of ``n × large_batch`` pairs), or ``None`` to
         leave the choice to the ``feed_type`` sampler."""
         return None
 
     def after_queries(self, pick: Callable[[int], Any], n: int) -> None:
         """The round's ``n`` queries are chosen; ``pick(k)`` cuts ``k`` uniform pairs from
-        the same query pool (:class:`themis.buffers.SegmentPairs`)."""
+        the same query pool (:class:`themis.agents.buffers.SegmentPairs`)."""
 
     # ------------------------------------------------------------------ reward training
     augmentation: Any = None
@@ -173,7 +173,7 @@ class Method:
 
     def pretraining_step(self, draw: Callable[[], Any]) -> None:
         """Unsupervised pretraining, after each agent update; ``draw()`` gives a fresh batch
-        of states with their novelty (:class:`themis.intrinsic.NoveltySample`)."""
+        of states with their novelty (:class:`themis.agents.intrinsic.NoveltySample`)."""
 
     def between_rounds(self, agent: Any, step: int, sample: Callable[[], Any],
                        dataset: Any, reward_batch: int) -> bool:

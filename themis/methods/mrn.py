@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from themis.buffers import ReplayBufferSamples
+from themis.agents.buffers import ReplayBufferSamples
 from themis.methods.base import Method, MethodContext
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.trainer import bradley_terry_loss

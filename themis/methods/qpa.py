@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from themis.buffers import ReplayBuffer, ReplayBufferSamples
+from themis.agents.buffers import ReplayBuffer, ReplayBufferSamples
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
 from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range

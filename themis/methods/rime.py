@@ -52,7 +52,7 @@ from themis.methods.base import Method, MethodContext
 from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range
 
 if TYPE_CHECKING:
-    from themis.intrinsic import NoveltySample
+    from themis.agents.intrinsic import NoveltySample
     from themis.reward.ensemble import RewardEnsemble
 
 

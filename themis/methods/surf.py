@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from themis.buffers import SegmentPairs
+from themis.agents.buffers import SegmentPairs
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
 from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range

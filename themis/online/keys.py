@@ -1,11 +1,11 @@
 """The configuration of the online wrapper: ``./themis_train.sh``'s keys, checked the same way.
 
 :func:`online_config` turns the keyword arguments of
-:class:`themis.online.PreferenceLearningWrapper` into a :class:`themis.config.TrainConfig`
+:class:`themis.online.PreferenceLearningWrapper` into a :class:`themis.run.config.TrainConfig`
 (composed from ``config/train_themis.yaml`` like a command line: ``method=``, ``teacher=`` and
 ``domain=`` select their config groups; every other key is a schema key, nested keys dotted or
 as dicts) plus the few keys of the wrapper itself (:class:`OnlineKeys`), and validates both
-with :func:`themis.config.validate`. Bad input is one :class:`themis.utils.ConfigError` line.
+with :func:`themis.run.config.validate`. Bad input is one :class:`themis.utils.ConfigError` line.
 
 Keys of Themis's own training loop (the agent, its networks, pretraining, evaluation) have no
 meaning around another library's agent and are refused, so that a key never silently does
@@ -24,8 +24,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from themis.config import TrainConfig, compose, validate
 from themis.methods.registry import check_methods, refuse_inside_agent
+from themis.run.config import TrainConfig, compose, validate
 from themis.utils import NON_NEGATIVE, ConfigError, Range
 
 GROUP_KEYS = ("method", "teacher", "domain")
@@ -66,7 +66,7 @@ WARMUP_REWARDS = ("zero", "true")
 
 @dataclass
 class OnlineKeys:
-    """The wrapper's own keys (beside the :class:`themis.config.TrainConfig` ones)."""
+    """The wrapper's own keys (beside the :class:`themis.run.config.TrainConfig` ones)."""
 
     warmup_reward: str = "zero"
     """What the agent gets before the first reward model is used: ``zero`` (0, as DRLHP's
@@ -84,8 +84,8 @@ class OnlineKeys:
     obs_transform: Any = None
     """Applied to each observation before it is stored and given to the reward model: a key
     of a dict observation, a ``module:function`` path or a callable (DRLHP's
-    ``obs_transform_func``; :func:`themis.observations.make_obs_transform`); images are then
-    made channels-first. The agent still gets the env's observation."""
+    ``obs_transform_func``; :func:`themis.environments.observations.make_obs_transform`); images
+    are then made channels-first. The agent still gets the env's observation."""
     resume: bool = False
     """Continue the learner of ``run_dir`` (its labels, model and counters)."""
     close_timeout: float = 120.0
@@ -114,7 +114,7 @@ def _unknown(key: str) -> ConfigError:
         + list(GROUP_KEYS)
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return ConfigError(f"{key} is not a Themis config key{hint}; python -m themis.train --help "
+    return ConfigError(f"{key} is not a Themis config key{hint}; python -m themis.run.train --help "
                        "lists them")
 
 
@@ -170,7 +170,7 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
     try:
         cfg = compose([_group_override(k, v) for k, v in groups.items()])
         if saved is not None:
-            from themis.config import load_received_config
+            from themis.run.config import load_received_config
 
             cfg = OmegaConf.merge(cfg, load_received_config(saved))  # type: ignore[assignment]
         OmegaConf.set_struct(cfg, True)

@@ -2,7 +2,7 @@
 
 :func:`main` is the target of the process :class:`themis.online.PreferenceLearningWrapper`
 starts. It owns what a Themis run's preference learning owns — a bounded
-:class:`~themis.buffers.EpisodeStore` of the recent steps, the
+:class:`~themis.agents.buffers.EpisodeStore` of the recent steps, the
 :class:`~themis.feedback.PreferenceLearner` of :func:`themis.feedback.factory.make_learner`
 (samplers, teachers, channels, methods, the ``preferences/`` dataset), the label store and
 server for people on the web — and runs PEBBLE's feedback rounds on the steps the agent's
@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from themis.buffers import EpisodeStore
-from themis.config import TrainConfig, frame_capacity, frame_size
+from themis.agents.buffers import EpisodeStore
 from themis.feedback.learner import PreferenceLearner, RoundReport
 from themis.online.segments import Run, add_run
 from themis.online.weights import SharedWeights
+from themis.run.config import TrainConfig, frame_capacity, frame_size
 from themis.utils import ConfigError
 
 ORPHAN_GRACE = 30.0
@@ -79,9 +79,9 @@ class LearnerSpace:
 
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, run_dir: Path, logger: Any) -> None:
         from themis.agents.encoders import observation_kind, random_encoder
+        from themis.environments.frames import FrameStore
         from themis.feedback.factory import make_label_store
-        from themis.frames import FrameStore
-        from themis.precision import resolve_precision
+        from themis.run.precision import resolve_precision
         from themis.utils import get_device
 
         self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
@@ -137,7 +137,7 @@ class OnlineLearner:
     def __init__(self, cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: Path,
                  shared: SharedWeights) -> None:
         from themis.feedback.factory import make_learner, run_title
-        from themis.logger import Logger
+        from themis.run.logger import Logger
         from themis.utils import set_seed_everywhere
 
         self.cfg, self.online, self.spec, self.shared = cfg, online, spec, shared
@@ -196,7 +196,7 @@ class OnlineLearner:
         Raises:
             ConfigError: no intact checkpoint, or one of another env.
         """
-        from themis.checkpoint import MALFORMED, CheckpointError, describe, load_checkpoint
+        from themis.run.checkpoint import MALFORMED, CheckpointError, describe, load_checkpoint
 
         try:
             state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")
@@ -355,8 +355,8 @@ class OnlineLearner:
 
     def checkpoint(self) -> None:
         """``checkpoints/state.pt`` and ``checkpoints/reward_model.pt`` (atomic writes)."""
-        from themis.checkpoint import save_checkpoint
         from themis.reward.ensemble import save_reward_model
+        from themis.run.checkpoint import save_checkpoint
 
         ckpt = self.run_dir / "checkpoints" / ("learner" if self.loop else "")
         save_checkpoint(self.state_dict(), ckpt)

@@ -21,7 +21,7 @@ they come.
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
 ``checkpoints/reward_model.pt`` (the version the agent uses). A resume of an async run is
-refused (:func:`themis.config.check_reward_training`), and so are QPA, MRN, RIME's warm start
+refused (:func:`themis.run.config.check_reward_training`), and so are QPA, MRN, RIME's warm start
 and explained clips, which need the agent inside the learner.
 """
 
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from themis.buffers import EpisodeStore
+from themis.agents.buffers import EpisodeStore
 from themis.methods.base import MethodContext, reward_with_bonus
 from themis.methods.registry import build_methods
 from themis.online.keys import OnlineKeys
@@ -45,7 +45,7 @@ from themis.reward.ensemble import RewardEnsemble
 from themis.utils import eval_mode
 
 if TYPE_CHECKING:
-    from themis.workspace import Workspace
+    from themis.run.workspace import Workspace
 
 WAIT_LINE_AFTER = 10.0
 """Seconds of waiting for the first reward model before the loop says that it waits."""

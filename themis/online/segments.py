@@ -1,7 +1,7 @@
 """Cutting an outside agent's steps into runs the learner's store can cut segments from.
 
 The agent steps one env, or ``n`` sub-envs of a vectorised env, whose steps arrive
-interleaved. The learner's :class:`themis.buffers.EpisodeStore` cuts a query segment out of
+interleaved. The learner's :class:`themis.agents.buffers.EpisodeStore` cuts a query segment out of
 consecutive slots of one episode, so the steps are regrouped per sub-env into :class:`Run` s
 (consecutive steps of one episode) before they are sent: :class:`StepRecorder` keeps one
 :class:`EpisodeRecorder` per sub-env, and :meth:`StepRecorder.take` hands over what was
@@ -159,9 +159,9 @@ class StepRecorder:
 
 
 def add_run(store: object, run: Run) -> np.ndarray:
-    """Write a run into consecutive slots of an :class:`themis.buffers.EpisodeStore` (one
+    """Write a run into consecutive slots of an :class:`themis.agents.buffers.EpisodeStore` (one
     observation per slot, ``frame_stack == 1``); returns the slots, ``(len(run),)``."""
-    from themis.buffers import EpisodeStore
+    from themis.agents.buffers import EpisodeStore
 
     assert isinstance(store, EpisodeStore) and store.frame_stack == 1
     n = len(run)

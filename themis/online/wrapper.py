@@ -77,9 +77,10 @@ class PreferenceLearnerError(RuntimeError):
 def observation_transform(spec: Any, space: gym.Space) -> tuple[Callable[[Any], Any] | None,
                                                                 gym.spaces.Box]:
     """The function applied to each observation before it is stored and given to the reward
-    model, and the space it maps into: ``obs_transform`` (:func:`themis.observations.
-    make_obs_transform`), then images made channels-first (:func:`themis.observations.
-    channels_first_fn`), as :func:`themis.envs.make_env` prepares a run's observations.
+    model, and the space it maps into: ``obs_transform`` (:func:`themis.environments.observations.
+    make_obs_transform`), then images made channels-first
+    (:func:`themis.environments.observations.channels_first_fn`), as
+    :func:`themis.environments.domains.make_env` prepares a run's observations.
 
     Args:
         spec: ``None`` (the observation itself), a key of a ``Dict`` observation, a
@@ -89,10 +90,10 @@ def observation_transform(spec: Any, space: gym.Space) -> tuple[Callable[[Any], 
 
     Raises:
         ConfigError: one line: a bad transform, or observations the reward model cannot take
-            (a dict without a transform, images of floats; :func:`themis.observations.
+            (a dict without a transform, images of floats; :func:`themis.environments.observations.
             unsupported`).
     """
-    from themis.observations import channels_first_fn, make_obs_transform, unsupported
+    from themis.environments.observations import channels_first_fn, make_obs_transform, unsupported
 
     first: Callable[[Any], Any] | None = None
     if spec is not None:
@@ -204,7 +205,7 @@ class OnlineReward:
                               f"({max_episode_steps} steps) of {env_id}")
         self.frame_height = None
         if cfg.human_teacher:
-            from themis.config import frame_size
+            from themis.run.config import frame_size
 
             self.frame_height = frame_size(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -446,7 +447,7 @@ class OnlineReward:
                terminated: bool, frame: np.ndarray | None = None) -> None:
         """Record sub-env ``i``'s step (see :meth:`StepRecorder.add`)."""
         if frame is not None and self.frame_height is not None:
-            from themis.frames import downscale
+            from themis.environments.frames import downscale
 
             frame = downscale(np.asarray(frame), self.frame_height)
         self.recorder.add(i, obs, action, true_reward, terminated, frame)
@@ -643,7 +644,7 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
         if self.frames and env.render_mode != "rgb_array":
             raise ConfigError("human_teacher=true shows clips of the env: make it with "
                               "render_mode='rgb_array'")
-        from themis.envs import episode_limit
+        from themis.environments.domains import episode_limit
 
         self.core = OnlineReward(env.observation_space, env.action_space, 1, run_dir, keys,
                                  env_name(env), episode_limit(env))

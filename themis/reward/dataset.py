@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from themis.buffers import SegmentPairs
-from themis.framestack import stacked, stacked_tensor, unstack
+from themis.agents.buffers import SegmentPairs
+from themis.environments.framestack import stacked, stacked_tensor, unstack
 from themis.utils import check_memory, open_private, replace_durably
 
 FORMAT_NAME = "themis-preferences"
@@ -73,7 +73,7 @@ class PreferenceDataset:
         frame_stack: ``k > 1`` when each observation is a stack of the last ``k`` frames
             (flattened ``(k, H, W)``, oldest first; Atari): each segment is stored as its
             ``H + k - 1`` frames and :attr:`observations` is a read-only view of the stacks
-            (:mod:`themis.framestack`; 4× less memory).
+            (:mod:`themis.environments.framestack`; 4× less memory).
         rating_classes: ``n > 0`` for rating feedback (``feedback=rating``): each row is one
             segment (axis 1 has size 1) with a rating ``0 … n-1`` (worst to best) as its label.
 

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from themis.agents.intrinsic import RunningMeanStd
 from themis.agents.networks import EnsembleLinear
-from themis.intrinsic import RunningMeanStd
 
 BLOCK = 1024
 """Rows per seeded block of draws."""

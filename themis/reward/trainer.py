@@ -23,8 +23,8 @@ from themis.agents.encoders import observation_kind
 from themis.methods.base import Method, choose_augmentation, overrides
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
+from themis.reward.preference_models import true_preference
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts, ValidationSplit, member_weight_norms
-from themis.teachers import true_preference
 from themis.utils import make_adam
 
 

@@ -42,7 +42,7 @@ def start_tracking(cfg: Any, run_dir: Path, env_id: str, title: str,
     """The trackers ``cfg.logger`` switches on, started (each on its own thread), or None.
 
     Args:
-        cfg: a :class:`themis.config.TrainConfig` (its ``logger`` and ``resume`` keys; the whole
+        cfg: a :class:`themis.run.config.TrainConfig` (its ``logger`` and ``resume`` keys; the whole
             config becomes the tracked run's parameters).
         run_dir: the run dir.
         env_id, title: tags (the env and the method · sampler · teacher line).
@@ -84,13 +84,13 @@ def pick_clips(run_dir: Path, count: int) -> list[Path]:
 
 
 def write_report(run_dir: Path, timeout: float = 600.0) -> Path:
-    """Write the run report (``report/report.md``, :func:`themis.inspection.inspect_run`) in a
-    child process (the inspection rebuilds a workspace of its own) and return its folder.
+    """Write the run report (``report/report.md``, :func:`themis.interpret.inspection.inspect_run`)
+    in a child process (the inspection rebuilds a workspace of its own) and return its folder.
 
     Raises:
         RuntimeError: the child failed or ran past ``timeout`` seconds (its last line).
     """
-    code = ("import sys; from themis.inspection import inspect_run; "
+    code = ("import sys; from themis.interpret.inspection import inspect_run; "
             "inspect_run(sys.argv[1])")
     root = Path(__file__).resolve().parents[2]
     try:

@@ -1,6 +1,6 @@
 """The ``logger.*`` config keys: which sinks a run writes to and where the trackers are.
 
-Kept free of heavy imports: :mod:`themis.config` reads it for the schema.
+Kept free of heavy imports: :mod:`themis.run.config` reads it for the schema.
 """
 
 from __future__ import annotations

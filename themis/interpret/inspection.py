@@ -10,7 +10,7 @@ Gridworld heatmaps (MiniGrid/BabyAI): the learned reward of stepping into each c
 placed on a neighbouring cell, facing it, taking ``forward`` — per direction or averaged, next to
 the true reward of the same step (:func:`grid_reward_maps`).
 
-    from themis.inspection import inspect_run
+    from themis.interpret.inspection import inspect_run
     inspect_run("runs/2026-11-23/10-00-00_train_HalfCheetah-v5")   # writes report/report.md
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from themis.audit_report import labels_section
-from themis.logger import plot_learning_curve
+from themis.crowd.audit_report import labels_section
+from themis.run.logger import plot_learning_curve
 from themis.utils import eval_mode
 
 
@@ -262,16 +262,16 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
         themis.utils.ConfigError: the config names code to import (``obs_transform`` or
             ``env`` as ``module:name``) that ``overrides`` do not repeat
-            (:func:`themis.config.check_named_code`).
-        themis.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
+            (:func:`themis.run.config.check_named_code`).
+        themis.run.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
             truncated or replaced file).
     """
-    from themis.checkpoint import MALFORMED, describe, safe_load
-    from themis.config import check_named_code, load_received_config
     from themis.reward import load_reward_model
-    from themis.train import make_workspace
+    from themis.run.checkpoint import MALFORMED, describe, safe_load
+    from themis.run.config import check_named_code, load_received_config
+    from themis.run.train import make_workspace
 
     run = Path(run_dir)
     ckpt = run / "checkpoints"
@@ -330,7 +330,8 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
                 seed: int = 0) -> Path:
     """Write ``RUN_DIR/report/report.md`` with its PNGs: config, learning curve, reward-model
     accuracy over rounds, teacher statistics, the audit of people's labels (web teacher:
-    :func:`themis.audit.labels_section`), reward curves (and gridworld maps for MiniGrid/BabyAI),
+    :func:`themis.crowd.audit_report.labels_section`), reward curves (and gridworld maps for
+    MiniGrid/BabyAI),
     links to the labelled clips.
 
     Returns:
@@ -342,8 +343,8 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
     ws = load_run(run, Path(scratch.name))
     env_id = ws.env_id
-    from themis.config import load_received_config
     from themis.feedback.factory import run_title
+    from themis.run.config import load_received_config
 
     saved = load_received_config(run / "config.yaml")  # the run's, not the rebuild's
     title = run_title(saved, ws.driver.NAME)

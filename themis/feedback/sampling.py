@@ -4,7 +4,7 @@
 registry, :data:`SAMPLERS`. Every sampler has the signature
 ``(candidates, reward_model, labelled_features, k, rng) -> indices into candidates``:
 
-- ``candidates``: :class:`~themis.buffers.SegmentPairs`, ``reward_batch * large_batch`` pairs
+- ``candidates``: :class:`~themis.agents.buffers.SegmentPairs`, ``reward_batch * large_batch`` pairs
   (``reward_batch`` for uniform);
 - ``reward_model``: the current :class:`~themis.reward.RewardEnsemble`;
 - ``labelled_features``: ``(m, d)`` pair features of the queries already labelled (k-center);
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from themis.buffers import SegmentPairs
+from themis.agents.buffers import SegmentPairs
 from themis.reward.ensemble import RewardEnsemble
 
 Sampler = Callable[..., np.ndarray]

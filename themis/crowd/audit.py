@@ -1,8 +1,9 @@
 """Audit of people's labels: who answered how, how well, and what it did to the reward model.
 
 For runs labelled through the web teacher (``teacher_ui=web``, the run's ``labels.sqlite``,
-:mod:`themis.label_store`), the run report (:func:`themis.inspection.inspect_run`) gains a
-"Labels" section (:func:`themis.audit_report.labels_section`) from the tables built here:
+:mod:`themis.crowd.label_store`), the run report
+(:func:`themis.interpret.inspection.inspect_run`) gains a
+"Labels" section (:func:`themis.crowd.audit_report.labels_section`) from the tables built here:
 
 - per labeler: answers, skips, gold accuracy, agreement with the oracle label (the segments'
   true returns), Cohen's κ with each other labeler (:func:`cohen_kappa_table`; Cohen 1960),
@@ -11,13 +12,13 @@ For runs labelled through the web teacher (``teacher_ui=web``, the run's ``label
   Fleiss' κ over all labelers (:func:`fleiss_kappa`; Fleiss 1971);
 - people's answers against the oracle label (:func:`oracle_confusion`);
 - the queries people disagreed on most, by the entropy of their answers (:func:`most_disputed`);
-- (in :mod:`themis.audit_report`) the reward model's held-out accuracy with and without the
+- (in :mod:`themis.crowd.audit_report`) the reward model's held-out accuracy with and without the
   flagged labelers' answers.
 
 Only pairwise queries are audited: a store whose ``queries`` table has a ``rating_classes``
 column keeps its rating queries (one segment, a class per answer) out. The store is only read.
 
-    from themis.audit import load_answers, labeler_table
+    from themis.crowd.audit import load_answers, labeler_table
     labeler_table(load_answers("runs/.../labels.sqlite"))
 """
 
@@ -183,7 +184,7 @@ def cohen_kappa_table(data: PairwiseAnswers) -> pd.DataFrame:
 def labeler_table(data: PairwiseAnswers, min_gold_answers: int = 5,
                   min_gold_accuracy: float = 0.7) -> pd.DataFrame:
     """One row per labeler (sorted by name), with the same definitions as
-    :func:`themis.crowd.labeler_scores` on pairwise queries only.
+    :func:`themis.crowd.aggregation.labeler_scores` on pairwise queries only.
 
     Columns: ``answers`` (skips included), ``skips``, ``gold_answers`` (non-skip answers to gold
     queries), ``gold_accuracy`` (share of those equal to the known answer), ``oracle_agreement``

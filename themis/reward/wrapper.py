@@ -1,7 +1,7 @@
 """Use a learned reward anywhere: a gymnasium wrapper any RL library can train on.
 
     from themis import LearnedRewardWrapper, load_reward_model
-    from themis.envs import make_env
+    from themis.environments.domains import make_env
 
     env = LearnedRewardWrapper(make_env("Control", "HalfCheetah-v5"), load_reward_model(RUN_DIR))
     stable_baselines3.SAC("MlpPolicy", env).learn(100_000)   # never sees the true reward
@@ -14,7 +14,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from themis.intrinsic import RunningMeanStd
+from themis.agents.intrinsic import RunningMeanStd
 from themis.reward.ensemble import RewardEnsemble
 
 
@@ -27,8 +27,8 @@ class LearnedRewardWrapper(gym.Wrapper):
     turns the wrapper into a pass-through (for baselines or evaluation).
 
     Actions are given to the model as the env receives them: wrap an env made by
-    :func:`themis.envs.make_env` (actions rescaled to [-1, 1], as during training). A
-    ``Discrete`` action is one-hot encoded.
+    :func:`themis.environments.domains.make_env` (actions rescaled to [-1, 1], as during
+    training). A ``Discrete`` action is one-hot encoded.
 
     Args:
         env: the environment (flat ``Box`` observations, ``obs_dim`` of the model).

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from themis.framestack import stacked
+from themis.environments.framestack import stacked
 from themis.utils import check_memory
 
 
@@ -72,7 +72,7 @@ class EpisodeStore:
         frame_stack: ``k > 1`` for observations that are stacks of the last ``k`` frames,
             ``(k, *frame_shape)`` oldest first (Atari): only the newest frame of each step is
             stored, with a link to the episode's previous step, and stacks are rebuilt on
-            reading (:mod:`themis.framestack`; 4× less memory).
+            reading (:mod:`themis.environments.framestack`; 4× less memory).
 
     Stored per step: ``obs``, ``action`` (float32), ``reward`` (what the agent is trained on),
     ``true_reward``, ``not_done`` (0 only on termination, not on time-limit truncation),

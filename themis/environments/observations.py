@@ -4,8 +4,8 @@ Themis's agents and reward models take one array per step: a vector ``(D,)``, or
 channels-first image or grid ``(C, H, W)`` (:mod:`themis.agents.encoders`). Environments give
 more: dict observations, channels-last images ``(H, W, C)``, 2-D grayscale frames ``(H, W)``.
 :func:`prepare_observations` turns an env's observations into that form, and
-:func:`themis.envs.make_env` applies it to every env it makes (after the domain's own
-wrappers), so the loops, the stores and the reward model see one layout:
+:func:`themis.environments.domains.make_env` applies it to every env it makes (after the
+domain's own wrappers), so the loops, the stores and the reward model see one layout:
 
 1. ``obs_transform`` (DRLHP's ``obs_transform_func``): a dict observation becomes one of its
    entries (``obs_transform=image``) or what a function makes of it

@@ -10,8 +10,8 @@ from omegaconf import DictConfig
 
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.config import BaseTrainConfig
 from themis.methods.registry import BASE, config_groups, method_names
+from themis.run.config import BaseTrainConfig
 from themis.tracking.settings import LoggerConfig
 
 GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, **config_groups(),
@@ -21,7 +21,7 @@ GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, **config_groups()
 
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
-    :class:`~themis.config.BaseTrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
+    :class:`~themis.run.config.BaseTrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
     import ast
     import inspect
 

@@ -1,7 +1,7 @@
 """Hydra entry point of ``./themis_train.sh``: PEBBLE (or SAC on the true reward) end to end.
 
-    python -m themis.train env=HalfCheetah-v5 max_feedback=1000
-    python -m themis.train pretrained_snapshot=runs/.../snapshot.pt
+    python -m themis.run.train env=HalfCheetah-v5 max_feedback=1000
+    python -m themis.run.train pretrained_snapshot=runs/.../snapshot.pt
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from themis.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.online.wrapper import PreferenceLearnerError
-from themis.threads import parse_threads
+from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
+from themis.run.threads import parse_threads
+from themis.run.workspace import Workspace, query_rounds, take_snapshot_schedule
 from themis.utils import ConfigError
-from themis.workspace import Workspace, query_rounds, take_snapshot_schedule
 
 register_configs()
 
@@ -57,7 +57,7 @@ def describe_composition_error(error: Exception) -> str:
     an unknown config-group option (domain, teacher), or Hydra's own first line."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-    from themis.config import TrainConfig
+    from themis.run.config import TrainConfig
 
     text, cause = str(error), error.__cause__
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and "not in" in str(cause):
@@ -65,14 +65,15 @@ def describe_composition_error(error: Exception) -> str:
         close = difflib.get_close_matches(key, _config_keys(OmegaConf.structured(TrainConfig)),
                                           n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        return f"{key} is not a Themis config key{hint}; python -m themis.train --help lists them"
+        return (f"{key} is not a Themis config key{hint}; python -m themis.run.train --help "
+                "lists them")
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "a value"
         return f"{key}: {str(cause).splitlines()[0]}"
     if "Could not find '" in text:
         group, option = text.split("Could not find '")[1].split("'")[0].split("/", 1)
         if group == "domain":
-            from themis.envs import get_domain
+            from themis.environments.domains import get_domain
 
             try:
                 get_domain(option)
@@ -94,8 +95,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     are left to Hydra.
     """
     if any(a in ("--help", "-h") for a in argv):  # the keys with their descriptions
-        from themis.config import compose
-        from themis.config_help import help_text
+        from themis.run.config import compose
+        from themis.run.config_help import help_text
 
         print(help_text(compose([a for a in argv if "=" in a], config_name)))
         sys.exit(0)
@@ -128,7 +129,7 @@ def preflight(config_name: str, argv: list[str]) -> None:
 def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     """Compose ``overrides`` as Hydra will and build the typed config; bad input ends the
     program with one line (:func:`fail`). Returns the composed config."""
-    from themis.config import TrainConfig, compose
+    from themis.run.config import TrainConfig, compose
 
     try:
         cfg = compose(overrides, config_name)
@@ -140,8 +141,8 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{name} is not a Themis config key{hint}; python -m themis.train --help lists "
-                 "them")
+            fail(f"{name} is not a Themis config key{hint}; python -m themis.run.train --help "
+                 "lists them")
     return cfg
 
 
@@ -191,7 +192,7 @@ def threads_per_job(cfg: DictConfig) -> int | str:
     core, joblib's convention); with ``torch_threads`` ``auto`` or ``0`` each job then gets
     ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe the CPU;
     with the Ray launcher (``hydra/launcher=ray``) each job gets the ``num_cpus`` Ray reserved.
-    Single runs and SLURM jobs keep the key (``auto``: :func:`themis.threads.auto_threads`).
+    Single runs and SLURM jobs keep the key (``auto``: :func:`themis.run.threads.auto_threads`).
     """
     try:
         fixed = parse_threads(cfg.torch_threads)
@@ -215,8 +216,8 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     """The run dir and config of a resumed run: the run's saved ``config.yaml`` with this
     command line's overrides (other than ``resume`` and ``hydra.*``) on top. A saved config
     that calls resolvers (``${oc.env:...}``) or does not fit the schema ends the program with
-    one line (:func:`themis.config.load_received_config`)."""
-    from themis.config import check_named_code, load_received_config
+    one line (:func:`themis.run.config.load_received_config`)."""
+    from themis.run.config import check_named_code, load_received_config
 
     target = resume_target(cfg.resume)
     if target not in (None, "here"):
@@ -257,11 +258,12 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
         ConfigError: an invalid config, or an agent that cannot act in the env.
     """
     from themis.agents import resolve_agent
-    from themis.config import validate
-    from themis.envs import make_env
+    from themis.environments.domains import make_env
     from themis.feedback.selector import resolve_reward_batch
     from themis.loops import pebble, prefppo
     from themis.methods.registry import check_methods
+    from themis.online.loop import AsyncLearner
+    from themis.run.config import validate
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
@@ -282,7 +284,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     check_methods(cfg, agent=name)
     if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
         cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
-    ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo)
+    ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo, async_learner=AsyncLearner)
     if snapshot_note is not None:
         ws.logger.info(snapshot_note, "cyan")
     return ws
@@ -360,7 +362,7 @@ def main_or_stop(main: Any) -> None:
         sys.exit(130)
 
 
-@hydra.main(version_base="1.3", config_path="../config", config_name="train_themis")
+@hydra.main(version_base="1.3", config_path="../../config", config_name="train_themis")
 def main(cfg: DictConfig) -> float:
     """One training run; returns its final true eval return (NaN without an evaluation): the
     value an optimising sweeper (``hydra/sweeper=optuna``) gets for the job."""

@@ -1,4 +1,5 @@
-"""DeepMind Control and Meta-World as Themis domains (see :data:`themis.envs.DOMAINS`).
+"""DeepMind Control and Meta-World as Themis domains (see
+:data:`themis.environments.domains.DOMAINS`).
 
 - DeepMind Control runs through Shimmy's gymnasium bindings (``dm_control/walker-walk-v0``):
   dict observations flattened in a fixed key order with their names kept, 1000-step episodes,
@@ -13,6 +14,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from themis.environments.actions import rescale_box_actions
+from themis.environments.mujoco import choose_gl_backend, route_mujoco_warnings
 
 
 class FlatDictObservation(gym.ObservationWrapper):
@@ -46,14 +50,10 @@ def dmc_setup() -> None:
     warnings.filterwarnings("ignore", message=".*in1d.*", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message="overflow encountered in cast",
                             category=RuntimeWarning, module="gymnasium.spaces.box")
-    from themis.envs import _route_mujoco_warnings
-
-    _route_mujoco_warnings()
+    route_mujoco_warnings()
 
 
 def dmc_ids() -> list[str]:
-    from themis.envs import choose_gl_backend
-
     choose_gl_backend()  # dm_control reads MUJOCO_GL when it is imported
     import shimmy
 
@@ -80,9 +80,7 @@ def make_dmc(env_id: str, render_mode: str | None, render_size: int, task_seed: 
                      **kwargs.pop("render_kwargs", {})}
     env = gym.make(env_id, render_mode=render_mode, render_kwargs=render_kwargs,
                    max_episode_steps=kwargs.pop("max_episode_steps", 1000), **kwargs)
-    from themis.envs import _rescale_box_actions
-
-    return _rescale_box_actions(FlatDictObservation(env))
+    return rescale_box_actions(FlatDictObservation(env))
 
 
 METAWORLD_FEATURES = (["hand_x", "hand_y", "hand_z", "gripper"]
@@ -93,8 +91,6 @@ METAWORLD_FEATURES = [*METAWORLD_FEATURES, *(f"prev_{n}" for n in METAWORLD_FEAT
 
 
 def metaworld_ids() -> list[str]:
-    from themis.envs import choose_gl_backend
-
     choose_gl_backend()  # MuJoCo reads MUJOCO_GL when it is imported
     import metaworld
 

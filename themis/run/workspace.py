@@ -3,7 +3,7 @@ pieces both training loops share (evaluation, CSV rows, checkpoints, snapshots).
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
-(:func:`themis.train.make_workspace`) and hands it to the Workspace, which asks it for the agent
+(:func:`themis.run.train.make_workspace`) and hands it to the Workspace, which asks it for the agent
 and its store and calls it to run. A checkpoint is the list of the components' ``state_dict``.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -19,10 +20,27 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
+from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import observation_kind, random_encoder
+from themis.agents.intrinsic import StateEntropyReward
 from themis.agents.sb3 import load_sb3_policy
-from themis.buffers import EpisodeStore
-from themis.checkpoint import (
+from themis.crowd.label_store import LabelStore
+from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
+from themis.environments.frames import FrameStore
+from themis.environments.observations import unsupported
+from themis.feedback import PreferenceLearner, RoundReport
+from themis.feedback.factory import (
+    make_label_store,
+    make_learner,
+    run_title,
+    start_label_server,
+    teacher_description,
+    teacher_name,
+)
+from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_grid
+from themis.reward import RewardEnsemble, save_reward_model
+from themis.reward.recipe import RewardNormaliser
+from themis.run.checkpoint import (
     MALFORMED,
     STATE_FILE,
     CheckpointError,
@@ -35,29 +53,11 @@ from themis.checkpoint import (
     set_rng_states,
     truncate_csv,
 )
-from themis.config import TrainConfig, frame_capacity, frame_size, job_prefix
-from themis.envs import episode_limit, frame_stack_size, get_domain, make_env
-from themis.evaluation import run_episodes
-from themis.feedback import PreferenceLearner, RoundReport
-from themis.feedback.factory import (
-    make_label_store,
-    make_learner,
-    run_title,
-    start_label_server,
-    teacher_description,
-    teacher_name,
-)
-from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_grid
-from themis.frames import FrameStore
-from themis.intrinsic import StateEntropyReward
-from themis.label_store import LabelStore
-from themis.logger import Logger, close_progress_bars, plot_learning_curve
-from themis.observations import unsupported
-from themis.online.loop import AsyncLearner
-from themis.precision import resolve_precision
-from themis.reward import RewardEnsemble, save_reward_model
-from themis.reward.recipe import RewardNormaliser
-from themis.threads import ThreadGovernor, apply_threads, choose_threads
+from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
+from themis.run.evaluation import run_episodes
+from themis.run.logger import Logger, close_progress_bars, plot_learning_curve
+from themis.run.precision import resolve_precision
+from themis.run.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
@@ -153,20 +153,46 @@ class Driver(Protocol):
     def resumed(self, ws: Workspace) -> None: ...
 
 
+class RemoteLearner(Protocol):
+    """The background learner of ``reward_training=async`` as the workspace uses it
+    (:class:`themis.online.loop.AsyncLearner`; it also answers what the loops ask of a
+    :class:`themis.feedback.PreferenceLearner`)."""
+
+    @property
+    def dataset(self) -> Sized:
+        """``len()``: the labels of the version in use."""
+
+    def start(self) -> None: ...
+    def newer(self) -> bool: ...
+    def take(self, wait: bool = False) -> int | None: ...
+    def close(self) -> None: ...
+    # the agent side (the loops): each step of sub-env ``i`` goes to the learner process
+    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+               terminated: bool, frame: np.ndarray | None = None) -> None: ...
+    def end_episode(self, i: int) -> None: ...
+    def stepped(self, n: int) -> None: ...
+
+
 class Workspace:
     """Everything one run owns.
 
     Args:
-        cfg: a composed :class:`themis.config.TrainConfig`.
+        cfg: a composed :class:`themis.run.config.TrainConfig`.
         run_dir: where CSVs, checkpoints and plots go (created if missing).
         driver: the training loop that fits the env's action space.
+        async_learner: builds the background learner of ``reward_training=async`` from the
+            workspace (:class:`themis.online.loop.AsyncLearner`, passed by
+            :func:`themis.run.train.make_workspace`, so the workspace and the learner that
+            reads it do not import each other).
 
     Raises:
         ConfigError: invalid configuration, unknown domain/env, missing snapshot, a checkpoint
             that does not fit.
+        ValueError: ``reward_training=async`` without ``async_learner``.
     """
 
-    def __init__(self, cfg: DictConfig | TrainConfig, run_dir: Path, driver: Driver) -> None:
+    def __init__(self, cfg: DictConfig | TrainConfig, run_dir: Path, driver: Driver,
+                 async_learner: Callable[[Workspace], RemoteLearner] | None = None) -> None:
         if isinstance(cfg, DictConfig):
             # A plain dataclass: attribute access in the hot loop costs nanoseconds, not µs.
             cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
@@ -212,7 +238,8 @@ class Workspace:
                               f"dimension of {self.env_id} (0 … {self.action_dim - 1}, or -1 "
                               "for the norm of the action)")
 
-        # --- PyTorch threads (themis/threads.py: the measured rule, 1 while the cores are shared)
+        # --- PyTorch threads (themis/run/threads.py: the measured rule, 1 while the cores are
+        # shared)
         net = cfg.sac if driver.NAME == "sac" else cfg.ppo
         batch = cfg.sac.batch_size if driver.NAME == "sac" else \
             cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
@@ -249,13 +276,16 @@ class Workspace:
                                   "human_frame_size or human_frame_capacity") from None
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
                                  frame_size(cfg)) if self.needs_frames else None
-        self.remote: AsyncLearner | None = None  # reward_training=async: the background learner
+        self.remote: RemoteLearner | None = None  # reward_training=async: the background learner
         web = make_label_store(self) if cfg.reward_training == "sync" else None
         self.label_store: LabelStore | None = web[0] if web is not None else None
         self.label_tokens: list[tuple[str, str | None]] = web[1] if web is not None else []
         self.label_server: Any = None
         if cfg.reward_training == "async":  # labels, store and training are in its process
-            self.remote = AsyncLearner(self)
+            if async_learner is None:
+                raise ValueError("reward_training=async needs async_learner "
+                                 "(themis.run.train.make_workspace passes it)")
+            self.remote = async_learner(self)
             # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
         else:
@@ -548,7 +578,7 @@ class Workspace:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the run: counters and the components' state dicts
-        (see :mod:`themis.checkpoint`)."""
+        (see :mod:`themis.run.checkpoint`)."""
         state: dict[str, Any] = {
             "version": SNAPSHOT_VERSION, "env": self.env_id, "agent_name": self.driver.NAME,
             "step": self.step, "episode": self.episode,

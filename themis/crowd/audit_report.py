@@ -1,8 +1,8 @@
-"""The run report's "Labels" section: the audit tables of :mod:`themis.audit` for a run with a
+"""The run report's "Labels" section: the audit tables of :mod:`themis.crowd.audit` for a run with a
 label store, and the reward model's held-out accuracy with and without the flagged labelers'
 answers (:func:`held_out_accuracy`: a small ensemble trained twice on the same queries).
 
-    from themis.audit_report import labels_section
+    from themis.crowd.audit_report import labels_section
     lines = labels_section("runs/...", "runs/.../report")   # markdown lines, CSVs written
 """
 
@@ -17,7 +17,8 @@ from urllib.parse import quote
 import numpy as np
 import torch
 
-from themis.audit import (
+from themis.agents.buffers import SegmentPairs
+from themis.crowd.audit import (
     PairwiseAnswers,
     category,
     crowd_fleiss_kappa,
@@ -26,7 +27,6 @@ from themis.audit import (
     most_disputed,
     oracle_confusion,
 )
-from themis.buffers import SegmentPairs
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.utils import ConfigError
 
@@ -175,7 +175,7 @@ def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
     """
     from omegaconf import OmegaConf
 
-    from themis.config import check_no_resolvers
+    from themis.run.config import check_no_resolvers
 
     run = Path(run_dir)
     for path in (run / "config.yaml", run / ".hydra" / "config.yaml"):

@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+
+from themis.reward.preference_models import rating_logits
 
 
 @dataclass(frozen=True)
@@ -209,10 +212,6 @@ class SyntheticRatingTeacher(SyntheticTeacher):
         mine = self.returns(r[keep])
         edges = np.quantile(pool, np.arange(1, self.classes) / self.classes)
         if self.beta > 0:
-            import torch
-
-            from themis.reward.rating import rating_logits
-
             lo, span = pool.min(), max(float(np.ptp(pool)), 1e-12)
             bounds = np.concatenate([[0.0], (edges - lo) / span, [1.0]])
             logits = rating_logits(torch.as_tensor((mine - lo) / span),
@@ -227,14 +226,6 @@ class SyntheticRatingTeacher(SyntheticTeacher):
             shift = self.rng.integers(1, self.classes, size=len(ratings))
             ratings[wrong] = (ratings[wrong] + shift[wrong]) % self.classes
         return keep, ratings.astype(np.float32)
-
-
-def true_preference(true_rewards: np.ndarray) -> np.ndarray:
-    """The label of the true (undiscounted) segment returns: 1 = segment 2 better, 0 =
-    segment 1, 0.5 = equal returns. Shape ``(n, 2, H) -> (n,)`` float64 (for scores and audits,
-    not a teacher: no β, γ or ε)."""
-    true = np.asarray(true_rewards).sum(-1)
-    return np.where(true[:, 1] > true[:, 0], 1.0, np.where(true[:, 1] < true[:, 0], 0.0, 0.5))
 
 
 class TeacherStats:

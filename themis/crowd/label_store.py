@@ -50,9 +50,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from themis import crowd
-from themis.buffers import SegmentPairs
-from themis.teachers import true_preference
+from themis.agents.buffers import SegmentPairs
+from themis.crowd import aggregation as crowd
+from themis.reward.preference_models import true_preference
 from themis.utils import fsync_dir, open_private
 
 SCHEMA = """
@@ -414,7 +414,7 @@ class LabelStore:
             aggregate: ``each`` (every answer is a training label), ``majority`` (one label
                 per query: the most common non-skip answer; ties between left and right give
                 0.5) or ``model`` (Dawid–Skene over every answer in the store, gold clamped;
-                :mod:`themis.crowd`).
+                :mod:`themis.crowd.aggregation`).
             exclude: flagged labelers (``label_quality=filter``): their answers are never
                 aggregated with the others' but each given as a label of its own, to keep in
                 ``preferences/`` (the learner leaves them out of training).

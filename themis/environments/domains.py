@@ -8,7 +8,6 @@ Adding a domain is one entry in :data:`DOMAINS`.
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
 import difflib
 import importlib
 import io
@@ -22,9 +21,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.environments.actions import rescale_box_actions
 from themis.environments.moving_dot import atari_preprocessing
-from themis.observations import prepare_observations
-from themis.suites import (  # DeepMind Control and Meta-World adapters
+from themis.environments.mujoco import (
+    LightMujocoRender,
+    choose_gl_backend,
+    is_mujoco,
+    route_mujoco_warnings,
+)
+from themis.environments.observations import prepare_observations
+from themis.environments.suites import (  # DeepMind Control and Meta-World adapters
     dmc_aliases,
     dmc_ids,
     dmc_setup,
@@ -39,43 +45,6 @@ from themis.utils import ConfigError
 # Ctrl-C would not stop a run that renders clips. With this hint (read when SDL starts) the
 # signals keep Python's handlers; a value set by the user wins.
 os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
-
-log = logging.getLogger(__name__)
-_seen_mujoco_warnings: set[str] = set()
-
-
-def _mujoco_warning(message: str) -> None:
-    """Log each distinct MuJoCo warning once (deprecation notes from gymnasium's model files at
-    debug level) instead of MuJoCo's default: stderr on every env and a MUJOCO_LOG.TXT in cwd."""
-    text = message.strip()
-    if text in _seen_mujoco_warnings:
-        return
-    _seen_mujoco_warnings.add(text)
-    log.log(logging.DEBUG if "deprecated" in text else logging.WARNING, "MuJoCo: %s", text)
-
-
-def _route_mujoco_warnings() -> None:
-    # PyOpenGL (imported by MuJoCo's renderers) announces at INFO that an optional speed-up
-    # module is missing; that is not news for a Themis user
-    logging.getLogger("OpenGL").setLevel(logging.WARNING)
-    try:
-        import mujoco
-    except ImportError:  # pragma: no cover - MuJoCo is a dependency, but domains need not be
-        return
-    if hasattr(mujoco, "set_mju_user_warning") and mujoco.get_mju_user_warning() is None:
-        mujoco.set_mju_user_warning(_mujoco_warning)
-
-
-def _rescale_box_actions(env: gym.Env) -> gym.Env:
-    """Rescale a bounded ``Box`` action space to [-1, 1] (what SAC's tanh policy emits)."""
-    space = env.action_space
-    if isinstance(space, gym.spaces.Box) and np.all(np.isfinite(space.low)) and \
-            np.all(np.isfinite(space.high)) and \
-            (np.any(space.low != -1.0) or np.any(space.high != 1.0)):
-        env = gym.wrappers.RescaleAction(env, min_action=np.float32(-1.0),
-                                         max_action=np.float32(1.0))
-    return env
-
 
 def _atari_wrap(env: gym.Env) -> gym.Env:
     """DQN preprocessing (Mnih et al. 2015) with gymnasium's wrappers: no-op starts, frame skip 4
@@ -132,7 +101,7 @@ class _QuietReset(gym.Wrapper):
         with contextlib.redirect_stdout(io.StringIO()) as printed:
             result = self.env.reset(**kwargs)
         for line in printed.getvalue().splitlines():
-            logging.getLogger("themis.envs").debug("%s", line)
+            logging.getLogger("themis.environments.domains").debug("%s", line)
         return result
 
 
@@ -161,7 +130,7 @@ class Domain:
     name: str
     entry_points: tuple[str, ...]
     id_prefix: str = ""
-    wrap: Callable[[gym.Env], gym.Env] = _rescale_box_actions
+    wrap: Callable[[gym.Env], gym.Env] = rescale_box_actions
     make_kwargs: dict[str, Any] = field(default_factory=dict)
     setup: Callable[[], None] | None = None
     ids: Callable[[], list[str]] | None = None
@@ -221,46 +190,13 @@ class Domain:
 
 def _seals_setup() -> None:
     """Register the seals environments (importing ``seals`` does) and route MuJoCo's warnings."""
-    _route_mujoco_warnings()
+    route_mujoco_warnings()
     _register("seals")()
-
-
-def _is_mujoco(env_id: str) -> bool:
-    """Whether a registered id is one of gymnasium's MuJoCo envs or built on one (seals)."""
-    entry = gym.spec(env_id).entry_point
-    return "mujoco" in (entry if isinstance(entry, str) else getattr(entry, "__module__", ""))
-
-
-class LightMujocoRender(gym.Wrapper):
-    """Renders MuJoCo frames without shadows and reflections: on CPU renderers (OSMesa, EGL on
-    llvmpipe) that makes a 128×128 HalfCheetah frame about 10× cheaper (75 ms -> 7.5 ms), which
-    matters when every step is rendered for clips."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        import mujoco
-
-        self._flags = (int(mujoco.mjtRndFlag.mjRND_SHADOW),
-                       int(mujoco.mjtRndFlag.mjRND_REFLECTION))
-        self._light = False
-
-    def render(self) -> Any:
-        frame = self.env.render()
-        if not self._light:  # the viewer and its scene exist after the first render
-            viewer = getattr(getattr(self.env.unwrapped, "mujoco_renderer", None), "viewer", None)
-            scene = getattr(viewer, "scn", None)
-            if scene is not None:
-                for flag in self._flags:
-                    scene.flags[flag] = 0
-                self._light = True
-                frame = self.env.render()
-        return frame
-
 
 
 DOMAINS: dict[str, Domain] = {
     "Control": Domain("Control", entry_points=("gymnasium.envs.mujoco",),
-                      setup=_route_mujoco_warnings),
+                      setup=route_mujoco_warnings),
     "ALE": Domain("ALE", entry_points=("ale_py.env",), id_prefix="ALE/", wrap=_atari_wrap,
                   make_kwargs={"frameskip": 1}, setup=_register("ale_py")),
     # CarRacing's (96, 96, 3) pixels become channels-first in make_env (prepare_observations)
@@ -289,8 +225,8 @@ DOMAINS: dict[str, Domain] = {
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
-                        make=make_metaworld, wrap=_rescale_box_actions,
-                        setup=_route_mujoco_warnings),
+                        make=make_metaworld, wrap=rescale_box_actions,
+                        setup=route_mujoco_warnings),
 }
 
 
@@ -305,23 +241,6 @@ def get_domain(name: str) -> Domain:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"domain={name} is unknown{hint}; available: {', '.join(DOMAINS)}")
     return DOMAINS[name]
-
-
-def choose_gl_backend() -> str:
-    """Choose MuJoCo's OpenGL backend as the launchers do: ``MUJOCO_GL`` as set, else ``egl``
-    on NVIDIA machines (``/dev/nvidia0``) that have ``libEGL`` (GPU containers often do not:
-    ``import mujoco`` then failed with a traceback), else ``osmesa`` (software). Sets the
-    variable, which MuJoCo, dm_control and gymnasium read when they first import or render, and
-    returns it.
-
-    Without it, a headless process that renders MuJoCo falls through gymnasium's backend
-    search (GLFW first) and fails with "an OpenGL platform library has not been loaded".
-    :func:`make_env` calls it, so every script that makes an env renders as the launchers do.
-    """
-    if not os.environ.get("MUJOCO_GL"):
-        egl = os.path.exists("/dev/nvidia0") and ctypes.util.find_library("EGL") is not None
-        os.environ["MUJOCO_GL"] = "egl" if egl else "osmesa"
-    return os.environ["MUJOCO_GL"]
 
 
 def make_env(domain: str, env: str, seed: int | None = None,
@@ -343,12 +262,12 @@ def make_env(domain: str, env: str, seed: int | None = None,
             passes the run's seed so it has the training goal).
         obs_transform: a dict observation's key or a ``module:function`` (or a callable)
             that makes one array of each observation
-            (:func:`themis.observations.make_obs_transform`).
+            (:func:`themis.environments.observations.make_obs_transform`).
         env_kwargs: extra ``gym.make`` arguments (``continuous=False`` for CarRacing, ...).
 
-    Observations leave as :func:`themis.observations.prepare_observations` makes them, after
-    the domain's wrappers: ``obs_transform`` applied, images channels-first ``(C, H, W)``
-    (this is the one place where images are transposed).
+    Observations leave as :func:`themis.environments.observations.prepare_observations` makes
+    them, after the domain's wrappers: ``obs_transform`` applied, images channels-first
+    ``(C, H, W)`` (this is the one place where images are transposed).
 
     Raises:
         ConfigError: unknown domain or env, ``env_kwargs`` the env does not accept, or a bad
@@ -364,7 +283,7 @@ def make_env(domain: str, env: str, seed: int | None = None,
         # control, Box2D) print "XDG_RUNTIME_DIR is invalid" on headless machines
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     kwargs = {**dom.make_kwargs, **env_kwargs}
-    mujoco_frames = render_mode == "rgb_array" and dom.make is None and _is_mujoco(env_id)
+    mujoco_frames = render_mode == "rgb_array" and dom.make is None and is_mujoco(env_id)
     if mujoco_frames:
         kwargs = {"width": render_size, "height": render_size, **kwargs}
         if "camera_id" not in kwargs and "camera_name" not in kwargs:

@@ -93,7 +93,8 @@ def auto_threads(*, agent: str, obs_kind: str, device: str, hidden_dim: int, bat
 
     Args:
         agent: ``"sac"`` or ``"ppo"`` (resolved, not ``auto``).
-        obs_kind: ``"vector"``, ``"pixels"`` or ``"grid"`` (:func:`themis.envs.observation_kind`).
+        obs_kind: ``"vector"``, ``"pixels"`` or ``"grid"``
+            (:func:`themis.agents.encoders.observation_kind`).
         device: the resolved torch device type (``"cpu"`` or ``"cuda"``).
         hidden_dim: hidden width of the agent's networks.
         batch_size: SAC's batch size, or PPO's minibatch size (transitions per gradient step).
@@ -140,6 +141,18 @@ def parse_threads(value: object) -> int | None:
         raise ValueError(f"torch_threads={value} must be auto, 0 (PyTorch's default: all cores) "
                          "or a number of threads")
     return n
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Set PyTorch's intra-op threads for a script; ``0`` keeps the default (``THEMIS_THREADS``
+    overrides, read as :func:`parse_threads` reads it; ``auto`` keeps the default).
+
+    Raises:
+        ValueError: ``THEMIS_THREADS`` is not ``auto`` or a count.
+    """
+    chosen = parse_threads(os.environ.get("THEMIS_THREADS", num_threads))
+    if chosen:
+        torch.set_num_threads(chosen)
 
 
 def _cpu_busy(cpus: list[int] | None = None) -> tuple[float, float, int] | None:

@@ -11,12 +11,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from themis.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
+from themis.run.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../config", config_name="pretrain_themis")
+@hydra.main(version_base="1.3", config_path="../../config", config_name="pretrain_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
     run_or_stop(ws, "./themis_pretrain.sh", until=ws.pretrain_end)

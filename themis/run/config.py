@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
+from themis.agents.intrinsic import SCALES
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.crowd import check_crowd
+from themis.crowd.aggregation import check_crowd
 from themis.feedback.rating import check_rating
+from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
-from themis.intrinsic import SCALES
+from themis.feedback.teachers import validate_teacher_params
 from themis.methods.registry import check_methods, config_fields, numeric_keys
-from themis.precision import PRECISIONS
-from themis.sampling import resolve_feed_type
-from themis.teachers import validate_teacher_params
-from themis.threads import parse_threads
+from themis.run.precision import PRECISIONS
+from themis.run.threads import parse_threads
 from themis.tracking.settings import LoggerConfig
 from themis.utils import (
     NON_NEGATIVE,
@@ -56,7 +56,7 @@ class BaseTrainConfig:
     """Extra gym.make keyword arguments, e.g. ``+env_kwargs.continuous=false`` (CarRacing)."""
     obs_transform: str | None = None
     """Dict observations as one array: a key (obs_transform=image) or a module:function called
-    with each observation (DRLHP's obs_transform_func; themis/observations)."""
+    with each observation (DRLHP's obs_transform_func; themis/environments/observations.py)."""
     seed: int = 0
     """Seed of every generator (envs, networks, samplers, teacher)."""
     device: str = "auto"
@@ -64,9 +64,9 @@ class BaseTrainConfig:
     precision: str = "auto"
     """Matrix products of SAC's update and the reward model: ``fp32``, ``bf16`` (bfloat16
     autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
-    :mod:`themis.precision`."""
+    :mod:`themis.run.precision`."""
     torch_threads: Any = "auto"
-    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.threads`: one
+    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.run.threads`: one
     thread for small vector networks, more for CNNs and wide networks, one while other processes
     use the cores), ``0`` (PyTorch's default: all cores) or a fixed count. In a local ``-m``
     sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
@@ -110,7 +110,7 @@ class BaseTrainConfig:
     large_batch: int = 10
     """Candidate multiplier for the non-uniform samplers."""
     feed_type: Any = 0
-    """Query sampler, 0-5 or its name (themis.sampling)."""
+    """Query sampler, 0-5 or its name (themis.feedback.sampling)."""
     query_pool_episodes: int = 100
     """Queries are cut from the most recent this-many episodes."""
     ensemble_size: int = 3
@@ -292,20 +292,20 @@ if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any: ...
 else:
     TrainConfig = make_dataclass("TrainConfig", config_fields(), bases=(BaseTrainConfig,))
-    TrainConfig.__module__ = __name__  # pickles and reads as themis.config.TrainConfig
+    TrainConfig.__module__ = __name__  # pickles and reads as themis.run.config.TrainConfig
     TrainConfig.__doc__ = """Schema of ``config/train_themis.yaml`` and
     ``config/pretrain_themis.yaml``: :class:`BaseTrainConfig` and one ``<name>.*`` group per
     method of :data:`themis.methods.registry.REGISTRY` (its ``Config`` dataclass)."""
 
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
 # ---------------------------------------------------------------- numeric keys: one table
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
     "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
-    # torch_threads: auto or a count (themis.threads.parse_threads, checked in validate)
+    # torch_threads: auto or a count (themis.run.threads.parse_threads, checked in validate)
     # schedule
     "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
     "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
@@ -350,7 +350,7 @@ NUMERIC_KEYS: dict[str, Range] = {
 }
 """Every numeric key of the train/pretrain config and its method and agent groups, with the
 values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,
-checked by :func:`themis.sampling.resolve_feed_type`). A key of ``None`` (a default left to
+checked by :func:`themis.feedback.sampling.resolve_feed_type`). A key of ``None`` (a default left to
 Themis) is not checked."""
 NUMERIC_KEYS.update(numeric_keys())  # each method's own keys (its RANGES)
 

@@ -1,6 +1,6 @@
 """Turning several people's answers to one query into one training label.
 
-The label store (:mod:`themis.label_store`) gathers each complete query's answers; this module
+The label store (:mod:`themis.crowd.label_store`) gathers each complete query's answers; this module
 decides what they become (``label_aggregate`` and ``label_quality``):
 
 - ``each``: every answer is its own training label;
@@ -81,7 +81,7 @@ def dawid_skene(answers: Sequence[Answer], gold: dict[int, float] | None = None,
 
 def labeler_scores(store: Any, min_gold_answers: int = 5,
                    min_gold_accuracy: float = 0.7) -> list[dict[str, Any]]:
-    """Each labeler's live scores in a :class:`themis.label_store.LabelStore` (skips excluded
+    """Each labeler's live scores in a :class:`themis.crowd.label_store.LabelStore` (skips excluded
     from the rates).
 
     Returns:

@@ -1,0 +1,199 @@
+"""The house's shape: no import circle anywhere in ``themis/`` (imports inside functions
+included), ``lib/`` reached only from the one lazy factory, and no loose modules at the top.
+
+The import graph is read from the source (an AST walk of every ``import`` statement: top level,
+inside functions and methods, under ``if TYPE_CHECKING:``), not from ``sys.modules``, so a lazy
+import that dodges a circle at run time still counts as the circle it is. An import from
+another package also runs that package's ``__init__`` (``from themis.feedback.teachers import
+x`` runs ``themis/feedback/__init__.py``): that is an edge too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "themis"
+
+# The one module of themis/ that may import lib/ (lazily: channels, clips, explainers).
+LIB_FACTORY = "themis.feedback.factory"
+# The only modules allowed directly under themis/: the public API and the ground floor.
+TOP_LEVEL_MODULES = {"__init__.py", "utils.py"}
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """Dotted name of a source file: ``themis/reward/trainer.py`` -> ``themis.reward.trainer``,
+    ``themis/reward/__init__.py`` -> ``themis.reward``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules(package: Path = PACKAGE, root: Path = ROOT) -> dict[str, Path]:
+    """Every module under ``package``: dotted name -> file."""
+    return {module_name(path, root): path for path in sorted(package.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_names(path: Path, name: str) -> dict[str, bool]:
+    """Every module name ``path`` (module ``name``) imports, wherever the statement is, and
+    whether the import runs (False: only under ``if TYPE_CHECKING:``).
+
+    ``import a.b`` gives ``a.b``; ``from a import b`` gives ``a.b`` (the graph keeps ``a.b`` when
+    it is a module, else ``a``), ``from a import *`` gives ``a``; relative imports are resolved
+    against the module's package.
+    """
+    is_package = path.name == "__init__.py"
+    package_parts = name.split(".") if is_package else name.split(".")[:-1]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    type_only = {id(inner) for node in ast.walk(tree)
+                 if isinstance(node, ast.If) and _is_type_checking(node.test)
+                 for statement in node.body for inner in ast.walk(statement)}
+    names: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package_parts[: len(package_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found = [base if alias.name == "*" else f"{base}.{alias.name}"
+                     for alias in node.names]
+        for target in found:
+            names[target] = names.get(target, False) or id(node) not in type_only
+    return names
+
+
+def import_graph(package: Path = PACKAGE, root: Path = ROOT) -> nx.DiGraph:
+    """Directed graph of ``package``'s modules: an edge ``a -> b`` when ``a`` imports ``b``.
+
+    ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``
+    (whose ``__init__`` provides the name). An import that runs (at the top, or later inside a
+    function) of ``x.y.z`` also runs the ``__init__`` of ``x`` and ``x.y``: edges too, except to
+    the importer's own enclosing packages (already running when its code runs); an import under
+    ``if TYPE_CHECKING:`` runs nothing and is an edge to the module it names only. Imports of
+    anything outside ``package`` are left out.
+    """
+    modules = source_modules(package, root)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        own = {".".join(name.split(".")[:end]) for end in range(1, name.count(".") + 1)}
+        if path.name == "__init__.py":
+            own.add(name)
+        for target, runs in imported_names(path, name).items():
+            if target not in modules:  # a name from a package's __init__, or not ours
+                target = target.rpartition(".")[0]
+            if target not in modules:
+                continue
+            graph.add_edge(name, target)
+            parts = target.split(".")
+            for end in range(1, len(parts) if runs else 0):
+                if ".".join(parts[:end]) not in own:
+                    graph.add_edge(name, ".".join(parts[:end]))
+    graph.remove_edges_from(list(nx.selfloop_edges(graph)))
+    return graph
+
+
+def lib_importers(package: Path = PACKAGE, root: Path = ROOT) -> set[str]:
+    """The modules under ``package`` with any import statement of ``lib`` or ``lib.*``."""
+    return {name for name, path in source_modules(package, root).items()
+            if any(target == "lib" or target.startswith("lib.")
+                   for target in imported_names(path, name))}
+
+
+# ---------------------------------------------------------------- the checks
+def test_no_import_circle():
+    """No module of themis/ reaches itself through imports, lazy ones included."""
+    graph = import_graph()
+    assert graph.number_of_nodes() > 50  # the walk found the package
+    cycles = sorted(nx.simple_cycles(graph), key=len)
+    assert not cycles, "import circle(s):\n" + "\n".join(
+        " -> ".join([*cycle, cycle[0]]) for cycle in cycles[:10])
+
+
+def test_only_the_factory_imports_lib():
+    """Arrows point one way: lib/ uses themis/; themis/ imports lib/ only in the lazy factory."""
+    assert lib_importers() == {LIB_FACTORY}
+
+
+def test_no_loose_top_level_modules():
+    """themis/ holds packages, the public API (__init__.py) and the ground floor (utils.py)."""
+    loose = {path.name for path in PACKAGE.glob("*.py")} - TOP_LEVEL_MODULES
+    assert not loose, f"put these in a package named for what they are: {sorted(loose)}"
+    # every folder with code is a package (an __init__.py), so the walk and imports see it
+    folders = {path.parent for path in PACKAGE.rglob("*.py")}
+    assert all((folder / "__init__.py").exists() for folder in folders)
+
+
+# ---------------------------------------------------------------- the checker itself
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "pkg"
+
+
+@pytest.mark.parametrize("statement", [
+    "from pkg.a import f",        # top level
+    "def g():\n    from pkg.a import f\n",           # lazy, inside a function
+    "class C:\n    def m(self):\n        import pkg.a\n",  # inside a method
+    "from . import a",            # relative, a submodule
+    "from .a import f",           # relative
+    "def g():\n    from .sub import x\n",  # through a package's __init__ (x is no module)
+    "def g():\n    from pkg.sub.leaf import y\n",  # running pkg/sub/__init__ on the way
+    "if TYPE_CHECKING:\n    from pkg.a import f\n",  # type-only: still a dependency
+])
+def test_the_walk_sees_every_kind_of_import(tmp_path, statement):
+    """A circle is found however its back edge is written."""
+    package = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import g\n",
+        "pkg/b.py": statement + "\n",
+        "pkg/sub/__init__.py": "from pkg.a import f as x\n",
+        "pkg/sub/leaf.py": "y = 1\n",
+    })
+    graph = import_graph(package, tmp_path)
+    assert any("pkg.a" in cycle and "pkg.b" in cycle for cycle in nx.simple_cycles(graph))
+
+
+def test_the_walk_finds_no_circle_where_there_is_none(tmp_path):
+    package = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import g\nimport os\nfrom typing import Any\n",
+        "pkg/b.py": "def g():\n    import pkg.c\n    from lib.x import y\n",
+        "pkg/c.py": "",
+    })
+    assert not list(nx.simple_cycles(import_graph(package, tmp_path)))
+    assert lib_importers(package, tmp_path) == {"pkg.b"}
+
+
+def test_a_package_init_is_run_by_imports_from_outside_it_only(tmp_path):
+    """``pkg.sub.leaf`` imported from outside runs ``pkg/sub/__init__`` (an edge); from inside
+    ``pkg.sub`` it does not (the package is already running), nor under TYPE_CHECKING."""
+    package = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.sub.leaf import y\n",
+        "pkg/t.py": "if TYPE_CHECKING:\n    from pkg.sub.leaf import y\n",
+        "pkg/sub/__init__.py": "from pkg.sub.leaf import y\nfrom pkg.sub.other import z\n",
+        "pkg/sub/leaf.py": "y = 1\n",
+        "pkg/sub/other.py": "from pkg.sub.leaf import y\nz = y\n",
+    })
+    graph = import_graph(package, tmp_path)
+    assert graph.has_edge("pkg.a", "pkg.sub") and graph.has_edge("pkg.a", "pkg.sub.leaf")
+    assert not graph.has_edge("pkg.sub.other", "pkg.sub")
+    assert set(graph.successors("pkg.t")) == {"pkg.sub.leaf"}
+    assert not list(nx.simple_cycles(graph))
