@@ -3,4 +3,4 @@
 #   ./themis_pretrain.sh env=HalfCheetah-v5 seed=1
 #   ./themis_pretrain.sh -m seed=0,1,2        # a sweep
 set -euo pipefail
-exec "$(dirname "${BASH_SOURCE[0]}")/scripts/launch.sh" themis.run.pretrain "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/scripts/launch.sh" themis.cli.pretrain "$@"

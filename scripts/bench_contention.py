@@ -40,8 +40,8 @@ DEFAULT_ROWS = "1:1,1:0,2:0,2:1,4:0,1:auto,2:auto,4:auto"
 
 def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: list[str]) -> None:
     """One run: build the workspace, step it for ``seconds``, print ``{"steps_per_s": x}``."""
+    from themis.cli.train import make_workspace
     from themis.run.config import compose
-    from themis.run.train import make_workspace
 
     overrides = [*WORKLOADS[workload], *extra, f"torch_threads={threads}",
                  "eval_frequency=1000000000", "log_frequency=1000000000",

@@ -132,8 +132,8 @@ def evaluate_dot(run: Path, episodes: int) -> dict[str, float]:
     import torch
 
     from themis.agents import PPO
+    from themis.core.safe_loading import safe_load
     from themis.environments.domains import make_env
-    from themis.run.checkpoint import safe_load
     from themis.run.config import load_received_config
     from themis.utils import eval_mode
 

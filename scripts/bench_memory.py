@@ -32,8 +32,8 @@ CONFIGS = {
 
 def measure(overrides: list[str]) -> dict[str, float]:
     """Build the workspace, touch its arrays, return sizes (GB) and peak RSS (GB)."""
+    from themis.cli.train import make_workspace
     from themis.run.config import compose
-    from themis.run.train import make_workspace
 
     cfg = compose(overrides)
     with TemporaryDirectory() as tmp:

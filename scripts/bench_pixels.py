@@ -36,9 +36,9 @@ def one(env: str, chunk: int | None, steps: int, labels: int, epochs: int) -> di
     """Run one configuration in this process; returns its numbers."""
     import numpy as np
 
+    from themis.cli.train import make_workspace
     from themis.run.config import compose
     from themis.run.threads import set_num_threads
-    from themis.run.train import make_workspace
 
     set_num_threads(0)
     never = 10**9

@@ -57,8 +57,8 @@ def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, de
         model.learn(steps, reset_num_timesteps=False)
         return {"steps_per_s": steps / (time.perf_counter() - start),
                 "threads": torch.get_num_threads()}
+    from themis.cli.train import make_workspace
     from themis.run.config import compose
-    from themis.run.train import make_workspace
 
     common = ["env=HalfCheetah-v5", f"device={device}", f"num_train_steps={total + 1}",
               "sac.hidden_dim=256", "sac.batch_size=256", f"eval_frequency={NEVER}",

@@ -2,7 +2,7 @@
 # The body of ./themis_train.sh and ./themis_pretrain.sh: run a Themis entry point with the
 # repository's .venv (when it exists), headless MuJoCo rendering, and every argument passed to
 # Hydra as an override.
-#   scripts/launch.sh themis.run.train env=HalfCheetah-v5 seed=1
+#   scripts/launch.sh themis.cli.train env=HalfCheetah-v5 seed=1
 set -euo pipefail
 module="$1"
 shift

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, TINY_PENDULUM
+from themis.cli.train import make_workspace
 from themis.loops import pebble, prefppo
 from themis.reward import load_reward_model
-from themis.run.train import make_workspace
 from themis.utils import ConfigError
 
 ASYNC = [*TINY_PENDULUM, "num_train_steps=2000", "reward_training=async", "torch_threads=1",
@@ -114,7 +114,7 @@ def test_resume_of_an_async_run_is_refused_in_one_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("reward_training: async\n")
-    out = subprocess.run([sys.executable, "-m", "themis.run.train", f"resume={run}"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "themis.cli.train", f"resume={run}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2
@@ -153,7 +153,7 @@ def alive(pid: int) -> bool:
 def test_sigterm_of_an_async_run_leaves_no_learner_process(tmp_path):
     run = tmp_path / "run"
     args = [a for a in ASYNC if not a.startswith("num_train_steps")]
-    proc = subprocess.Popen([sys.executable, "-m", "themis.run.train", *args,
+    proc = subprocess.Popen([sys.executable, "-m", "themis.cli.train", *args,
                              "num_train_steps=1000000", "eval_frequency=100000",
                              f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL,

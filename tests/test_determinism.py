@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import TINY_PENDULUM
+from themis.cli.train import make_workspace
 from themis.reward import PreferenceDataset
-from themis.run.train import make_workspace
 
 
 def run_once(compose, run_dir, overrides):

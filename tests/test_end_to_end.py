@@ -104,7 +104,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, override, message):
 
 
 def test_python_module_entry_point_shows_help():
-    proc = subprocess.run([sys.executable, "-m", "themis.run.train", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "themis.cli.train", "--help"], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0
     assert "max_feedback" in proc.stdout

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, TINY_PENDULUM
+from themis.cli.train import make_workspace
 from themis.reward import PreferenceDataset
-from themis.run.train import make_workspace
 
 FIXTURES = ROOT / "tests" / "fixtures"
 # float32 everywhere: bfloat16 products (precision=auto on CPUs that have them) round

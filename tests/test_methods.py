@@ -12,6 +12,7 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.agents.buffers import ReplayBuffer, SegmentPairs
+from themis.cli.train import make_workspace
 from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MRN
@@ -20,7 +21,6 @@ from themis.methods.registry import build_methods, find
 from themis.methods.rime import RIME, RIMEConfig, RobustLabelFilter
 from themis.methods.rune import RUNE, RUNEConfig, UncertaintyBonus
 from themis.methods.surf import SURF, PseudoLabeler, SURFConfig
-from themis.run.train import make_workspace
 
 
 class SumModel(torch.nn.Module):

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from tests import obs_envs
 from tests.conftest import TINY_PENDULUM, launch
 from themis.agents.encoders import GridCNN, NatureCNN, make_encoder, observation_kind
+from themis.cli.train import make_workspace
 from themis.environments.domains import make_env
 from themis.environments.observations import (
     image_layout,
@@ -28,7 +29,6 @@ from themis.environments.observations import (
 )
 from themis.reward import PreferenceDataset, RewardEnsemble
 from themis.run.config import check_named_code
-from themis.run.train import make_workspace
 from themis.utils import ConfigError
 
 GYM = "tests.obs_envs:"

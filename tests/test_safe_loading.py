@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM
-from themis.run.checkpoint import UnsafeFileError, safe_load
-from themis.run.train import make_workspace
+from themis.cli.train import make_workspace
+from themis.core.safe_loading import UnsafeFileError, safe_load
 from themis.utils import ConfigError
 
 

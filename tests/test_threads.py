@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM, launch
+from themis.cli.train import make_workspace
 from themis.run.threads import (
     ThreadGovernor,
     auto_threads,
@@ -17,7 +18,6 @@ from themis.run.threads import (
     choose_threads,
     other_load,
 )
-from themis.run.train import make_workspace
 
 
 @pytest.fixture(autouse=True)

@@ -18,11 +18,11 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.agents.intrinsic import knn_distance
+from themis.cli.train import make_workspace
 from themis.methods.mrn import MRN
 from themis.methods.registry import find
 from themis.methods.rime import RIME
 from themis.methods.surf import SURF
-from themis.run.train import make_workspace
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
             "ppo.num_steps=32"]
@@ -273,7 +273,7 @@ def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ende
     assert pd.read_csv(tmp_path / "train" / "reward.csv")["step"].iloc[0] == 400
     assert set(pd.read_csv(tmp_path / "train" / "train.csv")["phase"]) == {"reward"}
 
-    from themis.run.checkpoint import safe_load
+    from themis.core.safe_loading import safe_load
 
     old = safe_load(snapshot)  # a snapshot of an earlier version
     del old["num_seed_steps"], old["num_unsup_steps"]

@@ -16,7 +16,7 @@ from torch import nn
 
 class FullPrecisionLinear(nn.Linear):
     """``nn.Linear`` that computes in float32 also inside ``torch.autocast`` (output layers:
-    Q values, rewards and policy means keep float32's precision; :mod:`themis.run.precision`).
+    Q values, rewards and policy means keep float32's precision; :mod:`themis.core.precision`).
     Outside autocast it is ``nn.Linear``, bit for bit."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -117,7 +117,7 @@ class EnsembleMLP(nn.Module):
         input ``(E, B, input_dim)`` or ``(B, input_dim)``; output ``(E, B, output_dim)``.
 
     The output layer computes in float32 also inside ``torch.autocast``
-    (:mod:`themis.run.precision`).
+    (:mod:`themis.core.precision`).
     """
 
     def __init__(self, ensemble_size: int, input_dim: int, hidden_dim: int, output_dim: int,

@@ -20,7 +20,7 @@ from torch import nn
 
 from themis.agents.buffers import ReplayBufferSamples
 from themis.agents.networks import EnsembleMLP, mlp
-from themis.run.precision import autocast
+from themis.core.precision import autocast
 from themis.utils import make_adam, polyak_update
 
 _LOG2 = math.log(2.0)
@@ -122,7 +122,7 @@ class SAC:
         device: where networks live.
         cfg: hyper-parameters.
         precision: ``torch.bfloat16`` runs :meth:`update`'s matrix products in bfloat16
-            (:mod:`themis.run.precision`); ``None`` (default): float32 throughout.
+            (:mod:`themis.core.precision`); ``None`` (default): float32 throughout.
 
     Interface (shared with every Themis agent): :meth:`act`, :meth:`update`,
     :meth:`reset_critic`, :meth:`state_dict`, :meth:`load_state_dict`.

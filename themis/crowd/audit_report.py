@@ -175,7 +175,7 @@ def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
     """
     from omegaconf import OmegaConf
 
-    from themis.run.config import check_no_resolvers
+    from themis.core.safe_loading import check_no_resolvers
 
     run = Path(run_dir)
     for path in (run / "config.yaml", run / ".hydra" / "config.yaml"):

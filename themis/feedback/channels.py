@@ -19,9 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from themis.agents.buffers import SegmentPairs
+from themis.core.console import progress_bars_paused
 from themis.crowd import aggregation as crowd
 from themis.feedback.teachers import SyntheticTeacher
-from themis.run.logger import progress_bars_paused
 
 
 @dataclass

@@ -263,15 +263,15 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         themis.utils.ConfigError: the config names code to import (``obs_transform`` or
             ``env`` as ``module:name``) that ``overrides`` do not repeat
             (:func:`themis.run.config.check_named_code`).
-        themis.run.checkpoint.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
+        themis.core.safe_loading.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
             truncated or replaced file).
     """
+    from themis.cli.train import make_workspace
+    from themis.core.safe_loading import MALFORMED, describe, safe_load
     from themis.reward import load_reward_model
-    from themis.run.checkpoint import MALFORMED, describe, safe_load
     from themis.run.config import check_named_code, load_received_config
-    from themis.run.train import make_workspace
 
     run = Path(run_dir)
     ckpt = run / "checkpoints"

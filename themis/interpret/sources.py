@@ -16,9 +16,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.core.safe_loading import safe_load
 from themis.interpret.rollouts import Policy, random_policy
 from themis.reward.ensemble import RewardEnsemble, load_reward_model
-from themis.run.checkpoint import safe_load
 
 
 @dataclass

@@ -79,9 +79,9 @@ class LearnerSpace:
 
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, run_dir: Path, logger: Any) -> None:
         from themis.agents.encoders import observation_kind, random_encoder
+        from themis.core.precision import resolve_precision
         from themis.environments.frames import FrameStore
         from themis.feedback.factory import make_label_store
-        from themis.run.precision import resolve_precision
         from themis.utils import get_device
 
         self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
@@ -196,7 +196,8 @@ class OnlineLearner:
         Raises:
             ConfigError: no intact checkpoint, or one of another env.
         """
-        from themis.run.checkpoint import MALFORMED, CheckpointError, describe, load_checkpoint
+        from themis.core.safe_loading import MALFORMED, describe
+        from themis.run.checkpoint import CheckpointError, load_checkpoint
 
         try:
             state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")

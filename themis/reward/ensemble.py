@@ -17,8 +17,8 @@ from torch import nn
 
 from themis.agents.encoders import make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
-from themis.run.checkpoint import MALFORMED, describe, safe_load
-from themis.run.precision import autocast
+from themis.core.precision import autocast
+from themis.core.safe_loading import MALFORMED, describe, safe_load
 from themis.utils import save_durably
 
 
@@ -67,7 +67,7 @@ class RewardEnsemble(nn.Module):
         self.env_id: str | None = None
         """The env the model was trained on (set by :func:`load_reward_model`), if known."""
         self.precision: torch.dtype | None = None
-        """``torch.bfloat16``: matrix products in bfloat16 (:mod:`themis.run.precision`); ``None``:
+        """``torch.bfloat16``: matrix products in bfloat16 (:mod:`themis.core.precision`); ``None``:
         float32. A runtime setting, not saved with the model."""
         self.encoders: nn.ModuleList | None = None
         feature_dim = obs_dim
@@ -203,7 +203,7 @@ def load_reward_model(path: str | Path, device: str | torch.device = "cpu") -> R
         FileNotFoundError: no checkpoint at ``path``.
         ValueError: the file is not a Themis reward-model checkpoint: not a PyTorch file, one
             that needs more than plain tensors to load
-            (:class:`themis.run.checkpoint.UnsafeFileError`; it is never unpickled), or weights
+            (:class:`themis.core.safe_loading.UnsafeFileError`; it is never unpickled), or weights
             that do not fit its recorded config.
     """
     path = Path(path)

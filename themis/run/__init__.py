@@ -1,12 +1,14 @@
-"""The run: entry points, workspace, configuration, checkpoints and logging.
+"""The run: workspace, configuration, checkpoints and logging.
 
-- :mod:`themis.run.train` / :mod:`themis.run.pretrain`: the Hydra entry points
-  (``./themis_train.sh``, ``./themis_pretrain.sh``);
 - :mod:`themis.run.workspace`: the :class:`Workspace` that owns env, agent, store, learner and
-  logger for one run;
+  logger for one run (its loop and, with ``reward_training=async``, its background learner are
+  handed to it by :func:`themis.cli.train.make_workspace`: the loops and the online learner
+  read the workspace, it imports neither);
 - :mod:`themis.run.config` / :mod:`themis.run.config_help`: the schema of every key, its
   validation and ``--help``;
 - :mod:`themis.run.checkpoint`, :mod:`themis.run.logger`, :mod:`themis.run.evaluation`,
-  :mod:`themis.run.threads`, :mod:`themis.run.precision`: snapshots, CSV/console logging,
-  evaluation episodes, thread budgets and mixed precision.
+  :mod:`themis.run.threads`: checkpoints, CSV/console logging, evaluation episodes and thread
+  budgets.
+
+The entry points (``./themis_train.sh``, ``./themis_pretrain.sh``) are in :mod:`themis.cli`.
 """

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import importlib
 import io
 import logging
 import os
-import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -28,77 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from themis.core.safe_loading import UnsafeFileError, safe_load
 from themis.utils import replace_durably, save_durably
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
 PREVIOUS_FILE = "state.prev.pt"
-
-
-class UnsafeFileError(ValueError):
-    """A file that would need more than plain data to load (it could run code), or no
-    PyTorch file at all."""
-
-
-# NumPy arrays and scalars in checkpoints and snapshots (replay buffers, running statistics,
-# NumPy's generator state): the only globals allowed besides PyTorch's own plain types.
-_multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core")
-                                      else "numpy.core.multiarray")  # NumPy 2 / NumPy 1
-_NUMPY_GLOBALS: list[Any] = [np.ndarray, np.dtype, _multiarray._reconstruct,
-                             _multiarray.scalar, bytes]  # bytes(): empty arrays' data
-_NUMPY_GLOBALS += [type(np.dtype(t)) for t in (np.float32, np.float64, np.int32, np.int64,
-                                                 np.uint8, np.uint32, np.bool_)]
-
-
-def safe_load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> Any:
-    """Load a PyTorch file without running code from it: ``torch.load(weights_only=True)``
-    with NumPy arrays and scalars allowed. Tensors, numbers, strings, lists, tuples, dicts and
-    NumPy arrays load; anything else (a pickled class or function) is refused.
-
-    Use it for every file a user may have received from someone else: snapshots, checkpoints,
-    a run's ``agent.pt``. ``mmap``: tensors stay on disk until read (a few keys of a large
-    file, cheaply).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        UnsafeFileError: the file needs more than plain data, or is not a PyTorch file.
-    """
-    try:
-        with torch.serialization.safe_globals(_NUMPY_GLOBALS):
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except FileNotFoundError:
-        raise
-    except pickle.UnpicklingError as e:
-        lines = str(e).splitlines()
-        what = next((line.split("GLOBAL ", 1)[1].split(" ")[0] for line in lines
-                     if "Unsupported global: GLOBAL" in line), None)
-        if what is None:  # not a pickle of anything: random bytes, a truncated file
-            detail = next((line.split("error:", 1)[1].strip() for line in lines
-                           if "WeightsUnpickler error:" in line), "unreadable")
-            raise UnsafeFileError(f"{path} is not a readable PyTorch file ({detail})") from None
-        raise UnsafeFileError(f"{path} was refused: it needs {what}, more than plain tensors "
-                              "and arrays (loading it could run code from the file)") from None
-    except (RuntimeError, EOFError, ValueError, OSError) as e:
-        raise UnsafeFileError(f"{path} is not a readable PyTorch file "
-                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-                              ) from None
-
-
-MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,
-             OverflowError)
-"""What restoring from plain data that Themis did not write raises (a crafted or replaced
-``state.pt``, snapshot, ``agent.pt`` or ``reward_model.pt`` that :func:`safe_load` read):
-a missing key, a wrong type, a tensor of another shape."""
-
-
-def describe(error: BaseException) -> str:
-    """One line for an error of :data:`MALFORMED`: ``'agent' is missing`` for a ``KeyError``,
-    else the error's first line (at most 200 characters)."""
-    if isinstance(error, KeyError) and error.args:
-        return f"{error.args[0]!r} is missing"
-    text = str(error).strip().splitlines()
-    return (f"{type(error).__name__}: {text[0]}" if text else type(error).__name__)[:200]
 
 
 class CheckpointError(RuntimeError):

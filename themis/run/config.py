@@ -19,13 +19,14 @@ from omegaconf import DictConfig
 from themis.agents.intrinsic import SCALES
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
+from themis.core.precision import PRECISIONS
+from themis.core.safe_loading import check_no_resolvers
 from themis.crowd.aggregation import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
 from themis.feedback.teachers import validate_teacher_params
 from themis.methods.registry import check_methods, config_fields, numeric_keys
-from themis.run.precision import PRECISIONS
 from themis.run.threads import parse_threads
 from themis.tracking.settings import LoggerConfig
 from themis.utils import (
@@ -64,7 +65,7 @@ class BaseTrainConfig:
     precision: str = "auto"
     """Matrix products of SAC's update and the reward model: ``fp32``, ``bf16`` (bfloat16
     autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
-    :mod:`themis.run.precision`."""
+    :mod:`themis.core.precision`."""
     torch_threads: Any = "auto"
     """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.run.threads`: one
     thread for small vector networks, more for CNNs and wide networks, one while other processes
@@ -438,73 +439,6 @@ def resume_target(value: object) -> str | None:
 
 
 # ---------------------------------------------------------------- configs from elsewhere
-def resolver_calls(text: str) -> list[str]:
-    """Names of the OmegaConf resolvers a string calls when resolved (``${oc.env:HOME}`` →
-    ``["oc.env"]``; plain references such as ``${segment}`` and escaped ``\\${...}`` call
-    none).
-
-    Raises:
-        ValueError: the string is no valid OmegaConf value (a broken interpolation).
-    """
-    if "${" not in text:
-        return []
-    from omegaconf.errors import GrammarParseError
-    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
-    from omegaconf.grammar_parser import parse
-
-    try:
-        tree = parse(text, parser_rule="configValue", lexer_mode="DEFAULT_MODE")
-    except GrammarParseError as e:
-        raise ValueError(str(e).splitlines()[0]) from None
-    names, todo = [], [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
-            names.append(node.resolverName().getText())
-        todo += getattr(node, "children", None) or []
-    return names
-
-
-def check_no_resolvers(cfg: Any, where: str | Path) -> None:
-    """Refuse a received config (a run's ``config.yaml`` from someone else) whose values call
-    resolvers: ``${oc.env:SECRET}``, or any resolver registered in this process, could read
-    this machine's environment or files into the run (and its saved config). Configs Themis
-    writes hold resolved values only.
-
-    Args:
-        cfg: the config as loaded, unresolved (``OmegaConf.load``).
-        where: the file, for the message.
-
-    Raises:
-        ConfigError: the first value that calls a resolver, or is a broken interpolation.
-    """
-    from omegaconf import OmegaConf
-
-    def visit(node: Any, key: str) -> None:
-        if isinstance(node, dict | list):
-            for k, value in node.items() if isinstance(node, dict) else enumerate(node):
-                visit(value, f"{key}.{k}" if key else str(k))
-        elif isinstance(node, str):
-            try:
-                calls = resolver_calls(node)
-            except ValueError as e:
-                raise ConfigError(f"{where}: {key}={node!r} is a broken interpolation ({e})"
-                                  ) from None
-            if calls:
-                raise ConfigError(f"{where}: {key}={node!r} calls the resolver {calls[0]}; a "
-                                  "received config may hold values only (it could read this "
-                                  "machine's environment or files): write the value itself")
-
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        plain = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{where}: {getattr(e, 'full_key', '') or 'a value'} is a broken "
-                          f"interpolation ({str(e).splitlines()[0]})") from None
-    visit(plain, "")
-
-
 def named_code(cfg: Any) -> dict[str, str]:
     """Config values that name code for this process to import and call:
     ``obs_transform=module:function`` and ``env=module:EnvId`` (``domain=Gym`` imports the
@@ -534,8 +468,8 @@ def check_named_code(cfg: Any, where: str | Path, given: Collection[str] = ()) -
 
 def load_received_config(path: str | Path) -> DictConfig:
     """A run's ``config.yaml`` as the schema reads it, refusing what a crafted file could do:
-    resolver calls (:func:`check_no_resolvers`), no YAML mapping, keys or types the schema does
-    not know.
+    resolver calls (:func:`themis.core.safe_loading.check_no_resolvers`), no YAML mapping,
+    keys or types the schema does not know.
 
     Raises:
         ConfigError: one line naming the file and the problem.

@@ -3,7 +3,7 @@ pieces both training loops share (evaluation, CSV rows, checkpoints, snapshots).
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
-(:func:`themis.run.train.make_workspace`) and hands it to the Workspace, which asks it for the agent
+(:func:`themis.cli.train.make_workspace`) and hands it to the Workspace, which asks it for the agent
 and its store and calls it to run. A checkpoint is the list of the components' ``state_dict``.
 """
 
@@ -24,6 +24,9 @@ from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.agents.sb3 import load_sb3_policy
+from themis.core.console import close_progress_bars
+from themis.core.precision import resolve_precision
+from themis.core.safe_loading import MALFORMED, UnsafeFileError, describe, safe_load
 from themis.crowd.label_store import LabelStore
 from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
 from themis.environments.frames import FrameStore
@@ -41,22 +44,17 @@ from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_gr
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.reward.recipe import RewardNormaliser
 from themis.run.checkpoint import (
-    MALFORMED,
     STATE_FILE,
     CheckpointError,
-    UnsafeFileError,
-    describe,
     load_checkpoint,
     rng_states,
-    safe_load,
     save_checkpoint,
     set_rng_states,
     truncate_csv,
 )
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.run.evaluation import run_episodes
-from themis.run.logger import Logger, close_progress_bars, plot_learning_curve
-from themis.run.precision import resolve_precision
+from themis.run.logger import Logger, plot_learning_curve
 from themis.run.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
@@ -182,7 +180,7 @@ class Workspace:
         driver: the training loop that fits the env's action space.
         async_learner: builds the background learner of ``reward_training=async`` from the
             workspace (:class:`themis.online.loop.AsyncLearner`, passed by
-            :func:`themis.run.train.make_workspace`, so the workspace and the learner that
+            :func:`themis.cli.train.make_workspace`, so the workspace and the learner that
             reads it do not import each other).
 
     Raises:
@@ -284,7 +282,7 @@ class Workspace:
         if cfg.reward_training == "async":  # labels, store and training are in its process
             if async_learner is None:
                 raise ValueError("reward_training=async needs async_learner "
-                                 "(themis.run.train.make_workspace passes it)")
+                                 "(themis.cli.train.make_workspace passes it)")
             self.remote = async_learner(self)
             # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)

@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from themis.run.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
+from themis.cli.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
 
 register_configs()
 

@@ -1,7 +1,7 @@
 """Hydra entry point of ``./themis_train.sh``: PEBBLE (or SAC on the true reward) end to end.
 
-    python -m themis.run.train env=HalfCheetah-v5 max_feedback=1000
-    python -m themis.run.train pretrained_snapshot=runs/.../snapshot.pt
+    python -m themis.cli.train env=HalfCheetah-v5 max_feedback=1000
+    python -m themis.cli.train pretrained_snapshot=runs/.../snapshot.pt
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def describe_composition_error(error: Exception) -> str:
         close = difflib.get_close_matches(key, _config_keys(OmegaConf.structured(TrainConfig)),
                                           n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        return (f"{key} is not a Themis config key{hint}; python -m themis.run.train --help "
+        return (f"{key} is not a Themis config key{hint}; python -m themis.cli.train --help "
                 "lists them")
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "a value"
@@ -141,7 +141,7 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{name} is not a Themis config key{hint}; python -m themis.run.train --help "
+            fail(f"{name} is not a Themis config key{hint}; python -m themis.cli.train --help "
                  "lists them")
     return cfg
 

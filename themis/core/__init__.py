@@ -1,0 +1,10 @@
+"""Pieces every floor above the ground floor (:mod:`themis.utils`) may use; none imports
+another package of ``themis/``.
+
+- :mod:`themis.core.precision`: matrix products in bfloat16 (``precision=auto|fp32|bf16``),
+  used by SAC, the reward ensemble and the run;
+- :mod:`themis.core.safe_loading`: files a user may have received, loaded without running
+  code from them (PyTorch files as plain data, configs as values);
+- :mod:`themis.core.console`: the run's progress bars, paused while a person answers in the
+  terminal.
+"""

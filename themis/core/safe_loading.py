@@ -1,0 +1,157 @@
+"""Loading what a user may have received from someone else, without running code from it.
+
+- PyTorch files (snapshots, checkpoints, a run's ``agent.pt``, ``reward_model.pt``) as plain
+  data only: :func:`safe_load` (``torch.load(weights_only=True)`` with NumPy arrays allowed),
+  :class:`UnsafeFileError`; restoring from such data fails with one of :data:`MALFORMED`,
+  :func:`describe` gives its line.
+- Configs (a run's ``config.yaml``) as values only: :func:`check_no_resolvers` refuses
+  ``${oc.env:...}`` and every other resolver call (:func:`resolver_calls`).
+
+The reward model, the run's checkpoints, the online learner, the crowd audit and the run
+reports all read received files: this module is on a floor below all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from themis.utils import ConfigError
+
+
+class UnsafeFileError(ValueError):
+    """A file that would need more than plain data to load (it could run code), or no
+    PyTorch file at all."""
+
+
+# NumPy arrays and scalars in checkpoints and snapshots (replay buffers, running statistics,
+# NumPy's generator state): the only globals allowed besides PyTorch's own plain types.
+_multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core")
+                                      else "numpy.core.multiarray")  # NumPy 2 / NumPy 1
+_NUMPY_GLOBALS: list[Any] = [np.ndarray, np.dtype, _multiarray._reconstruct,
+                             _multiarray.scalar, bytes]  # bytes(): empty arrays' data
+_NUMPY_GLOBALS += [type(np.dtype(t)) for t in (np.float32, np.float64, np.int32, np.int64,
+                                                 np.uint8, np.uint32, np.bool_)]
+
+
+def safe_load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> Any:
+    """Load a PyTorch file without running code from it: ``torch.load(weights_only=True)``
+    with NumPy arrays and scalars allowed. Tensors, numbers, strings, lists, tuples, dicts and
+    NumPy arrays load; anything else (a pickled class or function) is refused.
+
+    Use it for every file a user may have received from someone else: snapshots, checkpoints,
+    a run's ``agent.pt``. ``mmap``: tensors stay on disk until read (a few keys of a large
+    file, cheaply).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnsafeFileError: the file needs more than plain data, or is not a PyTorch file.
+    """
+    try:
+        with torch.serialization.safe_globals(_NUMPY_GLOBALS):
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
+    except pickle.UnpicklingError as e:
+        lines = str(e).splitlines()
+        what = next((line.split("GLOBAL ", 1)[1].split(" ")[0] for line in lines
+                     if "Unsupported global: GLOBAL" in line), None)
+        if what is None:  # not a pickle of anything: random bytes, a truncated file
+            detail = next((line.split("error:", 1)[1].strip() for line in lines
+                           if "WeightsUnpickler error:" in line), "unreadable")
+            raise UnsafeFileError(f"{path} is not a readable PyTorch file ({detail})") from None
+        raise UnsafeFileError(f"{path} was refused: it needs {what}, more than plain tensors "
+                              "and arrays (loading it could run code from the file)") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as e:
+        raise UnsafeFileError(f"{path} is not a readable PyTorch file "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+                              ) from None
+
+
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,
+             OverflowError)
+"""What restoring from plain data that Themis did not write raises (a crafted or replaced
+``state.pt``, snapshot, ``agent.pt`` or ``reward_model.pt`` that :func:`safe_load` read):
+a missing key, a wrong type, a tensor of another shape."""
+
+
+def describe(error: BaseException) -> str:
+    """One line for an error of :data:`MALFORMED`: ``'agent' is missing`` for a ``KeyError``,
+    else the error's first line (at most 200 characters)."""
+    if isinstance(error, KeyError) and error.args:
+        return f"{error.args[0]!r} is missing"
+    text = str(error).strip().splitlines()
+    return (f"{type(error).__name__}: {text[0]}" if text else type(error).__name__)[:200]
+
+
+# ---------------------------------------------------------------- configs
+def resolver_calls(text: str) -> list[str]:
+    """Names of the OmegaConf resolvers a string calls when resolved (``${oc.env:HOME}`` →
+    ``["oc.env"]``; plain references such as ``${segment}`` and escaped ``\\${...}`` call
+    none).
+
+    Raises:
+        ValueError: the string is no valid OmegaConf value (a broken interpolation).
+    """
+    if "${" not in text:
+        return []
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    try:
+        tree = parse(text, parser_rule="configValue", lexer_mode="DEFAULT_MODE")
+    except GrammarParseError as e:
+        raise ValueError(str(e).splitlines()[0]) from None
+    names, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
+            names.append(node.resolverName().getText())
+        todo += getattr(node, "children", None) or []
+    return names
+
+
+def check_no_resolvers(cfg: Any, where: str | Path) -> None:
+    """Refuse a received config (a run's ``config.yaml`` from someone else) whose values call
+    resolvers: ``${oc.env:SECRET}``, or any resolver registered in this process, could read
+    this machine's environment or files into the run (and its saved config). Configs Themis
+    writes hold resolved values only.
+
+    Args:
+        cfg: the config as loaded, unresolved (``OmegaConf.load``).
+        where: the file, for the message.
+
+    Raises:
+        ConfigError: the first value that calls a resolver, or is a broken interpolation.
+    """
+    from omegaconf import OmegaConf
+
+    def visit(node: Any, key: str) -> None:
+        if isinstance(node, dict | list):
+            for k, value in node.items() if isinstance(node, dict) else enumerate(node):
+                visit(value, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, str):
+            try:
+                calls = resolver_calls(node)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {key}={node!r} is a broken interpolation ({e})"
+                                  ) from None
+            if calls:
+                raise ConfigError(f"{where}: {key}={node!r} calls the resolver {calls[0]}; a "
+                                  "received config may hold values only (it could read this "
+                                  "machine's environment or files): write the value itself")
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {getattr(e, 'full_key', '') or 'a value'} is a broken "
+                          f"interpolation ({str(e).splitlines()[0]})") from None
+    visit(plain, "")
