@@ -26,7 +26,7 @@ from themis.feedback.teachers import (
     SyntheticTeacher,
     TeacherPreset,
 )
-from themis.methods.base import MethodContext
+from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
@@ -176,7 +176,8 @@ def make_learner(ws: Any) -> PreferenceLearner:
         model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
         np.random.default_rng(cfg.seed + 1)) if rating else RewardTrainer(
         model, cfg.reward_lr, cfg.reward_train_batch, np.random.default_rng(cfg.seed + 1),
-        methods=methods, **trainer_kwargs(cfg))  # DRLHP's recipe keys
+        crop=choose_augmentation(methods), methods=methods,
+        **trainer_kwargs(cfg))  # DRLHP's recipe keys
     for method in methods:
         method.bind(model, trainer.optimizer)
     teacher_rng = np.random.default_rng(cfg.seed + 2)

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from themis.agents.encoders import observation_kind
-from themis.methods.base import Method, choose_augmentation, overrides
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble
 from themis.reward.preference_models import true_preference
@@ -76,9 +75,10 @@ class RewardTrainer:
         rng: random generator for the per-member permutations (and crops, pseudo-label
             batches).
         crop: a temporal crop of every pair (:class:`themis.methods.crop.TemporalCrop`);
-            default: the methods' :func:`~themis.methods.base.choose_augmentation`.
+            (the run's factory passes the methods' chosen one).
         methods: the run's methods, whose reward-training hooks run here
-            (:class:`themis.methods.base.Method`: ``select_labels`` before each epoch,
+            (:class:`themis.methods.base.Method`, read here by its hooks only, so that the
+            reward floor imports no method: ``select_labels`` before each epoch,
             ``start_epoch`` / ``end_epoch``, ``batch_loss`` each batch, ``stop_rule``).
         target_accuracy: :meth:`train` stops once train accuracy exceeds it (BPref: 0.97; a
             method's ``stop_rule`` replaces it).
@@ -102,7 +102,7 @@ class RewardTrainer:
 
     def __init__(self, model: RewardEnsemble, lr: float = 3e-4, batch_size: int = 128,
                  rng: np.random.Generator | None = None, chunk_images: int | None = 256,
-                 crop: Any = None, methods: Sequence[Method] = (),
+                 crop: Any = None, methods: Sequence[Any] = (),
                  target_accuracy: float = 0.97,
                  min_epochs: int = 0, random_response: float = 0.0,
                  validation: ValidationSplit | None = None,
@@ -124,10 +124,7 @@ class RewardTrainer:
         self.target_accuracy, self.min_epochs = target_accuracy, min_epochs
         self.batch_size = batch_size
         self.chunk_images = chunk_images
-        self.crop = crop if crop is not None else choose_augmentation(self.methods)
-        self.label_filters = [m for m in self.methods if overrides(m, "select_labels")]
-        self.epoch_hooks = [m for m in self.methods if overrides(m, "start_epoch")
-                            or overrides(m, "end_epoch") or overrides(m, "batch_loss")]
+        self.crop = crop
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
 
@@ -142,7 +139,7 @@ class RewardTrainer:
         picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
         if picked is not None:  # e.g. without the labels of flagged labelers
             labels = labels[picked]
-        for method in self.label_filters:  # e.g. this epoch's trusted and flipped labels
+        for method in self.methods:  # e.g. this epoch's trusted and flipped labels
             oracle = true_preference(dataset.true_rewards[: len(dataset)]).astype(np.float32)
             if picked is not None:
                 oracle = oracle[picked.cpu().numpy()]
@@ -161,7 +158,7 @@ class RewardTrainer:
         else:
             perms = torch.from_numpy(np.stack([self.rng.permutation(n) for _ in range(ens)]))
         perms = perms.to(self.model.device)
-        for method in self.epoch_hooks:
+        for method in self.methods:
             method.start_epoch()
         total_loss = torch.zeros((), device=obs.device)
         correct = torch.zeros((), device=obs.device)
@@ -188,13 +185,13 @@ class RewardTrainer:
                     total_loss += loss.detach() * batch.shape[1]
             if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
                 self.l2.penalty(member_weight_norms(self.model, ens)).backward()
-            for method in self.epoch_hooks:  # e.g. pseudo-labelled unlabelled pairs
+            for method in self.methods:  # e.g. pseudo-labelled unlabelled pairs
                 extra = method.batch_loss(self.model, self.batch_size, self.rng,
                                           self.pair_returns)
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
-        for method in self.epoch_hooks:
+        for method in self.methods:
             method.end_epoch()
         accuracy = correct.item() / counted.item() if counted.item() else float("nan")
         return total_loss.item() / (n * ens), accuracy
