@@ -41,10 +41,6 @@ FLOORS: list[set[str]] = [
     {"cli"},  # the entry points of ./themis_train.sh and ./themis_pretrain.sh
     {"interpret", "themis"},  # run reports, reward inspection; the public API
 ]
-# Package arrows tolerated for now, each with the change that removes it.
-ACCEPTED_EDGES = {
-    ("reward", "methods"),  # removed by the trainer change (reward/trainer.py, methods.base)
-}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -183,7 +179,6 @@ def test_no_package_circle():
     """No package of themis/ reaches itself through its modules' imports (a module circle is
     not needed: ``a.x -> b.y -> a.z`` is a circle of packages ``a`` and ``b``)."""
     packages = package_graph(import_graph())
-    packages.remove_edges_from(ACCEPTED_EDGES)
     cycles = sorted(nx.simple_cycles(packages), key=lambda cycle: (len(cycle), cycle))
     assert not cycles, "package circle(s):\n" + "\n".join(
         ";  ".join(_arrow(packages, a, b) for a, b in zip(cycle, [*cycle[1:], cycle[0]],
@@ -198,7 +193,7 @@ def test_arrows_point_down_the_floors():
     assert set(packages) == set(floor), "give each package a floor in FLOORS: " \
         f"new {sorted(set(packages) - set(floor))}, gone {sorted(set(floor) - set(packages))}"
     up = [_arrow(packages, a, b) for a, b in sorted(packages.edges)
-          if floor[b] >= floor[a] and (a, b) not in ACCEPTED_EDGES]
+          if floor[b] >= floor[a]]
     assert not up, "arrows that do not point down the floors:\n" + "\n".join(up)
 
 

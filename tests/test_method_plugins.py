@@ -135,8 +135,8 @@ def test_a_method_only_needs_its_hooks(compose, tmp_path, monkeypatch):
     agent's reward through its hook, with nothing else edited."""
     from dataclasses import dataclass
 
+    from themis.cli.train import make_workspace
     from themis.methods import registry
-    from themis.run.train import make_workspace
 
     @dataclass
     class PlusOneConfig:
