@@ -30,7 +30,8 @@ from themis.utils import ConfigError
     ("pretrained_snapshot=/nonexistent/snapshot.pt", "does not exist"),
     ("reward_lr=nan", "reward_lr=nan must be a positive number"),
     ("label_port=70000", "label_port=70000 is not a TCP port"),
-    ("method=sruf", "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, surf"),
+    ("method=sruf",
+     "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, senior, surf"),
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
     ("seed=-1", "seed=-1 is outside [0, 2147483647]"),
@@ -205,15 +206,10 @@ def test_help_describes_every_key():
     out = proc.stdout
     assert "  env = Hopper-v5\n" in out  # the overrides are applied to what is shown
     assert "  num_interact = 5000\n      Environment steps between feedback rounds." in out
-    from themis.methods.mrn import MRNConfig
-    from themis.methods.qpa import QPAConfig
-    from themis.methods.rime import RIMEConfig
-    from themis.methods.rune import RUNEConfig
-    from themis.methods.surf import SURFConfig
+    from themis.methods.registry import config_groups
     from themis.tracking import LoggerConfig
 
-    groups = {"sac": SACConfig, "ppo": PPOConfig, "surf": SURFConfig, "rune": RUNEConfig,
-              "qpa": QPAConfig, "rime": RIMEConfig, "mrn": MRNConfig, "logger": LoggerConfig}
+    groups = {"sac": SACConfig, "ppo": PPOConfig, **config_groups(), "logger": LoggerConfig}
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in groups] + \
         [f"{group}.{f.name}" for group, cls in groups.items() for f in dataclasses.fields(cls)]
     lines = out.splitlines()
