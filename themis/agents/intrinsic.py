@@ -3,7 +3,7 @@
 The particle-based entropy estimate (Singh et al. 2003; Liu & Abbeel 2021, APT) rewards a state by
 its distance to its k-th nearest neighbour among the visited states:
 ``d(s) = ||s - s^{kNN}||₂``, normalised with running statistics of d: ``d / σ`` (PEBBLE,
-``state_entropy_scale=std``) or ``clip((d − μ) / 3σ, −1, 1)`` (RIME, ``centred``:
+``state_entropy_scale=std``) or ``clip((d − μ) / 3σ, −1, 1)`` (Cheng et al. 2024, ``centred``:
 CJReinforce/RIME_ICML2024 ``agent/sac_RIME.py`` ``update_critic_state_ent``).
 """
 
@@ -15,11 +15,12 @@ import numpy as np
 import torch
 
 SCALES = ("std", "centred")
-"""``state_entropy_scale`` values: PEBBLE's ``d / σ`` and RIME's ``clip((d − μ) / 3σ, −1, 1)``."""
+"""``state_entropy_scale`` values: PEBBLE's ``d / σ`` and the centred
+``clip((d − μ) / 3σ, −1, 1)``."""
 
 
 class NoveltySample(NamedTuple):
-    """A batch of states with their standardised novelty (RIME's warm-start target).
+    """A batch of states with their standardised novelty (a warm-start target of r̂).
 
     Attributes:
         observations: ``(B, *obs_shape)``.
@@ -128,11 +129,12 @@ class StateEntropyReward:
         encoder: maps ``(B, *obs_shape)`` observations to features; distances are measured
             between features. Pixels and grids use a fixed random CNN (RE3, Seo et al. 2021:
             :func:`themis.agents.encoders.random_encoder`); default: the flattened observation.
-        scale: ``std`` (PEBBLE: ``d / σ``) or ``centred`` (RIME: ``clip((d − μ) / 3σ, −1, 1)``).
+        scale: ``std`` (PEBBLE: ``d / σ``) or ``centred`` (Cheng et al. 2024:
+            ``clip((d − μ) / 3σ, −1, 1)``).
 
     Attributes:
         stats: running mean and variance of every d rewarded so far.
-        low, high: the smallest and largest d rewarded so far (RIME's warm-start scale).
+        low, high: the smallest and largest d rewarded so far (the warm-start scale).
 
     Raises:
         ValueError: an unknown ``scale``.
@@ -183,7 +185,7 @@ class StateEntropyReward:
 
     def standardise(self, dist: torch.Tensor) -> tuple[torch.Tensor, float]:
         """``(z, bound)``: z = (d − μ) / σ of distances ``(B,)`` and max |z| of :attr:`low` and
-        :attr:`high` (1 before any update), as RIME's warm start scales its target
+        :attr:`high` (1 before any update), as a warm start of r̂ scales its target
         (``train_RIME.py``: ``scale = ((s_ent_stats − mean) / std).abs().max()``)."""
         mean, std = float(self.stats.mean), float(self.stats.std + 1e-8)
         bound = max(abs(self.low - mean), abs(self.high - mean)) / std \

@@ -97,8 +97,8 @@ def teacher_name(cfg: Any) -> str:
 
 def run_title(cfg: Any, agent: str) -> str:
     """What a run is, for the banner, ``learning_curve.png`` and the run report: the method
-    (``PEBBLE``, ``SURF+RUNE``; ``PrefPPO`` or ``… on PrefPPO`` for PPO), the sampler and the
-    teacher — or the agent on the true reward (``learn_reward=false``)."""
+    (``PEBBLE``, the methods' titles joined by ``+``; ``PrefPPO`` or ``… on PrefPPO`` for
+    PPO), the sampler and the teacher — or the agent on the true reward (``learn_reward=false``)."""
     if not cfg.learn_reward:
         return f"{agent.upper()} on the true reward"
     base = "PrefPPO" if agent == "ppo" else "PEBBLE"

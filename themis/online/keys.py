@@ -29,7 +29,7 @@ from themis.run.config import TrainConfig, compose, validate
 from themis.utils import NON_NEGATIVE, ConfigError, Range
 
 GROUP_KEYS = ("method", "teacher", "domain")
-"""Config groups chosen by name (``method=surf``, ``teacher=noisy``), as on the command line."""
+"""Config groups chosen by name (``method=NAME``, ``teacher=noisy``), as on the command line."""
 
 LOOP_KEYS: dict[str, str] = {
     "env": "the wrapper wraps the env you pass it",
@@ -119,7 +119,7 @@ def _unknown(key: str) -> ConfigError:
 
 
 def _flat(keys: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"surf": {"mu": 4}}`` and ``{"surf.mu": 4}`` alike as dotted keys."""
+    """``{"group": {"key": 4}}`` and ``{"group.key": 4}`` alike as dotted keys."""
     out: dict[str, Any] = {}
     for key, value in keys.items():
         name = f"{prefix}{key}"
@@ -142,8 +142,8 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
     """The run's config from the wrapper's keyword arguments, validated.
 
     Args:
-        keys: the keyword arguments (``max_feedback=200``, ``method="surf"``,
-            ``surf={"mu": 4}`` or ``**{"surf.mu": 4}``, ``warmup_reward="true"``, ...).
+        keys: the keyword arguments (``max_feedback=200``, ``method="NAME"``,
+            ``NAME={"key": 4}`` or ``**{"NAME.key": 4}``, ``warmup_reward="true"``, ...).
         discrete: the env's actions are ``Discrete`` (methods that need SAC are refused).
         pretrained: the config of the ``reward_model`` file (its architecture is taken).
         saved: a resumed run's ``config.yaml``: its values, with ``keys`` on top.

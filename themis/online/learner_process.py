@@ -108,7 +108,7 @@ class LearnerSpace:
         self.frames = FrameStore(frame_capacity(cfg), spec.capacity, frame_size(cfg)) \
             if cfg.human_teacher else None
         self.step = 0
-        self.driver = SimpleNamespace(NAME="sac")  # RUNE's β_t decays with the env steps
+        self.driver = SimpleNamespace(NAME="sac")  # a method's clock counts env steps
         self.env = self.agent = None  # no agent here (explanations of the policy are refused)
         web = make_label_store(self)
         self.label_store = web[0] if web is not None else None

@@ -7,7 +7,7 @@
     env = PreferenceLearningWrapper(gym.make(...), "runs/agent", reward_model="runs/reward",
                                     max_feedback=0)   # the agent learns from it, frozen
 
-The reward ensemble, trainer and method pieces (SURF's crops and pseudo-labels, RIME's label
+The reward ensemble, trainer and method pieces (crops, pseudo-labels, label
 filter) are those of a run (:func:`themis.feedback.factory.make_learner`); the command is
 ``scripts/train_reward.py PREFS_DIR OUT_DIR [key=value ...]``.
 """
@@ -41,7 +41,7 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
         out_dir: where the model goes (created).
         **keys: ``./themis_train.sh`` keys of the reward model and its training
             (``ensemble_size``, ``reward_hidden_dim``, ``reward_update`` (epochs at most),
-            ``reward_lr``, ``method=surf``/``rime``, ``seed``, ...).
+            ``reward_lr``, ``method=NAME``, ``seed``, ...).
 
     Returns:
         the trained model (eval mode, CPU or ``device``).

@@ -605,7 +605,8 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
 
     Returned reward: r̂(s, a) of the transition ``(s, a, s')``, the ensemble mean, normalised to
     zero mean and unit variance with running statistics (DRLHP; ``normalize_reward=false``:
-    raw); RUNE's ``β_t · std`` is added (``method=rune``). Before the first model (and until
+    raw); a method's ``reward_bonus`` is added (e.g. β_t · the ensemble's std). Before the
+    first model (and until
     ``n_initial_training_steps`` versions): 0 — or, with ``warmup_reward="true"``, the env's
     reward, a warm-up on the true reward. ``info["true_reward"]`` always holds the env's
     reward, ``info["predicted_reward"]`` r̂ (NaN before the first model). With
@@ -619,11 +620,12 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
             ``checkpoints/``, ``config.yaml``).
         **keys: ``./themis_train.sh`` keys (``max_feedback``, ``reward_batch``, ``segment``,
             ``feed_type``, ``teacher``, ``method``, ``human_teacher``, ``teacher_ui``,
-            ``prefs_path``, ...; ``surf={"mu": 4}`` or ``**{"surf.mu": 4}``) and the wrapper's
+            ``prefs_path``, ...; ``NAME={"key": 4}`` or ``**{"NAME.key": 4}`` for a method's
+            keys) and the wrapper's
             own (:class:`themis.online.keys.OnlineKeys`: ``warmup_reward``,
             ``n_initial_training_steps``, ``reward_model``, ``normalize_reward``,
             ``obs_transform``, ``resume``, ``close_timeout``). Keys of Themis's own loop
-            (``sac.*``, ``num_unsup_steps``, ...) and methods inside the agent (QPA, MRN) are
+            (``sac.*``, ``num_unsup_steps``, ...) and methods that work inside the agent are
             refused.
 
     Raises:

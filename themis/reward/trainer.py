@@ -218,8 +218,8 @@ class RewardTrainer:
               rows: np.ndarray | None = None) -> RewardTrainStats:
         """Train for up to ``max_epochs`` epochs, stopping once train accuracy >
         ``target_accuracy`` (default :attr:`target_accuracy`; BPref) after more than
-        :attr:`min_epochs` epochs (RIME), or after one epoch when every label is a tie
-        (accuracy NaN: no order to fit).
+        :attr:`min_epochs` epochs (a method's stop rule), or after one epoch when every label is
+        a tie (accuracy NaN: no order to fit).
 
         ``rows``: the dataset rows to train on (default: all).
 

@@ -88,7 +88,7 @@ class BaseTrainConfig:
     """Replay states sampled as k-NN references for each batch."""
     state_entropy_scale: str = "std"
     """Pretraining reward from the k-NN distance d: std (PEBBLE: d / running std) or centred
-    (RIME: clip((d − mean) / 3 std, −1, 1); ``method=rime`` sets it)."""
+    (clip((d − mean) / 3 std, −1, 1), Cheng et al. 2024; a method's config may set it)."""
     reset_update: int = 100
     """Gradient updates right after the critic reset that ends pretraining (BPref)."""
 
@@ -279,7 +279,7 @@ class BaseTrainConfig:
     agent: str = "auto"
     """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
     reset_critic: bool = True
-    """Reset SAC's critic at the end of pretraining (PEBBLE; RIME keeps it)."""
+    """Reset SAC's critic at the end of pretraining (PEBBLE; a method's config may keep it)."""
     sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
