@@ -244,7 +244,7 @@ def test_sb3_sac_trains_through_the_wrapper_while_the_reward_model_changes(tmp_p
 
     class Versions(BaseCallback):
         def _on_step(self) -> bool:
-            v = env.model_version
+            v = env.core.version  # the version this step used (model_version would refresh)
             if v not in weights:
                 weights[v] = torch.nn.utils.parameters_to_vector(
                     env.core.ensemble.model.parameters()).clone()
