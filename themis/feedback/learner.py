@@ -105,7 +105,7 @@ class PreferenceLearner:
         self.bpref_thresholds = bpref_thresholds
         self.channel: Channel | None = None
         # PEBBLE's successors (themis/methods): the run's methods, whose hooks run here
-        self.methods: list[Method] = list(getattr(trainer, "methods", ()))
+        self.methods = list(getattr(trainer, "methods", ()))
         self.gold_dataset: PreferenceDataset | None = None  # gold_path: known answers
         # DRLHP's recipe, set by the workspace when its keys are on
         self.normaliser: RewardNormaliser | None = None  # reward_norm_std
@@ -117,12 +117,24 @@ class PreferenceLearner:
         self.reward_accuracy = float("nan")
         self.stats = TeacherStats()
 
+    @property
+    def methods(self) -> list[Method]:
+        """The run's methods (their hooks run here)."""
+        return self._methods
+
+    @methods.setter
+    def methods(self, methods: list[Method]) -> None:
+        self._methods = list(methods)
+        # the hooks called every agent step, found once (not on each call)
+        self._bonus_methods = [m for m in self._methods if overrides(m, "reward_bonus")]
+        self._between_methods = [m for m in self._methods if overrides(m, "between_rounds")]
+
     # ------------------------------------------------------------------ the agent's view
     def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
         """Ensemble-mean r̂(s, a), plus the methods' ``reward_bonus`` (e.g. β_t × the
         ensemble's std); with ``reward_norm_std`` of the members normalised by
         :attr:`normaliser`: ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
-        bonus_methods = [m for m in self.methods if overrides(m, "reward_bonus")]
+        bonus_methods = self._bonus_methods
         with eval_mode(self.model):
             if self.normaliser is not None:
                 members = self.normaliser(self.model.predict_members(obs, action))
@@ -179,7 +191,7 @@ class PreferenceLearner:
         ``agent``'s critic on the batch ``sample()`` and the last ``reward_batch`` labels),
         while feedback is open and labels exist. Returns whether r̂ changed (the caller
         relabels)."""
-        hooks = [m for m in self.methods if overrides(m, "between_rounds")]
+        hooks = self._between_methods
         if not hooks or not (self.is_open() and len(self.dataset)):
             return False
         changed = False

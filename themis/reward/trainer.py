@@ -139,10 +139,11 @@ class RewardTrainer:
         picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
         if picked is not None:  # e.g. without the labels of flagged labelers
             labels = labels[picked]
+        truth = true_preference(dataset.true_rewards[: len(dataset)]).astype(np.float32) \
+            if self.methods else None  # once per epoch, for the methods' label statistics
         for method in self.methods:  # e.g. this epoch's trusted and flipped labels
-            oracle = true_preference(dataset.true_rewards[: len(dataset)]).astype(np.float32)
-            if picked is not None:
-                oracle = oracle[picked.cpu().numpy()]
+            assert truth is not None
+            oracle = truth if picked is None else truth[picked.cpu().numpy()]
             chosen = method.select_labels(
                 self.model, obs if picked is None else obs[picked],
                 act if picked is None else act[picked], labels, oracle)
