@@ -7,6 +7,7 @@
     python scripts/bench_methods.py --noisy HalfCheetah-v5             # + PEBBLE vs RIME, 30 %
                                                                       #   wrong labels
     python scripts/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
+    python scripts/bench_methods.py --protocol ppe --jobs 2          # PPE's Table 1 (walker_walk)
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
 ``method=``, ``max_feedback=``, ``seed=``), in ``OUT/clean/<env>/<budget>/<method>/seed<k>/``.
@@ -23,6 +24,15 @@ ENV at the largest budget, and RIME's caught / discarded-clean counts are report
 after ``--`` go to every run; ``--table-only`` runs nothing and tables the runs finished so far
 (the seeds column says how many each cell has). ``--metric success_rate`` tables Meta-World's
 success rate (the last evaluation's share of successful episodes) instead of the return.
+
+``--protocol ppe`` runs the protocol of PPE's Table 1 (Zhu et al., NeurIPS 2025: DeepMind Control
+walker_walk, 500k steps, 100 queries in 10 rounds of 10 every 20k steps, 50-step segments, 9000
+unsupervised steps, final return over seeds; PEBBLE, SURF, RUNE, QPA and plain SAC), each method
+with the settings of its official walker_walk command (``PROTOCOLS`` below: B-Pref's
+``scripts/walker_walk/*/oracle/run_PEBBLE.sh`` and SAC config, SURF's README, QPA's
+``run_QPA.sh``), except the networks: 2×256 and batch 256 (``--sac-width``, ``--sac-batch``)
+where the paper has 2×1024 and batch 1024, which a 2-core CPU cannot run at 500k steps. Its
+defaults (envs, steps, budgets, methods, domain) are the protocol's; flags given still win.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
@@ -49,6 +59,27 @@ METHODS = ("sac", "pebble", "surf", "rune", "qpa", "rime")
 """The grid of issue 18; ``--methods`` also takes ``mrn``."""
 
 
+PROTOCOLS = {
+    "ppe": {
+        "domain": "DMC", "envs": ["walker_walk"], "steps": 500_000, "budgets": [100],
+        "methods": ["sac", "pebble", "surf", "rune", "qpa"],
+        # B-Pref's walker_walk SAC (config/agent/sac.yaml, run scripts' learning rates) and
+        # schedule, shared by every method's official walker_walk command
+        "extra": ["sac.actor_lr=0.0005", "sac.critic_lr=0.0005", "sac.alpha_lr=0.0001",
+                  "sac.critic_target_update_frequency=2", "num_unsup_steps=9000",
+                  "num_interact=20000", "segment=50", "num_eval_episodes=10"],
+        # each method's own official walker_walk settings (the rest is its config's defaults)
+        "method_extra": {
+            "pebble": ["feed_type=1", "reward_update=50"],  # SURF's README, PEBBLE command
+            "surf": ["reward_update=1000"],                  # SURF's README (mu 4, ratio 100)
+            "rune": ["reward_update=50"],                    # B-Pref's schedule, RUNE's bonus
+            "qpa": ["reward_update=2000"],                   # run_QPA.sh (pool 10, aug 20, her 0.5)
+        },
+    },
+}
+"""Published protocols: their defaults, the overrides of every run and of each method's runs."""
+
+
 def load_summarize():
     """``scripts/summarize.py`` as a module (its IQM and bootstrap CI)."""
     spec = importlib.util.spec_from_file_location("summarize", ROOT / "scripts" / "summarize.py")
@@ -59,12 +90,15 @@ def load_summarize():
 
 
 def overrides(domain: str, env: str, steps: int, budget: int, method: str, seed: int,
-              rounds: int, threads: int, noisy: bool, extra: list[str]) -> list[str]:
-    """The command line of one run."""
+              rounds: int, threads: int, noisy: bool, extra: list[str],
+              method_extra: dict[str, list[str]] | None = None) -> list[str]:
+    """The command line of one run (``method_extra``: overrides of one method's runs only)."""
     out = [f"domain={domain}", f"env={env}", f"num_train_steps={steps}", f"seed={seed}",
            f"torch_threads={threads}", f"eval_frequency={max(steps // 10, 100)}", *extra]
     if method == "sac":  # plain SAC on the true reward: no pretraining, no critic reset
+        out = [o for o in out if not o.startswith("num_unsup_steps=")]
         return [*out, "learn_reward=false", "num_unsup_steps=0", "reset_update=0"]
+    out += [*(method_extra or {}).get(method, [])]
     out += [f"method={method}", f"max_feedback={budget}",
             f"reward_batch={max(1, budget // rounds)}"]
     if noisy:
@@ -103,13 +137,20 @@ def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--domain", default="Control")
-    parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS),
-                        choices=(*METHODS, "mrn"))
-    parser.add_argument("--budgets", nargs="+", type=int, default=[100, 500])
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
+                        help="a published protocol: its env, steps, budgets, methods, settings")
+    parser.add_argument("--sac-width", type=int, default=256,
+                        help="with --protocol: SAC's hidden width (the papers: 1024)")
+    parser.add_argument("--sac-batch", type=int, default=256,
+                        help="with --protocol: SAC's batch size (the papers: 1024)")
+    parser.add_argument("--domain", default=None, help="default Control")
+    parser.add_argument("--envs", nargs="+", default=None,
+                        help="default HalfCheetah-v5 Hopper-v5")
+    parser.add_argument("--methods", nargs="+", default=None, choices=(*METHODS, "mrn"),
+                        help=f"default {' '.join(METHODS)}")
+    parser.add_argument("--budgets", nargs="+", type=int, default=None, help="default 100 500")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--steps", type=int, default=None, help="default 100000")
     parser.add_argument("--rounds", type=int, default=10, help="feedback rounds per budget")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0,
@@ -124,12 +165,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)
+    protocol = PROTOCOLS.get(args.protocol or "", {})
+    for key, default in (("domain", "Control"), ("envs", ["HalfCheetah-v5", "Hopper-v5"]),
+                         ("methods", list(METHODS)), ("budgets", [100, 500]),
+                         ("steps", 100_000)):
+        if getattr(args, key) is None:
+            setattr(args, key, protocol.get(key, default))
+    method_extra = protocol.get("method_extra", {})
+    if protocol:
+        args.extra = [*protocol["extra"], f"sac.hidden_dim={args.sac_width}",
+                      f"sac.batch_size={args.sac_batch}", *args.extra]
+        if args.out == parser.get_default("out"):
+            args.out = ROOT / "runs" / f"bench_methods_{args.protocol}"
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
-    grid = []
-    for env in args.envs:
-        for budget in args.budgets:
-            for method in args.methods:
-                for seed in args.seeds:
+    grid = []  # seed by seed: an interrupted benchmark has whole seeds of every method
+    for seed in args.seeds:
+        for env in args.envs:
+            for budget in args.budgets:
+                for method in args.methods:
                     grid.append((env, budget, method, seed, False))
     if args.noisy:
         for method in ("pebble", "rime"):
@@ -140,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         run = run_dir(args.out, env, budget, method, seed, noisy)
         if not finished(run, args.steps) and run not in [r for r, _ in todo]:
             todo.append((run, overrides(args.domain, env, args.steps, budget, method, seed,
-                                        args.rounds, threads, noisy, args.extra)))
+                                        args.rounds, threads, noisy, args.extra,
+                                        method_extra)))
     runs = {run_dir(args.out, *cell) for cell in grid}
     print(f"{len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to go "
           f"({args.jobs} at a time, {threads} threads each); logs: OUT/.../run.log", flush=True)
