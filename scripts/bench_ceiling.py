@@ -3,6 +3,7 @@
 
     python scripts/bench_ceiling.py --steps 50000 --seeds 0 1
     python scripts/bench_ceiling.py --env Hopper-v5 --steps 100000 --seeds 0 1 2 --jobs 2
+    python scripts/bench_ceiling.py --jobs 9 --sb3-devices cpu cuda --sb3-threads 3 --out DIR
 
 Both with 2×256 networks, batch 256, learning rate 3e-4, one update per step, 1000 random
 steps first (SB3's ``learning_starts=1000``; Themis's ``num_seed_steps=1000``), automatic
@@ -11,6 +12,12 @@ num_unsup_steps=0 reset_update=0``) and with its defaults otherwise (``precision
 in its own process with one thread, ``--jobs`` at a time. Every 10k steps both evaluate 5
 episodes with the mean (deterministic) action. Prints the mean true return per evaluation step
 and per seed, as a Markdown table, last.
+
+``--sb3-devices cpu cuda`` runs SB3 on each device given (the same algorithm: the device changes
+its speed, not what it learns; one row per device), ``--sb3-threads`` its PyTorch threads on the
+CPU. With ``--out DIR`` every run writes its returns to ``DIR/<kind><seed>.json`` after each
+evaluation, so a run cut short still leaves its curve, and the table is built from those files
+(``--table-only`` tables them without running).
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def sb3_run(env_id: str, steps: int, seed: int) -> dict[int, float]:
-    """SB3 SAC: mean true return of 5 deterministic episodes every 10k steps."""
+def sb3_run(env_id: str, steps: int, seed: int, device: str = "cpu", threads: int = 1,
+            record: Path | None = None) -> dict[int, float]:
+    """SB3 SAC: mean true return of 5 deterministic episodes every 10k steps (written to
+    ``record`` as JSON after each, when given)."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -36,9 +45,9 @@ def sb3_run(env_id: str, steps: int, seed: int) -> dict[int, float]:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     model = SAC("MlpPolicy", gym.make(env_id), learning_starts=1000, batch_size=256,
-                policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0, device="cpu")
+                policy_kwargs={"net_arch": [256, 256]}, seed=seed, verbose=0, device=device)
     eval_env = gym.make(env_id)
     eval_env.reset(seed=seed + 10_000)
     returns: dict[int, float] = {}
@@ -48,6 +57,8 @@ def sb3_run(env_id: str, steps: int, seed: int) -> dict[int, float]:
             if self.num_timesteps % 10_000 == 0:
                 mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=5, deterministic=True)
                 returns[self.num_timesteps] = float(np.mean(mean))
+                if record is not None:
+                    record.write_text(json.dumps(returns))
             return True
 
     model.learn(steps, callback=Every10k())
@@ -70,48 +81,80 @@ def themis_run(env_id: str, steps: int, seed: int, out: Path) -> dict[int, float
                     strict=True))
 
 
+def themis_progress(out: Path) -> dict[int, float]:
+    """The evaluations a Themis run has written so far (``eval.csv``)."""
+    import pandas as pd
+
+    try:
+        evals = pd.read_csv(out / "eval.csv")
+    except (OSError, ValueError):
+        return {}
+    return dict(zip(evals["step"].astype(int), evals["episode_reward"].astype(float),
+                    strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--sb3-devices", nargs="+", default=["cpu"], choices=["cpu", "cuda"])
+    parser.add_argument("--sb3-threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="where each run's returns are written")
+    parser.add_argument("--table-only", action="store_true", help="with --out: table only")
     args = parser.parse_args(argv)
-    if args.steps < 10_000 or args.jobs < 1 or min(args.seeds) < 0:
-        parser.error("--steps must be >= 10000 (one evaluation), --jobs >= 1, seeds >= 0")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_ceiling_"))
-    jobs = [(kind, seed) for seed in args.seeds for kind in ("sb3", "themis")]
+    if args.steps < 10_000 or args.jobs < 1 or min(args.seeds) < 0 or args.sb3_threads < 1:
+        parser.error("--steps must be >= 10000 (one evaluation), --jobs >= 1, seeds >= 0, "
+                     "--sb3-threads >= 1")
+    if args.table_only and args.out is None:
+        parser.error("--table-only needs --out")
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="bench_ceiling_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kinds = [f"sb3_{d}" for d in args.sb3_devices] + ["themis"]
+    jobs = [(kind, seed) for seed in args.seeds for kind in kinds]
 
-    def run(job: tuple[str, int]) -> tuple[str, int, dict[int, float]]:
+    def run(job: tuple[str, int]) -> None:
         kind, seed = job
         out = subprocess.run([sys.executable, __file__, "--worker", kind, args.env,
-                              str(args.steps), str(seed), str(tmp / f"{kind}{seed}")],
+                              str(args.steps), str(seed), str(out_dir / f"{kind}{seed}"),
+                              str(args.sb3_threads)],
                              capture_output=True, text=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             env={**os.environ, "OMP_NUM_THREADS": str(
+                                 args.sb3_threads if kind.startswith("sb3") else 1)})
         if out.returncode != 0:
-            raise SystemExit(f"bench_ceiling: {kind} seed {seed} failed: {out.stderr[-800:]}")
-        result = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
-        print(f"{kind} seed {seed}: {result}", flush=True)
-        return kind, seed, result
+            print(f"bench_ceiling: {kind} seed {seed} failed: {out.stderr[-800:]}",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"{kind} seed {seed}: {out.stdout.strip().splitlines()[-1]}", flush=True)
 
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run, jobs))
+    if not args.table_only:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(run, jobs))
+    results = []
+    for kind, seed in jobs:
+        record = out_dir / f"{kind}{seed}.json"
+        curve = themis_progress(out_dir / f"{kind}{seed}") if kind == "themis" else (
+            {int(k): v for k, v in json.loads(record.read_text()).items()}
+            if record.is_file() else {})
+        results.append((kind, seed, curve))
     print(f"\n{args.env}, {args.steps} steps, 2×256, batch 256, seeds "
           f"{' '.join(map(str, args.seeds))}: true return (mean of 5 episodes, mean action)\n")
     steps = sorted({s for _, _, r in results for s in r})
     print("| method | seed | " + " | ".join(f"{s // 1000}k" for s in steps) + " |")
     print("|---|---|" + "---|" * len(steps))
+    names = {"sb3_cpu": "SB3 SAC", "sb3_cuda": "SB3 SAC (CUDA)", "themis": "Themis SAC"}
     for kind, seed, r in sorted(results):
-        name = "SB3 SAC" if kind == "sb3" else "Themis SAC"
-        print(f"| {name} | {seed} | " + " | ".join(f"{r.get(s, float('nan')):.0f}"
-                                                   for s in steps) + " |")
+        print(f"| {names[kind]} | {seed} | " + " | ".join(
+            f"{r[s]:.0f}" if s in r else "-" for s in steps) + " |")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "--worker":
-        kind, env_id, steps, seed, out = sys.argv[2:]
-        result = sb3_run(env_id, int(steps), int(seed)) if kind == "sb3" else \
+    if len(sys.argv) == 8 and sys.argv[1] == "--worker":
+        kind, env_id, steps, seed, out, threads = sys.argv[2:]
+        result = sb3_run(env_id, int(steps), int(seed), kind.removeprefix("sb3_"),
+                         int(threads), Path(out + ".json")) if kind.startswith("sb3") else \
             themis_run(env_id, int(steps), int(seed), Path(out))
         print(json.dumps(result), flush=True)
         sys.exit(0)
