@@ -13,8 +13,10 @@ otherwise idle machine):
     ``torch.set_num_threads(THREADS)``;
 (b) ``sac``: Themis SAC on the true reward (``learn_reward=false``, no pretraining, no reset),
     with ``torch_threads=THREADS`` (``auto``: Themis's default) and ``precision=PRECISION``;
-(c) ``pebble``: the full Themis PEBBLE loop at the default feedback schedule (unsupervised
-    pretraining, queries, reward-model training and relabelling included).
+(c) ``pebble``: the full Themis PEBBLE loop at the main job's feedback schedule (unsupervised
+    pretraining, queries, reward-model training and relabelling included): the run is as long as
+    the main job (``num_train_steps`` 80000, so ``reward_batch=auto`` asks 100 queries a round
+    every 5000 steps) and its first ``--steps`` steps after the warm-up are measured.
 
 Each process takes ``--warmup`` random-action steps (not measured), then ``--steps`` measured
 ones. The table gives every variant's steps/s; the comparison, last, takes each kind at its best
@@ -58,9 +60,13 @@ def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, de
         return {"steps_per_s": steps / (time.perf_counter() - start),
                 "threads": torch.get_num_threads()}
     from themis.cli.train import make_workspace
-    from themis.run.config import compose
+    from themis.run.config import TrainConfig, compose
 
-    common = ["env=HalfCheetah-v5", f"device={device}", f"num_train_steps={total + 1}",
+    # PEBBLE keeps the main job's schedule (num_train_steps and so reward_batch=auto: 100
+    # queries a round, every 5000 steps): a run shortened to the measured window would put the
+    # whole budget (1000 queries) into its one round, a schedule no run has
+    length = max(total + 1, TrainConfig().num_train_steps) if kind == "pebble" else total + 1
+    common = ["env=HalfCheetah-v5", f"device={device}", f"num_train_steps={length}",
               "sac.hidden_dim=256", "sac.batch_size=256", f"eval_frequency={NEVER}",
               f"log_frequency={NEVER}", f"checkpoint_frequency={NEVER}",
               f"torch_threads={threads}", f"precision={precision}", f"num_seed_steps={warmup}"]
