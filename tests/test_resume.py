@@ -144,6 +144,23 @@ def test_resume_with_the_original_command_line_and_a_longer_budget(tmp_path):
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]
 
 
+def test_resume_with_a_method_whose_config_has_a_defaults_list(tmp_path):
+    """``method=surf`` (its config file includes its per-domain settings through a Hydra
+    defaults list) on the resume command line: the run continues (it ended with a
+    ConfigKeyError on ``defaults``, losing every interrupted SURF, QPA, RIME or MRN run)."""
+    run = tmp_path / "run"
+    first = [*TINY_PENDULUM, "method=surf", "surf.inv_label_ratio=2", f"hydra.run.dir={run}"]
+    done = launch("themis_train.sh", *first)
+    assert done.returncode == 0, done.stderr[-2000:]
+    longer = [o for o in first if not o.startswith("num_train_steps=")]
+    resumed = launch("themis_train.sh", *longer, "num_train_steps=1800", "resume=true")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    cfg = OmegaConf.load(run / "config.yaml")
+    assert cfg.surf.enabled and cfg.surf.inv_label_ratio == 2 and cfg.feed_type == 1
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]
+
+
 def test_a_checkpoint_is_read_onto_the_cpu_whatever_the_run_device(compose, tmp_path):
     """A run on CUDA read its checkpoint onto the GPU, and torch refused the CPU generator's
     state from there ("RNG state must be a torch.ByteTensor"): resume=... device=cuda failed.
