@@ -220,6 +220,54 @@ def test_bench_methods_ceiling_is_plain_sac_on_the_true_reward_with_the_methods_
     assert compose(pebble).num_unsup_steps == 9000
 
 
+def test_bench_ceiling_tables_the_curves_runs_left_even_when_cut_short(tmp_path):
+    """``--table-only --out``: SB3's per-evaluation JSON and Themis's eval.csv, one row per
+    device and seed, '-' where a run stopped before an evaluation."""
+    (tmp_path / "sb3_cpu0.json").write_text(json.dumps({"10000": -98.2, "20000": 26.0}))
+    (tmp_path / "sb3_cuda0.json").write_text(json.dumps({"10000": -124.0}))
+    fake_run(tmp_path, "themis0", [], [10_000, 20_000], [47.0, 599.0])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_ceiling.py"),
+                           "--seeds", "0", "--sb3-devices", "cpu", "cuda", "--out",
+                           str(tmp_path), "--table-only"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| method | seed | 10k | 20k |"
+    assert "| SB3 SAC | 0 | -98 | 26 |" in rows
+    assert "| SB3 SAC (CUDA) | 0 | -124 | - |" in rows
+    assert "| Themis SAC | 0 | 47 | 599 |" in rows
+
+
+def test_bench_methods_ppe_protocol_gives_each_method_its_official_walker_settings(compose):
+    """``--protocol ppe``: PPE's Table 1 schedule for every run, each method's own official
+    walker_walk settings on top, and plain SAC without the protocol's pretraining."""
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "scripts" / "bench_methods.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ppe = bench.PROTOCOLS["ppe"]
+    extra = [*ppe["extra"], "sac.hidden_dim=128", "sac.batch_size=256"]
+
+    def cfg(method):
+        return compose(bench.overrides(ppe["domain"], "walker_walk", ppe["steps"], 100, method, 0,
+                                       10, 1, False, extra, ppe["method_extra"]))
+
+    pebble, surf, rune, qpa, sac = (cfg(m) for m in ("pebble", "surf", "rune", "qpa", "sac"))
+    for run in (pebble, surf, rune, qpa):
+        assert (run.max_feedback, run.reward_batch, run.num_interact, run.segment,
+                run.num_unsup_steps) == (100, 10, 20_000, 50, 9000)
+        assert (run.sac.actor_lr, run.sac.critic_lr, run.sac.alpha_lr,
+                run.sac.critic_target_update_frequency) == (5e-4, 5e-4, 1e-4, 2)
+    assert (pebble.feed_type, pebble.reward_update) == (1, 50)
+    assert (surf.surf.enabled, surf.surf.mu, surf.surf.inv_label_ratio, surf.reward_update,
+            surf.feed_type) == (True, 4, 100, 1000, 1)
+    assert rune.rune.enabled and rune.reward_update == 50 and rune.feed_type == 1
+    assert (qpa.qpa.enabled, qpa.ensemble_size, qpa.reward_update, qpa.qpa.recent_episodes,
+            qpa.qpa.data_aug_ratio) == (True, 1, 2000, 10, 20)
+    assert (sac.learn_reward, sac.num_unsup_steps, sac.reset_update) == (False, 0, 0)
+    assert sac.sac == pebble.sac and sac.num_eval_episodes == 10
+
+
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
