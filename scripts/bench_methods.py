@@ -77,6 +77,10 @@ PROTOCOLS = {
             "rune": ["reward_update=50"],                    # B-Pref's schedule, RUNE's bonus
             "qpa": ["reward_update=2000"],                   # run_QPA.sh (pool 10, aug 20, her 0.5)
         },
+        # the published row: final return, mean ± std over 5 seeds (PPE, Table 1)
+        "published": {"pebble": (453, 159), "surf": (661, 92), "rune": (415, 182),
+                      "qpa": (796, 148)},
+        "source": "PPE (Zhu et al., NeurIPS 2025), Table 1, walker_walk, 100 queries",
     },
 }
 """Published protocols: their defaults, the overrides of every run and of each method's runs."""
@@ -135,6 +139,33 @@ def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
         return subprocess.call([str(ROOT / "themis_train.sh"), *args, f"hydra.run.dir={run}"],
                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                env={**os.environ, "THEMIS_THREADS": str(threads)})
+
+
+def published_table(table: pd.DataFrame, protocol: dict) -> None:
+    """Themis's final returns beside a paper's, as the paper reports them (mean ± std over
+    seeds): whether Themis's mean falls inside the paper's mean ± std, and both orderings."""
+    print(f"\nbeside {protocol['source']}: final return, mean ± std over seeds (population "
+          "std)\n")
+    print("| method | paper | Themis | seeds | Themis per seed | Themis's mean inside the "
+          "paper's mean ± std |")
+    print("|---|---|---|---|---|---|")
+    ours = {}
+    for method, (mean, std) in protocol["published"].items():
+        runs = table[table["method"] == method]["final"].to_numpy()
+        if not len(runs):
+            print(f"| {method} | {mean} ± {std} | - | 0 | - | - |")
+            continue
+        ours[method] = runs.mean()
+        inside = "yes" if abs(runs.mean() - mean) <= std else "no"
+        print(f"| {method} | {mean} ± {std} | {runs.mean():.0f} ± {runs.std():.0f} | "
+              f"{len(runs)} | {', '.join(f'{v:.0f}' for v in runs)} | {inside} |")
+    sac = table[table["method"] == "sac"]["final"].to_numpy()
+    if len(sac):
+        print(f"| sac (true reward) | - | {sac.mean():.0f} ± {sac.std():.0f} | {len(sac)} | "
+              f"{', '.join(f'{v:.0f}' for v in sac)} | - |")
+    paper_order = sorted(protocol["published"], key=lambda m: -protocol["published"][m][0])
+    print(f"\nordering, paper: {' > '.join(paper_order)}; Themis: "
+          f"{' > '.join(sorted(ours, key=lambda m: -ours[m])) or '-'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {env} | {'-' if method == 'sac' else budget} | {method} | {len(runs)} | "
                   f"{fmt(iqm)} [{fmt(lo)}, {fmt(hi)}] | "
                   f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} |")
+    if protocol.get("published"):
+        published_table(table[~table["noisy"]], protocol)
     noisy = table[table["noisy"]]
     if len(noisy):
         print(f"\nnoisy labels: mistake teacher, teacher_eps_mistake=0.3, {args.noisy}, "

@@ -268,6 +268,26 @@ def test_bench_methods_ppe_protocol_gives_each_method_its_official_walker_settin
     assert sac.sac == pebble.sac and sac.num_eval_episodes == 10
 
 
+def test_bench_methods_ppe_table_sets_themis_beside_the_published_row(tmp_path):
+    clean = tmp_path / "clean" / "walker_walk"
+    for name, final in (("100/pebble/seed0", 300.0), ("100/pebble/seed1", 500.0),
+                        ("100/qpa/seed0", 100.0), ("plain_sac/seed0", 950.0)):
+        fake_run(clean, name, [], [250_000, 500_000], [0.0, final])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+                           "--protocol", "ppe", "--seeds", "0", "1", "--out", str(tmp_path),
+                           "--reps", "100", "--table-only"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "10 runs, 4 already done, 6 to go" in proc.stdout
+    rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.split("beside PPE")[1]
+            .splitlines() if line.startswith("| ")}
+    assert rows["pebble"] == "| pebble | 453 ± 159 | 400 ± 100 | 2 | 300, 500 | yes |"
+    assert rows["qpa"] == "| qpa | 796 ± 148 | 100 ± 0 | 1 | 100 | no |"
+    assert rows["surf"] == "| surf | 661 ± 92 | - | 0 | - | - |"
+    assert rows["sac (true reward)"].startswith("| sac (true reward) | - | 950 ± 0 | 1 |")
+    assert "ordering, paper: qpa > surf > pebble > rune; Themis: pebble > qpa" in proc.stdout
+
+
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
