@@ -33,8 +33,8 @@ with the settings of its official walker_walk command (``PROTOCOLS`` below: B-Pr
 ``run_QPA.sh``), except the networks: 2×128 and batch 256 (``--sac-width``, ``--sac-batch``)
 where the paper has 2×1024 and batch 1024, which a 2-core CPU cannot run at 500k steps (2×256
 ran 105 steps/s per run, two runs at a time on the 2-core AMD EPYC: 80 min a run; 2×128 keeps
-one run near an hour). Its
-defaults (envs, steps, budgets, methods, domain) are the protocol's; flags given still win.
+one run near an hour). Its defaults (envs, steps, budgets, methods, domain) are the protocol's;
+flags given still win. Printed after the IQM table: Themis's mean ± std beside the paper's row.
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
