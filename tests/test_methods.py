@@ -36,9 +36,12 @@ class SumModel(torch.nn.Module):
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         return self.scale * obs.sum(-1)
 
+    def segment_rewards(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        out = self.scale * obs.sum(-1)
+        return out if out.dim() == 3 else out[None]
+
     def segment_returns(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        out = self.scale * obs.sum((-1, -2))
-        return out if out.dim() == 2 else out[None]
+        return self.segment_rewards(obs, act).sum(-1)
 
 
 # ------------------------------------------------------------------------------ crops
@@ -81,9 +84,8 @@ def test_surf_pseudo_labels_only_confident_pairs_with_weight_lambda_u():
                           np.zeros((2, 2), np.int64)))
     model = SumModel()
 
-    def returns(o, a, y):
-        return model.segment_returns(o[:, :, 0], a[:, :, 0]), \
-            model.segment_returns(o[:, :, 1], a[:, :, 1]), y
+    def returns(o, a, y, steps):  # the trainer's pair returns, from the loss's own pass
+        return steps[0].sum(-1), steps[1].sum(-1), y
 
     surf.start_epoch()
     # a training batch of 4: min(mu × 4, 2 kept) = both pairs, each once (no replacement)
@@ -116,6 +118,45 @@ def test_surf_draws_mu_times_the_training_batch_size_whatever_the_number_of_labe
                             rng, methods=[method])
     trainer.train_epoch(data)
     assert surf.used == 3 * 4 * 128  # threshold 0.5: every drawn pair is confident
+
+
+@pytest.mark.parametrize(("labels", "reward_update", "epochs"), [
+    (10, 1000, 79), (100, 1000, 782), (1000, 1000, 977), (128, 50, 50), (10, 5, 1)])
+def test_surf_trains_the_official_count_of_steps_a_round(labels, reward_update, epochs):
+    # train_PEBBLE_semi_dataaug.py learn_reward: num_iters = ceil(reward_update ×
+    # labeled_feedback / train_batch_size), no early stop; here in epochs of ceil(labels / 128)
+    surf = SURF(SURFConfig(enabled=True), MethodContext(segment=50, obs_dim=2, action_dim=1))
+    assert surf.round_epochs(labels, reward_update, 128) == epochs
+    assert surf.stop_rule() == (math.inf, 0)
+    early = SURF(SURFConfig(enabled=True, early_stop=True),
+                 MethodContext(segment=50, obs_dim=2, action_dim=1))
+    assert early.round_epochs(labels, reward_update, 128) is None and early.stop_rule() is None
+
+
+def test_surf_reward_training_runs_every_planned_epoch_however_accurate():
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((10, 2, 3, 2), dtype=np.float32)
+    pairs = SegmentPairs(obs, np.zeros((10, 2, 3, 1), np.float32), obs.sum(-1),
+                         np.zeros((10, 2), np.int64))
+    labels = (obs.sum((-1, -2))[:, 1] > obs.sum((-1, -2))[:, 0]).astype(np.float32)
+    data = PreferenceDataset(10, 3, 2, 1)
+    data.add(pairs, labels)
+
+    def fit(cfg):
+        method = SURF(cfg, MethodContext(segment=3, obs_dim=2, action_dim=1))
+        method.unlabelled.add(pairs)
+        model = RewardEnsemble(2, 1, ensemble_size=2, hidden_dim=16)
+        trainer = RewardTrainer(model, 1e-2, 128, np.random.default_rng(1), methods=[method],
+                                crop=None)
+        return trainer.train(data, max_epochs=300)
+
+    official = fit(SURFConfig(enabled=True, crop_range=0, threshold_u=0.6))
+    assert official.epochs == 24  # ceil(300 × 10 / 128) steps, one batch an epoch
+    assert official.accuracy == 1.0  # separable labels: B-Pref's rule would have stopped
+    early = fit(SURFConfig(enabled=True, crop_range=0, threshold_u=0.6, early_stop=True))
+    assert early.epochs < 24 and early.accuracy > 0.97
 
 
 @pytest.mark.parametrize("overrides, mu, ratio, feed_type", [

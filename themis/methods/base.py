@@ -19,6 +19,8 @@ hook                        called
 ``after_queries``           after the round's queries are chosen (e.g. more pairs, unlabelled)
 ``augmentation``            reward training: a temporal crop of every pair (one at most)
 ``stop_rule``               reward training: accuracy to stop above, least epochs
+``round_epochs``            reward training: the epochs of this round (default: up to
+                            ``reward_update``, stopped by ``stop_rule``)
 ``select_labels``           reward training, each epoch: keep / flip / leave out labels
 ``start_epoch``/``end_epoch``  reward training, around each epoch
 ``batch_loss``              reward training, each batch: an extra loss (e.g. pseudo-labels)
@@ -143,6 +145,12 @@ class Method:
         trainer's own (B-Pref: 0.97, 0)."""
         return None
 
+    def round_epochs(self, labels: int, reward_update: int, batch_size: int) -> int | None:
+        """The epochs of one round's reward training over ``labels`` labelled pairs in
+        batches of ``batch_size``, given ``reward_update``; ``None``: up to ``reward_update``
+        (B-Pref)."""
+        return None
+
     def select_labels(self, model: Any, obs: torch.Tensor, act: torch.Tensor,
                       labels: torch.Tensor, oracle: np.ndarray | None,
                       ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -162,7 +170,8 @@ class Method:
                    ) -> torch.Tensor | None:
         """An extra loss of one training step (backpropagated with the batch's), or
         ``None``. ``pair_returns(obs, act, labels)`` gives the trainer's predicted returns
-        (augmentation included)."""
+        (augmentation included); ``pair_returns(obs, act, labels, steps=(r¹, r²))`` uses
+        per-step rewards ``(E, n, H)`` of both segments already computed (one forward pass)."""
         return None
 
     # ------------------------------------------------------------------ the agent

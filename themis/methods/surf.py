@@ -15,14 +15,25 @@ labels, not the ensemble's): p = P[σ¹ ≻ σ⁰] = sigmoid(R¹ − R⁰) on th
 max(p, 1 − p) ≥ ``threshold_u`` the hard label 1[p > 0.5] is a pseudo-label. The loss adds
 ``lambda_u`` × mean over the unlabelled batch of the cross-entropy of the (cropped) pair with
 its pseudo-label, masked (divided by the batch size, not by the number of confident pairs, as
-the official code does).
+the official code does). Label and loss come from one forward pass over the whole segments (the
+official code's too): the pseudo-label from their sums, the loss from the cropped sums.
+
+**Training length** (``train_PEBBLE_semi_dataaug.py`` ``learn_reward``): each round takes
+``ceil(reward_update × labels / 128)`` training steps of ``reward_train_batch`` labelled pairs
+(the labels walked in a permutation) and never stops early; B-Pref's 97 % stop is commented out
+there. In Themis's epochs (one pass over the labels in batches of 128) that is
+``ceil(steps / ceil(labels / 128))`` epochs: 79 at 10 labels and ``reward_update=1000`` (SURF's
+walker_walk command), 782 at 100. ``surf.early_stop=true`` trains as B-Pref does instead (up to
+``reward_update`` epochs, stopped at 97 % train accuracy: far fewer steps, what Themis did
+before 2026-11-26).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -36,9 +47,14 @@ from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range
 if TYPE_CHECKING:
     from themis.reward.ensemble import RewardEnsemble
 
-Returns = Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
-                   tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-"""The trainer's pair returns: ``(obs, act, labels) -> (R⁰, R¹, labels)`` (crops included)."""
+class Returns(Protocol):
+    """The trainer's pair returns: ``(obs, act, labels, steps=(r⁰, r¹)) -> (R⁰, R¹, labels)``
+    (crops included; ``steps``: per-step rewards already computed, :meth:`RewardTrainer.
+    pair_returns`)."""
+
+    def __call__(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
+                 steps: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
 
@@ -61,6 +77,10 @@ class SURFConfig:
     Meta-World)."""
     crop_range: int = 5
     """Temporal cropping: crop lengths in [segment − 2·crop_range, segment] (0: no cropping)."""
+    early_stop: bool = False
+    """Reward training as B-Pref's (up to ``reward_update`` epochs, stopped at 97 % train
+    accuracy) instead of the official count, ``ceil(reward_update × labels / 128)`` steps a
+    round with no early stop (module docstring)."""
     max_unlabelled: int = 100_000
     """Most unlabelled pairs kept (the oldest go first; the official code keeps 500k). Memory:
     about max_unlabelled × 2 × segment × (obs_dim + action_dim + 1) × 4 bytes once full
@@ -147,10 +167,10 @@ class PseudoLabeler:
         device = next(model.parameters()).device
         obs = torch.as_tensor(self.observations[idx], device=device)  # (E, n, 2, H, d)
         act = torch.as_tensor(self.actions[idx], device=device)
+        steps = (model.segment_rewards(obs[:, :, 0], act[:, :, 0]),  # (E, n, H) each, one
+                 model.segment_rewards(obs[:, :, 1], act[:, :, 1]))  # pass for label and loss
         with torch.no_grad():
-            r0 = model.segment_returns(obs[:, :, 0], act[:, :, 0])
-            r1 = model.segment_returns(obs[:, :, 1], act[:, :, 1])
-            p = torch.sigmoid(r1 - r0)
+            p = torch.sigmoid(steps[1].sum(-1) - steps[0].sum(-1))
             confident = torch.maximum(p, 1 - p) >= self.cfg.threshold_u
             pseudo = (p > 0.5).float()
         true = self.true_rewards[idx].sum(-1)  # (E, n, 2)
@@ -159,7 +179,7 @@ class PseudoLabeler:
         self._used_total += int(confident.sum())
         self._agree_total += int(((pseudo > 0.5) == oracle)[confident & strict].sum()
                                  + (confident & ~strict).sum())
-        c0, c1, y = returns(obs, act, pseudo)
+        c0, c1, y = returns(obs, act, pseudo, steps=steps)
         copies = c0.shape[1] // n
         mask = confident.repeat_interleave(copies, dim=1).float() if copies > 1 \
             else confident.float()
@@ -191,6 +211,19 @@ class SURF(Method):
         if crop < 0 or 2 * crop >= run_cfg.segment:
             raise ConfigError(f"surf.crop_range={crop} must be >= 0 and leave segments of at "
                               f"least one step (segment={run_cfg.segment})")
+
+    def stop_rule(self) -> tuple[float, int] | None:
+        """No early stop (the official count of steps), unless ``surf.early_stop``."""
+        return None if self.cfg.early_stop else (math.inf, 0)
+
+    def round_epochs(self, labels: int, reward_update: int, batch_size: int) -> int | None:
+        """``ceil(reward_update × labels / batch_size)`` training steps as epochs of
+        ``ceil(labels / batch_size)`` steps (``train_PEBBLE_semi_dataaug.py``: ``num_iters``);
+        ``None`` (up to ``reward_update``) with ``surf.early_stop``."""
+        if self.cfg.early_stop or labels < 1:
+            return None
+        steps = math.ceil(reward_update * labels / batch_size)
+        return max(1, math.ceil(steps / math.ceil(labels / batch_size)))
 
     def after_queries(self, pick: Callable[[int], Any], n: int) -> None:
         """``inv_label_ratio × n`` uniform unlabelled pairs from the query pool."""

@@ -101,17 +101,25 @@ class RewardEnsemble(nn.Module):
             action = action.expand(self.ensemble_size, *action.shape)
         return self.net(torch.cat([features, action], dim=-1)).squeeze(-1)
 
+    def segment_rewards(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Predicted per-step rewards of segments for every member (one forward pass).
+
+        Shapes: ``obs (E, n, H, obs_dim)`` (member-specific batches) or ``(n, H, obs_dim)``
+        (shared) -> ``(E, n, H)``.
+        """
+        *lead, horizon, _ = obs.shape
+        flat_obs = obs.reshape(*lead[:-1], lead[-1] * horizon, -1)
+        flat_act = action.reshape(*lead[:-1], lead[-1] * horizon, -1)
+        rewards = self(flat_obs, flat_act)  # (E, n*H)
+        return rewards.reshape(self.ensemble_size, lead[-1], horizon)
+
     def segment_returns(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Predicted returns of segments for every member.
 
         Shapes: ``obs (E, n, H, obs_dim)`` (member-specific batches) or ``(n, H, obs_dim)``
         (shared) -> ``(E, n)``.
         """
-        *lead, horizon, _ = obs.shape
-        flat_obs = obs.reshape(*lead[:-1], lead[-1] * horizon, -1)
-        flat_act = action.reshape(*lead[:-1], lead[-1] * horizon, -1)
-        rewards = self(flat_obs, flat_act)  # (E, n*H)
-        return rewards.reshape(self.ensemble_size, lead[-1], horizon).sum(-1)
+        return self.segment_rewards(obs, action).sum(-1)
 
     @property
     def chunk_rows(self) -> int:

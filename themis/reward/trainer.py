@@ -198,21 +198,22 @@ class RewardTrainer:
         return total_loss.item() / (n * ens), accuracy
 
     def pair_returns(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
+                     steps: tuple[torch.Tensor, torch.Tensor] | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Predicted returns of both segments of member-specific pairs, cropped with
         :attr:`crop` (then tiled ``copies`` times, labels too).
 
         Shapes: ``obs (E, n, 2, H, d)``, ``act (E, n, 2, H, a)``, ``labels (E, n)`` ->
-        ``(E, m)`` twice and ``(E, m)``, ``m = n`` (``n × copies`` with a crop).
+        ``(E, m)`` twice and ``(E, m)``, ``m = n`` (``n × copies`` with a crop). ``steps``:
+        the per-step rewards ``(E, n, H)`` of both segments when a caller has them already
+        (:meth:`RewardEnsemble.segment_rewards`); ``obs`` and ``act`` are then not read.
         """
+        first, second = steps if steps is not None else (
+            self.model.segment_rewards(obs[:, :, 0], act[:, :, 0]),
+            self.model.segment_rewards(obs[:, :, 1], act[:, :, 1]))
         if self.crop is None:
-            return (self.model.segment_returns(obs[:, :, 0], act[:, :, 0]),
-                    self.model.segment_returns(obs[:, :, 1], act[:, :, 1]), labels)
-        ens, n, _, horizon = obs.shape[:4]
-        per_step = [self.model(obs[:, :, k].reshape(ens, n * horizon, -1),
-                               act[:, :, k].reshape(ens, n * horizon, -1)).reshape(ens, n, horizon)
-                    for k in (0, 1)]
-        return self.crop.returns(per_step[0], per_step[1], labels, self.rng)
+            return first.sum(-1), second.sum(-1), labels
+        return self.crop.returns(first, second, labels, self.rng)
 
     def train(self, dataset: PreferenceDataset, max_epochs: int,
               target_accuracy: float | None = None,
@@ -236,6 +237,12 @@ class RewardTrainer:
             base = np.arange(len(dataset)) if rows is None else np.asarray(rows, np.int64)
             held = self.validation.held_out(len(dataset))[base]
             rows, val_rows = base[~held], base[held]
+        labelled = len(dataset) if rows is None else len(rows)
+        for method in self.methods:  # a method's own length of a round (the first one's)
+            planned = method.round_epochs(labelled, max_epochs, self.batch_size)
+            if planned is not None:
+                max_epochs = planned
+                break
         self.model.train()
         while epochs < max_epochs and (rows is None or len(rows)):
             loss, acc = self.train_epoch(dataset, rows)
