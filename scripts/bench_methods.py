@@ -8,6 +8,8 @@
                                                                       #   wrong labels
     python scripts/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
     python scripts/bench_methods.py --protocol ppe --jobs 2          # PPE's Table 1 (walker_walk)
+    python scripts/bench_methods.py --protocol ppe --record results/ppe_walker_walk.csv
+                                     # + the seeds recorded by earlier sessions
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
 ``method=``, ``max_feedback=``, ``seed=``), in ``OUT/clean/<env>/<budget>/<method>/seed<k>/``.
@@ -22,7 +24,11 @@ each with cores / jobs PyTorch threads. The query schedule is the same for every
 ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and RIME's runs on
 ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
 after ``--`` go to every run; ``--table-only`` runs nothing and tables the runs finished so far
-(the seeds column says how many each cell has). ``--metric success_rate`` tables Meta-World's
+(the seeds column says how many each cell has). ``--record CSV`` keeps each finished run's
+final value, curve, date, machine and command in CSV (one row per cell; a run finished here
+replaces a recorded one) and tables the recorded runs whose command is the one this invocation
+would run, where no run folder has them: seeds run over several sessions, whose run folders
+are gone, add up to one table. ``--metric success_rate`` tables Meta-World's
 success rate (the last evaluation's share of successful episodes) instead of the return.
 
 ``--protocol ppe`` runs the protocol of PPE's Table 1 (Zhu et al., NeurIPS 2025: DeepMind Control
@@ -45,8 +51,11 @@ nothing).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -127,6 +136,36 @@ def finished(run: Path, steps: int) -> bool:
     return int(pd.read_csv(eval_csv)["step"].iloc[-1]) >= steps
 
 
+RECORD_KEY = ["env", "budget", "method", "seed", "noisy"]
+
+
+def machine() -> str:
+    """The CPU model (``/proc/cpuinfo``) and core count, for a recorded run's provenance."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def read_record(path: Path | None) -> pd.DataFrame:
+    """The runs recorded in ``--record``'s CSV (empty without one or before the first)."""
+    if path is None or not path.is_file():
+        return pd.DataFrame(columns=[*RECORD_KEY, "command"])
+    return pd.read_csv(path, dtype={"command": str, "curve": str})
+
+
+def write_record(path: Path, record: pd.DataFrame, rows: list[dict]) -> None:
+    """Merge the runs finished here into the record: one row per grid cell (env, budget,
+    method, seed, noisy), a run finished here replacing a recorded one of the same cell."""
+    new = pd.DataFrame(rows)
+    merged = pd.concat([record, new], ignore_index=True).drop_duplicates(RECORD_KEY, keep="last")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged.sort_values(RECORD_KEY).to_csv(path, index=False)
+
+
 def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
     """One run; an interrupted one continues from its last checkpoint (or starts again
     when it stopped before the first)."""
@@ -194,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="episode_reward",
                         choices=["episode_reward", "success_rate"], help="eval.csv column tabled")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--record", type=Path, metavar="CSV",
+                        help="keep each finished run's final return and curve in CSV (merged, "
+                        "one row per cell) and table recorded runs of the same command too: "
+                        "seeds run in sessions whose run folders are gone")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -244,9 +287,14 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 failed.append(run)
     summarize = load_summarize()
-    rows = []
+    record = read_record(args.record)
+    rows, recorded, local = [], 0, []
     for env, budget, method, seed, noisy in grid:
         run = run_dir(args.out, env, budget, method, seed, noisy)
+        command = " ".join(o for o in overrides(args.domain, env, args.steps, budget, method,
+                                                seed, args.rounds, 1, noisy, args.extra,
+                                                method_extra)
+                           if not o.startswith("torch_threads="))
         if finished(run, args.steps):
             curve = pd.read_csv(run / "eval.csv")
             rewards = pd.read_csv(run / "reward.csv") if (run / "reward.csv").is_file() \
@@ -257,6 +305,25 @@ def main(argv: list[str] | None = None) -> int:
                          if "rime_caught" in rewards else np.nan,
                          "discarded": rewards["rime_discarded_clean"].iloc[-1]
                          if "rime_discarded_clean" in rewards else np.nan})
+            points = zip(curve["step"], curve[args.metric], strict=True)
+            local.append({**rows[-1], "steps": args.steps, "curve": " ".join(
+                f"{int(st)}:{v:.1f}" for st, v in points),
+                "recorded": datetime.date.fromtimestamp((run / "eval.csv").stat().st_mtime)
+                .isoformat(), "machine": machine(),
+                "command": command})
+            continue
+        same = record[(record["env"] == env) & (record["budget"] == budget)
+                      & (record["method"] == method) & (record["seed"] == seed)
+                      & (record["noisy"] == noisy) & (record["command"] == command)]
+        if len(same):  # the same command, run in an earlier session
+            rows.append({k: same.iloc[0][k] for k in (*RECORD_KEY, "final", "caught",
+                                                       "discarded")})
+            recorded += 1
+    if args.record:
+        if local:
+            write_record(args.record, record, local)
+        print(f"{len(local)} finished runs here, {recorded} from {args.record} (the same "
+              "command, run earlier)")
     table = pd.DataFrame(rows)
     if table.empty:
         print("bench_methods: no finished run", file=sys.stderr)

@@ -288,6 +288,40 @@ def test_bench_methods_ppe_table_sets_themis_beside_the_published_row(tmp_path):
     assert "ordering, paper: qpa > surf > pebble > rune; Themis: pebble > qpa" in proc.stdout
 
 
+def test_bench_methods_record_keeps_finished_runs_for_a_later_session(tmp_path):
+    """``--record``: finished runs go into a CSV with their curve and command; once their run
+    folders are gone (a new checkout), the same command tables them from the CSV, and a row
+    recorded under other settings is not mixed in."""
+    first, record = tmp_path / "first", tmp_path / "record.csv"
+    clean = first / "clean" / "walker_walk"
+    fake_run(clean, "100/pebble/seed0", [], [250_000, 500_000], [100.0, 300.0])
+    fake_run(clean, "100/qpa/seed1", [], [250_000, 500_000], [200.0, 700.0])
+    fake_run(clean, "100/qpa/seed0", [], [250_000], [50.0])  # interrupted: not recorded
+
+    def table(out: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+                               "--protocol", "ppe", "--seeds", "0", "1", "--out", str(out),
+                               "--reps", "100", "--table-only", "--record", str(record),
+                               *extra], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    proc = table(first)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 finished runs here, 0 from" in proc.stdout
+    rows = pd.read_csv(record)
+    assert sorted(zip(rows["method"], rows["seed"], rows["final"], strict=True)) == [
+        ("pebble", 0, 300.0), ("qpa", 1, 700.0)]
+    assert rows["curve"].tolist() == ["250000:100.0 500000:300.0", "250000:200.0 500000:700.0"]
+    assert "method=qpa" in rows["command"].iloc[1] and "seed=1" in rows["command"].iloc[1]
+    assert "torch_threads" not in rows["command"].iloc[0]
+    proc = table(tmp_path / "new")  # a new checkout: no run folders, the record only
+    assert proc.returncode == 0, proc.stderr
+    assert "0 finished runs here, 2 from" in proc.stdout
+    assert "| pebble | 453 ± 159 | 300 ± 0 | 1 | 300 | yes |" in proc.stdout
+    assert "| qpa | 796 ± 148 | 700 ± 0 | 1 | 700 | yes |" in proc.stdout
+    proc = table(tmp_path / "new", "--sac-width", "1024")  # other settings: not these runs
+    assert "0 finished runs here, 0 from" in proc.stdout and proc.returncode == 1
+
+
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
