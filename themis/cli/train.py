@@ -231,8 +231,8 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
         if override.startswith(("resume=", "hydra", "+hydra", "~")):
             continue
         group_file = CONFIG_DIR / key / f"{choice}.yaml"
-        if "." not in key and group_file.is_file():  # e.g. teacher=oracle, method=surf
-            # a group file's Hydra defaults list (method=surf: its per-domain settings) is
+        if "." not in key and group_file.is_file():  # e.g. teacher=oracle, method=NAME
+            # a group file's Hydra defaults list (a method's per-domain settings) is
             # no config key; those settings are in the saved config already
             keys += [str(k) for k in OmegaConf.load(group_file) if k != "defaults"]
         else:
