@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     summarize = load_summarize()
     record = read_record(args.record)
     rows, recorded, local = [], 0, []
+    host = machine() if args.record else ""
     for env, budget, method, seed, noisy in grid:
         run = run_dir(args.out, env, budget, method, seed, noisy)
         command = " ".join(o for o in overrides(args.domain, env, args.steps, budget, method,
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             local.append({**rows[-1], "steps": args.steps, "curve": " ".join(
                 f"{int(st)}:{v:.1f}" for st, v in points),
                 "recorded": datetime.date.fromtimestamp((run / "eval.csv").stat().st_mtime)
-                .isoformat(), "machine": machine(),
+                .isoformat(), "machine": host,
                 "command": command})
             continue
         same = record[(record["env"] == env) & (record["budget"] == budget)
