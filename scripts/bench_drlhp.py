@@ -134,7 +134,7 @@ def evaluate_dot(run: Path, episodes: int) -> dict[str, float]:
     from themis.agents import PPO
     from themis.core.safe_loading import safe_load
     from themis.environments.domains import make_env
-    from themis.run.config import load_received_config
+    from themis.run.received_config import load_received_config
     from themis.utils import eval_mode
 
     cache = run / "drlhp_eval.json"

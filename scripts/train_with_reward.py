@@ -25,7 +25,7 @@ import yaml
 from themis.environments.domains import make_env
 from themis.reward.ensemble import load_reward_model
 from themis.reward.wrapper import LearnedRewardWrapper
-from themis.run.config import check_named_code
+from themis.run.received_config import check_named_code
 from themis.run.threads import set_num_threads
 from themis.utils import ConfigError, ScriptParser, get_device, int_at_least
 

@@ -298,12 +298,13 @@ def test_values_that_were_silently_accepted_are_refused(compose, tmp_path, overr
 
 def test_every_numeric_key_has_its_range_in_the_one_table():
     """Issue 33 item 12: a numeric key added to a config dataclass without a range in
-    themis.run.config.NUMERIC_KEYS fails here, so every number is checked for finiteness and range
-    in one place."""
+    themis.run.validation.NUMERIC_KEYS fails here, so every number is checked for finiteness and
+    range in one place."""
     import dataclasses
     import typing
 
-    from themis.run.config import NUMERIC_KEYS, TrainConfig, compose
+    from themis.run.config import TrainConfig, compose
+    from themis.run.validation import NUMERIC_KEYS
 
     def numeric(cls: type, prefix: str = "") -> list[str]:
         keys = []
@@ -319,7 +320,7 @@ def test_every_numeric_key_has_its_range_in_the_one_table():
     assert len(keys) > 80 and set(keys) <= set(NUMERIC_KEYS), set(keys) - set(NUMERIC_KEYS)
     assert set(NUMERIC_KEYS) - set(keys) == {"reward_batch"}  # typed Any: "auto" or a count
     for name in ("train_themis", "pretrain_themis"):  # the shipped configs are in range
-        from themis.run.config import validate
+        from themis.run.validation import validate
 
         validate(compose(name=name))
 

@@ -6,7 +6,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from themis.run.config import TrainConfig, validate
+from themis.run.config import TrainConfig
+from themis.run.validation import validate
 from themis.utils import ConfigError
 
 BPREF_KEYS = {

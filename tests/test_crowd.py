@@ -79,7 +79,7 @@ def test_dawid_skene_keeps_gold_answers_clamped_and_checks_labels():
 def test_crowd_keys_without_people_on_the_web_are_refused(compose, overrides, message):
     from omegaconf import OmegaConf
 
-    from themis.run.config import validate
+    from themis.run.validation import validate
     from themis.utils import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):

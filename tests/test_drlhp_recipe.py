@@ -29,7 +29,8 @@ from themis.reward.recipe import (
     ValidationSplit,
     member_weight_norms,
 )
-from themis.run.config import ConfigError, validate
+from themis.run.validation import validate
+from themis.utils import ConfigError
 
 
 # ---------------------------------------------------------------- random response

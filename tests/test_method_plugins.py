@@ -90,7 +90,7 @@ def test_each_method_declares_documented_keys_and_ranges_the_config_checks(compo
         assert fields[0] == "enabled" and getattr(cfg, name).enabled is False
         assert set(cls.RANGES) <= set(fields)
         assert all(f"{name}.{k}" in keys for k in cls.RANGES)
-    from themis.run.config import validate
+    from themis.run.validation import validate
 
     with pytest.raises(ConfigError, match=r"surf\.mu=0 must be positive"):
         validate(compose(["method=surf", "surf.mu=0"]))

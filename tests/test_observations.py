@@ -28,7 +28,7 @@ from themis.environments.observations import (
     unsupported,
 )
 from themis.reward import PreferenceDataset, RewardEnsemble
-from themis.run.config import check_named_code
+from themis.run.received_config import check_named_code
 from themis.utils import ConfigError
 
 GYM = "tests.obs_envs:"

@@ -59,7 +59,7 @@ def test_position_dims_outside_the_observation_are_refused_with_one_line(compose
     with pytest.raises(ConfigError, match=r"senior.position_dims=\[0, 5\] must name"):
         SENIOR(SENIORConfig(enabled=True, position_dims=[0, 5]),
                MethodContext(segment=H, obs_dim=3))
-    from themis.run.config import validate
+    from themis.run.validation import validate
 
     with pytest.raises(ConfigError, match="must be distinct observation dims"):
         validate(compose(["method=senior", "senior.position_dims=[1,1]"]))

@@ -116,7 +116,7 @@ def test_a_few_clips_spread_over_the_run(tmp_path):
 
 
 def test_logger_group_keeps_csv_and_tensorboard_and_old_run_configs_still_load(compose, tmp_path):
-    from themis.run.config import load_received_config
+    from themis.run.received_config import load_received_config
 
     cfg = compose(["logger=[wandb,mlflow]", "logger.project=p"])
     assert (cfg.logger.tensorboard, cfg.logger.wandb, cfg.logger.mlflow) == (True, True, True)

@@ -216,8 +216,8 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     """The run dir and config of a resumed run: the run's saved ``config.yaml`` with this
     command line's overrides (other than ``resume`` and ``hydra.*``) on top. A saved config
     that calls resolvers (``${oc.env:...}``) or does not fit the schema ends the program with
-    one line (:func:`themis.run.config.load_received_config`)."""
-    from themis.run.config import check_named_code, load_received_config
+    one line (:func:`themis.run.received_config.load_received_config`)."""
+    from themis.run.received_config import check_named_code, load_received_config
 
     target = resume_target(cfg.resume)
     if target not in (None, "here"):
@@ -265,7 +265,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     from themis.loops import pebble, prefppo
     from themis.methods.registry import check_methods
     from themis.online.loop import AsyncLearner
-    from themis.run.config import validate
+    from themis.run.validation import validate
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]

@@ -262,7 +262,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         FileNotFoundError: no ``config.yaml`` or ``checkpoints/agent.pt`` in ``run_dir``.
         themis.utils.ConfigError: the config names code to import (``obs_transform`` or
             ``env`` as ``module:name``) that ``overrides`` do not repeat
-            (:func:`themis.run.config.check_named_code`).
+            (:func:`themis.run.received_config.check_named_code`).
         themis.core.safe_loading.UnsafeFileError: an ``agent.pt`` that is more than plain tensors
             (it could run code) or no PyTorch file.
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
@@ -271,7 +271,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
     from themis.cli.train import make_workspace
     from themis.core.safe_loading import MALFORMED, describe, safe_load
     from themis.reward import load_reward_model
-    from themis.run.config import check_named_code, load_received_config
+    from themis.run.received_config import check_named_code, load_received_config
 
     run = Path(run_dir)
     ckpt = run / "checkpoints"
@@ -344,7 +344,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     ws = load_run(run, Path(scratch.name))
     env_id = ws.env_id
     from themis.feedback.factory import run_title
-    from themis.run.config import load_received_config
+    from themis.run.received_config import load_received_config
 
     saved = load_received_config(run / "config.yaml")  # the run's, not the rebuild's
     title = run_title(saved, ws.driver.NAME)

@@ -2,8 +2,8 @@
 policies for rollouts (random, a run's saved agent, an SB3 zip), and reward models as functions.
 
 Everything a user may have received is read without pickle: run configs through
-:func:`themis.run.config.load_received_config`, agents and reward models through ``safe_load``, SB3
-zips through :mod:`themis.interpret.sb3`.
+:func:`themis.run.received_config.load_received_config`, agents and reward models through
+``safe_load``, SB3 zips through :mod:`themis.interpret.sb3`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def run_env(run_dir: Path) -> tuple[str, str]:
         FileNotFoundError: no ``config.yaml``.
         themis.utils.ConfigError: a config that is not a Themis run's.
     """
-    from themis.run.config import load_received_config
+    from themis.run.received_config import load_received_config
 
     config = run_dir / "config.yaml"
     if not config.is_file():

@@ -5,7 +5,8 @@
 (composed from ``config/train_themis.yaml`` like a command line: ``method=``, ``teacher=`` and
 ``domain=`` select their config groups; every other key is a schema key, nested keys dotted or
 as dicts) plus the few keys of the wrapper itself (:class:`OnlineKeys`), and validates both
-with :func:`themis.run.config.validate`. Bad input is one :class:`themis.utils.ConfigError` line.
+with :func:`themis.run.validation.validate`. Bad input is one :class:`themis.utils.ConfigError`
+line.
 
 Keys of Themis's own training loop (the agent, its networks, pretraining, evaluation) have no
 meaning around another library's agent and are refused, so that a key never silently does
@@ -25,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from themis.methods.registry import check_methods, refuse_inside_agent
-from themis.run.config import TrainConfig, compose, validate
+from themis.run.config import TrainConfig, compose
+from themis.run.validation import validate
 from themis.utils import NON_NEGATIVE, ConfigError, Range
 
 GROUP_KEYS = ("method", "teacher", "domain")
@@ -170,7 +172,7 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
     try:
         cfg = compose([_group_override(k, v) for k, v in groups.items()])
         if saved is not None:
-            from themis.run.config import load_received_config
+            from themis.run.received_config import load_received_config
 
             cfg = OmegaConf.merge(cfg, load_received_config(saved))  # type: ignore[assignment]
         OmegaConf.set_struct(cfg, True)

@@ -21,7 +21,7 @@ they come.
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
 ``checkpoints/reward_model.pt`` (the version the agent uses). A resume of an async run is
-refused (:func:`themis.run.config.check_reward_training`), and so are methods that work
+refused (:func:`themis.run.validation.check_reward_training`), and so are methods that work
 inside the agent, a warm start of r̂ in pretraining and explained clips, which need the agent
 inside the learner.
 """

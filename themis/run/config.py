@@ -1,14 +1,13 @@
-"""Typed configuration schema (Hydra structured configs) and validation.
+"""Typed configuration schema (Hydra structured configs) and its composition.
 
 Every knob of a Themis run is a field here, under BPref's key names, so that a typo
 (``num_trian_steps=5``) or a wrong type (``num_train_steps=abc``) fails when Hydra composes the
-config, before anything runs. :func:`validate` then checks values and combinations.
+config, before anything runs. :func:`themis.run.validation.validate` then checks values and
+combinations; :mod:`themis.run.received_config` reads a config that came from elsewhere.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Collection
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,29 +15,10 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from themis.agents.intrinsic import SCALES
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
-from themis.core.precision import PRECISIONS
-from themis.core.safe_loading import check_no_resolvers
-from themis.crowd.aggregation import check_crowd
-from themis.feedback.rating import check_rating
-from themis.feedback.sampling import resolve_feed_type
-from themis.feedback.selector import resolve_reward_batch
-from themis.feedback.teachers import validate_teacher_params
-from themis.methods.registry import check_methods, config_fields, numeric_keys
-from themis.run.threads import parse_threads
+from themis.methods.registry import config_fields
 from themis.tracking.settings import LoggerConfig
-from themis.utils import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_REAL,
-    UNIT,
-    ConfigError,
-    Range,
-)
-
-AGENTS = ("auto", "sac", "ppo")
 
 
 @dataclass
@@ -302,110 +282,6 @@ else:
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
-# ---------------------------------------------------------------- numeric keys: one table
-NUMERIC_KEYS: dict[str, Range] = {
-    # experiment
-    "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
-    # torch_threads: auto or a count (themis.run.threads.parse_threads, checked in validate)
-    # schedule
-    "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
-    "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
-    "entropy_pool_size": POSITIVE, "reset_update": NON_NEGATIVE,
-    # preference learning
-    "num_interact": POSITIVE, "max_feedback": NON_NEGATIVE, "reward_batch": POSITIVE,
-    "segment": POSITIVE, "large_batch": POSITIVE, "query_pool_episodes": POSITIVE,
-    "ensemble_size": POSITIVE, "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
-    "reward_train_batch": POSITIVE, "reward_hidden_dim": POSITIVE,
-    "reward_hidden_depth": NON_NEGATIVE,
-    "reward_val_fraction": Range(0, 1, hi_open=True),
-    "reward_random_response": Range(0, 1, hi_open=True),
-    "reward_dropout": Range(0, 1, hi_open=True), "reward_l2": Range(0),
-    "reward_norm_std": Range(0), "query_decay_steps": POSITIVE,
-    # teacher
-    "teacher_beta": Range(-1, text="must be -1 (perfectly rational) or a finite number > 0"),
-    "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
-    "teacher_eps_skip": UNIT, "teacher_eps_equal": UNIT,
-    "label_port": Range(0, 65535, text="is not a TCP port; use 1-65535, or 0 for any free port"),
-    "labelers": NON_NEGATIVE, "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
-    "rating_k": POSITIVE_REAL, "min_labels_before_training": NON_NEGATIVE,
-    "gold_fraction": UNIT, "min_gold_accuracy": UNIT, "min_gold_answers": POSITIVE,
-    "human_frame_size": Range(16, 4096), "human_frame_capacity": POSITIVE,
-    "clip_fps": Range(1, 240), "xplain_action_dim": Range(-1), "xplain_top_k": POSITIVE,
-    "xplain_clips_per_round": NON_NEGATIVE,
-    # evaluation, logging, snapshots
-    "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
-    "checkpoint_frequency": POSITIVE, "logger.clips": NON_NEGATIVE,
-    "logger.finish_timeout": POSITIVE,
-    # agents
-    "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
-    "sac.discount": UNIT, "sac.actor_lr": POSITIVE_REAL, "sac.critic_lr": POSITIVE_REAL,
-    "sac.alpha_lr": POSITIVE_REAL, "sac.init_temperature": POSITIVE_REAL,
-    "sac.critic_tau": Range(0, 1, lo_open=True), "sac.actor_update_frequency": POSITIVE,
-    "sac.critic_target_update_frequency": POSITIVE, "sac.log_std_min": Range(),
-    "sac.log_std_max": Range(),
-    "ppo.hidden_dim": POSITIVE, "ppo.hidden_depth": NON_NEGATIVE, "ppo.num_envs": POSITIVE,
-    "ppo.num_steps": POSITIVE, "ppo.learning_rate": POSITIVE_REAL, "ppo.gamma": UNIT,
-    "ppo.gae_lambda": UNIT, "ppo.num_minibatches": POSITIVE, "ppo.update_epochs": POSITIVE,
-    "ppo.clip_coef": POSITIVE_REAL, "ppo.ent_coef": NON_NEGATIVE, "ppo.vf_coef": NON_NEGATIVE,
-    "ppo.max_grad_norm": POSITIVE_REAL,
-}
-"""Every numeric key of the train/pretrain config and its method and agent groups, with the
-values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,
-checked by :func:`themis.feedback.sampling.resolve_feed_type`). A key of ``None`` (a default left to
-Themis) is not checked."""
-NUMERIC_KEYS.update(numeric_keys())  # each method's own keys (its RANGES)
-
-
-
-def check_numbers(cfg: Any) -> None:
-    """Every key of :data:`NUMERIC_KEYS`: finite (no NaN, no inf) and inside its range, and the
-    numeric combinations that must hold (``sac.log_std_min < sac.log_std_max``, a PPO rollout
-    that fills its minibatches).
-
-    Raises:
-        ConfigError: ``KEY=VALUE`` and the rule it breaks, for the first key that breaks one.
-    """
-    for key, allowed in NUMERIC_KEYS.items():
-        value: Any = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
-        if value is not None and not allowed.holds(value):
-            raise ConfigError(f"{key}={value} {allowed.rule(value)}")
-    if cfg.sac.log_std_min >= cfg.sac.log_std_max:
-        raise ConfigError(f"sac.log_std_min={cfg.sac.log_std_min} must be smaller than "
-                          f"sac.log_std_max={cfg.sac.log_std_max}")
-    if cfg.ppo.num_minibatches > cfg.ppo.num_envs * cfg.ppo.num_steps:
-        raise ConfigError(f"ppo.num_minibatches={cfg.ppo.num_minibatches} is more than the "
-                          f"{cfg.ppo.num_envs * cfg.ppo.num_steps} transitions of a rollout "
-                          "(ppo.num_envs * ppo.num_steps)")
-
-
-QUERY_SCHEDULES = ("constant", "decay")
-
-
-def check_recipe(cfg: Any) -> None:
-    """DRLHP's keys (``reward_val_fraction`` ... ``query_schedule``): combinations that do
-    something.
-
-    Raises:
-        ConfigError: an unknown ``query_schedule``, an adaptive L2 without held-out labels, or
-            a pairwise-only key with ``feedback=rating``.
-    """
-    if cfg.query_schedule not in QUERY_SCHEDULES:
-        raise ConfigError(f"query_schedule={cfg.query_schedule} is unknown; use "
-                          f"{' or '.join(QUERY_SCHEDULES)}")
-    if cfg.reward_adaptive_l2 and not cfg.reward_val_fraction:
-        raise ConfigError("reward_adaptive_l2=true adapts the L2 coefficient to the validation "
-                          "loss: hold labels out with reward_val_fraction (DRLHP: 0.368)")
-    if cfg.feedback == "rating":
-        pairwise = [key for key in ("reward_val_fraction", "reward_random_response",
-                                    "reward_bootstrap", "reward_l2", "reward_adaptive_l2")
-                    if getattr(cfg, key)]
-        if pairwise:
-            raise ConfigError(f"{pairwise[0]} is a key of pairwise preferences; "
-                              "feedback=rating does not use it: drop it")
-
-
 def frame_size(cfg: Any) -> int:
     """``human_frame_size``, or its default: 256 px when a person labels, else 128."""
     return int(cfg.human_frame_size or (256 if cfg.human_teacher else 128))
@@ -438,65 +314,6 @@ def resume_target(value: object) -> str | None:
     return "here" if text.lower() in ("true", "1", "yes") else text
 
 
-# ---------------------------------------------------------------- configs from elsewhere
-def named_code(cfg: Any) -> dict[str, str]:
-    """Config values that name code for this process to import and call:
-    ``obs_transform=module:function`` and ``env=module:EnvId`` (``domain=Gym`` imports the
-    module). Keys with such values -> the values."""
-    found = {}
-    for key in ("obs_transform", "env"):
-        value = cfg.get(key) if isinstance(cfg, dict | DictConfig) else getattr(cfg, key, None)
-        if isinstance(value, str) and ":" in value:
-            found[key] = value
-    return found
-
-
-def check_named_code(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
-    """Refuse a received config (another person's run folder) that names code to import
-    (:func:`named_code`): a run folder can carry a Python module of its own, and importing
-    it would run it. A key the command line sets (``given``) is the user's own choice.
-
-    Raises:
-        ConfigError: the first such key, and how to confirm it.
-    """
-    for key, value in named_code(cfg).items():
-        if key not in given:
-            raise ConfigError(f"{where}: {key}={value} names code to import and run "
-                              f"({value.split(':')[0]}); a received config may not: repeat "
-                              f"{key}={value} on the command line if you trust it")
-
-
-def load_received_config(path: str | Path) -> DictConfig:
-    """A run's ``config.yaml`` as the schema reads it, refusing what a crafted file could do:
-    resolver calls (:func:`themis.core.safe_loading.check_no_resolvers`), no YAML mapping,
-    keys or types the schema does not know.
-
-    Raises:
-        ConfigError: one line naming the file and the problem.
-    """
-    from omegaconf import ListConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
-
-    try:
-        raw = OmegaConf.load(path)
-    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{path} is not a readable YAML config ({first})") from None
-    if not isinstance(raw, DictConfig):
-        raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
-    check_no_resolvers(raw, path)
-    if isinstance(raw.get("logger"), ListConfig):  # runs before the logger group: [csv, ...]
-        raw.logger = {"tensorboard": "tensorboard" in list(raw.logger)}
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", "") or "a value"
-        raise ConfigError(f"{path}: {key}: {str(e).splitlines()[0]}") from None
-    assert isinstance(merged, DictConfig)
-    return merged
-
-
 def compose(overrides: list[str] | None = None, name: str = "train_themis",
             return_hydra_config: bool = False) -> DictConfig:
     """Compose ``config/<name>.yaml`` with command-line style ``overrides``, as the launchers
@@ -518,123 +335,3 @@ def register_configs() -> None:
     """Register the schema with Hydra's ConfigStore (name ``train_schema``)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-
-
-REWARD_TRAININGS = ("sync", "async")
-
-
-def check_reward_training(cfg: Any) -> None:
-    """``reward_training``: sync or async; what async cannot do is refused.
-
-    Raises:
-        ConfigError: one line: an unknown value, or with async: no learned reward, a resume,
-            a method or option that needs the agent inside the learner (a method's
-            ``inside_agent`` or its own async rule, explanations).
-    """
-    if cfg.reward_training not in REWARD_TRAININGS:
-        raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
-    if cfg.reward_training == "sync":
-        return
-    why = None
-    if not cfg.learn_reward:
-        why = "learn_reward=false has no reward to learn"
-    elif cfg.resume:
-        why = ("resume of an async run is not supported (the background learner's labels and "
-               "the agent's checkpoint are not saved together); start a new run with "
-               "prefs_path=RUN_DIR/preferences to keep its labels")
-    elif cfg.xplain_action or cfg.xplain_state:
-        why = "explained clips need the agent inside the learner process"
-    elif cfg.query_schedule != "constant" or cfg.reward_norm_std:
-        why = ("the DRLHP query schedule and reward normalisation (query_schedule=decay, "
-               "reward_norm_std) run in the loop's own learner")
-    if why is not None:
-        raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
-    check_methods(cfg, where="async")  # a method inside the agent, or its own async rule
-
-
-def validate(cfg: Any) -> None:
-    """Check values and combinations Hydra's type checks cannot see.
-
-    Args:
-        cfg: a composed ``DictConfig`` or a :class:`TrainConfig`.
-
-    Raises:
-        ConfigError: with one line naming the key, the problem and the fix.
-    """
-    if resume_target(cfg.resume) is None:
-        cfg.resume = None
-    try:
-        cfg.reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    try:
-        parse_threads(cfg.torch_threads)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if cfg.precision not in PRECISIONS:
-        raise ConfigError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
-    check_numbers(cfg)
-    if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
-        raise ConfigError(
-            f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
-            f"must be smaller than num_train_steps ({cfg.num_train_steps})"
-        )
-    if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < cfg.reward_batch:
-        raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
-                          f"reward_batch={cfg.reward_batch}; raise max_feedback")
-    if cfg.pretrained_policy and cfg.pretrained_snapshot:
-        raise ConfigError("pretrained_policy and pretrained_snapshot are both set: a snapshot "
-                          "holds its own agent; drop one of them")
-    if cfg.prefs_path and not cfg.learn_reward:
-        raise ConfigError("prefs_path is set but learn_reward=false; drop one of them")
-    try:
-        resolve_feed_type(cfg.feed_type)
-        validate_teacher_params(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
-                                cfg.teacher_eps_skip, cfg.teacher_eps_equal)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    check_methods(cfg)
-    if cfg.state_entropy_scale not in SCALES:
-        raise ConfigError(f"state_entropy_scale={cfg.state_entropy_scale} is unknown; use "
-                          f"{' or '.join(SCALES)}")
-    if cfg.teacher_thres_schedule not in ("themis", "bpref"):
-        raise ConfigError(f"teacher_thres_schedule={cfg.teacher_thres_schedule} is unknown; use "
-                          "themis or bpref")
-    if cfg.teacher_ui not in ("terminal", "web"):
-        raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
-    check_crowd(cfg)
-    check_rating(cfg)
-    check_reward_training(cfg)
-    check_recipe(cfg)
-    if cfg.human_teacher and cfg.teacher_ui == "web":
-        from ipaddress import ip_address
-
-        try:
-            loopback = cfg.label_host == "localhost" or ip_address(cfg.label_host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback and cfg.labelers == 0:
-            raise ConfigError(f"label_host={cfg.label_host} exposes the labeling page beyond "
-                              "this machine: create labeler tokens with labelers=N")
-        if cfg.labels_per_query > max(1, cfg.labelers):
-            raise ConfigError(f"labels_per_query={cfg.labels_per_query} needs at least that "
-                              f"many labelers (labelers={cfg.labelers})")
-    if cfg.human_viewer not in ("auto", "system", "none"):
-        raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
-    if cfg.xplain_baseline not in ("zeros", "mean"):
-        raise ConfigError(f"xplain_baseline={cfg.xplain_baseline} is unknown; use zeros or mean")
-    for key in ("human_teacher", "collect_prefs_only", "xplain_action", "xplain_state"):
-        if getattr(cfg, key) and not cfg.learn_reward:
-            raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
-                              "for a learned reward)")
-    if cfg.human_teacher or cfg.xplain_action or cfg.xplain_state:
-        if frame_capacity(cfg) < cfg.segment:
-            raise ConfigError(f"human_frame_capacity={frame_capacity(cfg)} is smaller than "
-                              f"segment={cfg.segment}: no clip could be shown")
-        if cfg.human_teacher and cfg.teacher_ui == "terminal" and not cfg.human_piped \
-                and not sys.stdin.isatty():
-            raise ConfigError("human_teacher=true needs a terminal, but stdin is not a TTY; run "
-                              "it in a terminal, or pipe answers on purpose with "
-                              "human_piped=true")
-    if cfg.agent not in AGENTS:
-        raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
