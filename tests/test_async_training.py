@@ -190,7 +190,7 @@ def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp
 def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path):
     """The learner cannot write preferences/ (a file is in the way): the loop stops with one
     PreferenceLearnerError line (exit code 1 through ./themis_train.sh), and no process stays."""
-    from themis.online.wrapper import PreferenceLearnerError
+    from themis.online.online_reward import PreferenceLearnerError
 
     ws = make_workspace(compose(ASYNC), tmp_path)
     (tmp_path / "preferences").write_text("in the way")

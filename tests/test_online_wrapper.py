@@ -24,8 +24,8 @@ import torch
 from tests.conftest import ROOT
 from themis import PreferenceLearningVectorEnv, PreferenceLearningWrapper, load_reward_model
 from themis.agents.buffers import EpisodeStore
+from themis.online.online_reward import PreferenceLearnerError, observation_transform
 from themis.online.segments import StepRecorder, add_run
-from themis.online.wrapper import PreferenceLearnerError, observation_transform
 from themis.reward import PreferenceDataset
 from themis.utils import ConfigError
 

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from themis.online.wrapper import PreferenceLearnerError
+from themis.online.online_reward import PreferenceLearnerError
 from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
 from themis.run.threads import parse_threads
 from themis.run.workspace import Workspace, query_rounds, take_snapshot_schedule

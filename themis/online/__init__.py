@@ -4,6 +4,8 @@
   (``gymnasium.vector.VectorEnv``) and :class:`PreferenceLearningVecEnv` (Stable-Baselines3
   ``VecEnv``, :mod:`themis.online.sb3`): the agent steps them, a background process
   (:mod:`themis.online.learner_process`) asks for preferences and trains r̂;
+- :mod:`themis.online.online_reward`: the agent side the wrappers share (steps recorded and
+  sent, the newest model taken, r̂ for each step, the learner process started and closed);
 - :mod:`themis.online.segments`: steps regrouped per episode and sub-env;
 - :mod:`themis.online.weights`: model versions published through shared memory;
 - :mod:`themis.online.keys`: ``./themis_train.sh``'s keys for the wrapper, checked;
@@ -20,7 +22,7 @@ __all__ = ["PreferenceLearnerError", "PreferenceLearningVecEnv", "PreferenceLear
            "PreferenceLearningWrapper", "RelabelCallback", "train_reward_model"]
 
 _LAZY = {
-    "PreferenceLearnerError": "themis.online.wrapper",
+    "PreferenceLearnerError": "themis.online.online_reward",
     "PreferenceLearningWrapper": "themis.online.wrapper",
     "PreferenceLearningVectorEnv": "themis.online.wrapper",
     "PreferenceLearningVecEnv": "themis.online.sb3",

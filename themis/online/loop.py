@@ -39,9 +39,9 @@ from themis.methods.base import MethodContext, reward_with_bonus
 from themis.methods.registry import build_methods
 from themis.online.keys import OnlineKeys
 from themis.online.learner_process import EnvSpec
+from themis.online.online_reward import OnlineReward, PreferenceLearnerError
 from themis.online.segments import Run, StepRecorder
 from themis.online.weights import load_flat
-from themis.online.wrapper import OnlineReward, PreferenceLearnerError
 from themis.reward.ensemble import RewardEnsemble
 from themis.utils import eval_mode
 
@@ -54,7 +54,7 @@ WAIT_LINE_AFTER = 10.0
 
 class LoopChannel(OnlineReward):
     """The wrapper's agent side, for a workspace: the step recorder, the queue to the learner
-    process, its start, crash watch and close (:class:`themis.online.wrapper.OnlineReward`),
+    process, its start, crash watch and close (:class:`themis.online.online_reward.OnlineReward`),
     configured from the run's own config (not from wrapper keys).
 
     Args:

@@ -25,7 +25,8 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from themis.online.wrapper import OnlineReward, ReadsTheLearner, needs_frames
+from themis.online.online_reward import OnlineReward
+from themis.online.wrapper import ReadsTheLearner, needs_frames
 from themis.utils import ConfigError
 
 
