@@ -29,19 +29,7 @@ from themis.interpret.report import update_report
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.sources import load_reward_source
 from themis.run.threads import set_num_threads
-from themis.utils import ScriptParser, int_at_least
-
-
-def positive(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be > 0")
-    return value
+from themis.utils import ScriptParser, int_at_least, positive_float
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=Path, required=True,
                         help="observations for the dataset examples")
     parser.add_argument("--steps", type=int_at_least(1), default=256)
-    parser.add_argument("--lr", type=positive, default=0.05)
+    parser.add_argument("--lr", type=positive_float, default=0.05)
     parser.add_argument("--batch", type=int_at_least(1), default=4,
                         help="transformed copies per step")
     parser.add_argument("--top", type=int_at_least(1), default=6, help="dataset examples")

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.supervised import save_supervised, train_supervised
 from themis.run.threads import set_num_threads
-from themis.utils import ConfigError, ScriptParser, get_device, int_at_least
+from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, positive_float
 
 
 def fraction(text: str) -> float:
@@ -34,18 +34,6 @@ def fraction(text: str) -> float:
     return value
 
 
-def positive(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be > 0")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = ScriptParser(prog="supervised_reward", description=__doc__.split("\n\n")[0])
     parser.add_argument("rollouts", type=Path, help="a rollouts folder or an imitation npz")
@@ -55,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-dim", type=int_at_least(1), default=256)
     parser.add_argument("--hidden-depth", type=int_at_least(0), default=3)
     parser.add_argument("--batch-size", type=int_at_least(1), default=256)
-    parser.add_argument("--lr", type=positive, default=3e-4)
+    parser.add_argument("--lr", type=positive_float, default=3e-4)
     parser.add_argument("--heldout", type=fraction, default=0.2, help="fraction of episodes")
     parser.add_argument("--balance", action="store_true",
                         help="sample steps inversely to how common their reward is")

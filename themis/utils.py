@@ -161,6 +161,18 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number ``> 0`` (argparse names the argument when it is
+    not)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number > 0")
+    return value
+
+
 @contextlib.contextmanager
 def eval_mode(*models: nn.Module) -> Iterator[None]:
     """Put modules in eval mode inside the block and restore their previous modes after it."""

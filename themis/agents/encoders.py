@@ -76,7 +76,25 @@ class FlattenEncoder(Encoder):
         return obs.reshape(len(obs), -1).float()
 
 
-class NatureCNN(Encoder):
+class ConvEncoder(Encoder):
+    """Base class of the CNNs: ``convs`` (:func:`conv_stack`, flattened), then a linear layer
+    with ReLU to ``feature_dim``."""
+
+    convs: nn.Sequential
+    head: nn.Sequential
+
+    def build(self, convs: list[nn.Conv2d], obs_shape: tuple[int, ...], feature_dim: int,
+              dropout: float, batchnorm: bool) -> None:
+        """Stack ``convs`` and size the head by a probe of one zero observation."""
+        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
+        with torch.no_grad():  # in eval mode: the probe draws no dropout mask
+            n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
+        self.convs.train()
+        self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+        self.feature_dim = feature_dim
+
+
+class NatureCNN(ConvEncoder):
     """The DQN encoder (Mnih et al. 2015): conv 8×8/4 (32), 4×4/2 (64), 3×3/1 (64), linear 512.
 
     Images smaller than :data:`NATURE_MIN_SIZE` (36) on a side, where that stack leaves
@@ -99,18 +117,13 @@ class NatureCNN(Encoder):
         for width, kernel, stride, padding in layers:
             convs.append(nn.Conv2d(c, width, kernel, stride=stride, padding=padding))
             c = width
-        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
-        with torch.no_grad():  # in eval mode: the probe draws no dropout mask
-            n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
-        self.convs.train()
-        self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
-        self.feature_dim = feature_dim
+        self.build(convs, obs_shape, feature_dim, dropout, batchnorm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.convs(obs.to(torch.float32, copy=True).div_(255.0)))
 
 
-class GridCNN(Encoder):
+class GridCNN(ConvEncoder):
     """Small CNN for symbolic grids: three 2×2 convolutions (16, 32, 64), then linear.
 
     A grid smaller than 4 on a side has 1×1 convolutions where a 2×2 would leave nothing.
@@ -129,12 +142,7 @@ class GridCNN(Encoder):
             kernel = 2 if side - i >= 2 else 1  # each 2×2 convolution takes one row
             convs.append(nn.Conv2d(c, width, kernel))
             c = width
-        self.convs = nn.Sequential(*conv_stack(convs, dropout, batchnorm), nn.Flatten())
-        with torch.no_grad():  # in eval mode: the probe draws no dropout mask
-            n_flat = self.convs.eval()(torch.zeros(1, *obs_shape)).shape[1]
-        self.convs.train()
-        self.head = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
-        self.feature_dim = feature_dim
+        self.build(convs, obs_shape, feature_dim, dropout, batchnorm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.convs(obs.float()))
