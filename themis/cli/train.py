@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.online.online_reward import PreferenceLearnerError
-from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target
+from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target, schema_keys
 from themis.run.threads import parse_threads
 from themis.run.workspace import Workspace, query_rounds, take_snapshot_schedule
 from themis.utils import ConfigError
@@ -42,27 +42,16 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def _config_keys(node: Any, prefix: str = "") -> list[str]:
-    keys = []
-    for key in node:
-        value = node[key]
-        keys.append(prefix + key)
-        if isinstance(value, DictConfig):
-            keys += _config_keys(value, f"{prefix}{key}.")
-    return keys
-
-
 def describe_composition_error(error: Exception) -> str:
     """One line for a Hydra composition error: a key typo (with the closest key), a wrong type,
     an unknown config-group option (domain, teacher), or Hydra's own first line."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-    from themis.run.config import TrainConfig
 
     text, cause = str(error), error.__cause__
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and "not in" in str(cause):
         key = getattr(cause, "full_key", None) or str(cause).split("'")[1]
-        close = difflib.get_close_matches(key, _config_keys(OmegaConf.structured(TrainConfig)),
+        close = difflib.get_close_matches(key, schema_keys(),
                                           n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         return (f"{key} is not a Themis config key{hint}; python -m themis.cli.train --help "

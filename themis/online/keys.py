@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from themis.methods.registry import check_methods, refuse_inside_agent
-from themis.run.config import TrainConfig, compose
+from themis.run.config import TrainConfig, compose, schema_keys
 from themis.run.validation import validate
 from themis.utils import NON_NEGATIVE, ConfigError, Range
 
@@ -101,18 +101,8 @@ ONLINE_NUMERIC: dict[str, Range] = {
 ONLINE_KEYS = tuple(f.name for f in dataclasses.fields(OnlineKeys))
 
 
-def _schema_keys(node: Any, prefix: str = "") -> list[str]:
-    keys = []
-    for key in node:
-        value = node[key]
-        keys.append(prefix + key)
-        if isinstance(value, DictConfig):
-            keys += _schema_keys(value, f"{prefix}{key}.")
-    return keys
-
-
 def _unknown(key: str) -> ConfigError:
-    names = _schema_keys(OmegaConf.structured(TrainConfig)) + list(ONLINE_KEYS) \
+    names = schema_keys() + list(ONLINE_KEYS) \
         + list(GROUP_KEYS)
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""

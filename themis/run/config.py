@@ -314,6 +314,22 @@ def resume_target(value: object) -> str | None:
     return "here" if text.lower() in ("true", "1", "yes") else text
 
 
+def schema_keys() -> list[str]:
+    """Every key of the schema, nested ones dotted (``sac.batch_size``): for "did you mean"
+    hints on a key typo."""
+    from omegaconf import OmegaConf
+
+    def keys(node: Any, prefix: str = "") -> list[str]:
+        found = []
+        for key in node:
+            found.append(prefix + key)
+            if isinstance(node[key], DictConfig):
+                found += keys(node[key], f"{prefix}{key}.")
+        return found
+
+    return keys(OmegaConf.structured(TrainConfig))
+
+
 def compose(overrides: list[str] | None = None, name: str = "train_themis",
             return_hydra_config: bool = False) -> DictConfig:
     """Compose ``config/<name>.yaml`` with command-line style ``overrides``, as the launchers
