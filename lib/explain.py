@@ -28,6 +28,8 @@ import cv2
 import numpy as np
 import torch
 
+from themis.core.figures import pyplot, save_figure
+
 Forward = Callable[..., torch.Tensor]
 Method = Callable[[Forward, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...],
                    torch.Tensor | None], tuple[torch.Tensor, ...]]
@@ -252,10 +254,7 @@ def summary_png(segments: Sequence[np.ndarray], names: Sequence[str], path: str 
     """Mean |attribution| per feature over each segment of a clip, one subplot per segment
     ("segment 1", "segment 2"): bars for vectors ``(T, d)`` (the 15 largest), a heatmap for
     images ``(T, C, H, W)`` (summed over channels)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     fig, axes = plt.subplots(1, len(segments), figsize=(5 * len(segments), 4), squeeze=False)
@@ -270,11 +269,7 @@ def summary_png(segments: Sequence[np.ndarray], names: Sequence[str], path: str 
             fig.colorbar(im, ax=ax, label="mean |attribution|")
             ax.set_axis_off()
         ax.set_title(f"segment {s + 1}")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 # ---------------------------------------------------------------------------- explainer

@@ -6,5 +6,6 @@ another package of ``themis/``.
 - :mod:`themis.core.safe_loading`: files a user may have received, loaded without running
   code from them (PyTorch files as plain data, configs as values);
 - :mod:`themis.core.console`: the run's progress bars, paused while a person answers in the
-  terminal.
+  terminal;
+- :mod:`themis.core.figures`: plots written to files (matplotlib's ``Agg`` backend).
 """

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from themis.core.figures import pyplot, save_figure
 from themis.reward.ensemble import RewardEnsemble
 
 # Lucid's square root of the ImageNet colour correlation (lucent.optvis.param.color)
@@ -214,10 +215,7 @@ def plot_feature_vis(best: Visualisation, worst: Visualisation, top: list[tuple[
                      path: str | Path, title: str = "") -> Path:
     """One picture: the maximising and minimising observations, then the top and bottom dataset
     examples (each with its r̂ and action)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     cols = max(2, len(top))
@@ -234,9 +232,4 @@ def plot_feature_vis(best: Visualisation, worst: Visualisation, top: list[tuple[
         for ax, (obs, r, a) in zip(axes[row], examples, strict=False):
             ax.imshow(as_picture(obs))
             ax.set_title(f"{name}: r̂ {r:.3f}, action {a}", fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from themis.core.figures import pyplot, save_figure
 from themis.crowd.audit_report import labels_section
 from themis.run.logger import plot_learning_curve
 from themis.utils import eval_mode
@@ -121,10 +122,7 @@ def overall_correlations(curves: list[RewardCurve]) -> tuple[float, float]:
 
 def plot_reward_curves(curves: list[RewardCurve], path: str | Path, title: str = "") -> Path:
     """One panel per episode: true reward and aligned learned reward ± member spread."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     fig, axes = plt.subplots(len(curves), 1, figsize=(9, 2.4 * len(curves)), squeeze=False)
@@ -139,12 +137,7 @@ def plot_reward_curves(curves: list[RewardCurve], path: str | Path, title: str =
         ax.set_ylabel("reward")
     axes[0, 0].legend(fontsize=8, loc="upper right")
     axes[-1, 0].set_xlabel("episode step")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title, dpi=100)
 
 
 # ---------------------------------------------------------------------- gridworlds
@@ -226,10 +219,7 @@ def plot_grid_maps(env: gym.Env, learned: np.ndarray, true: np.ndarray,
                    path: str | Path) -> Path:
     """The grid's rendering with the direction-averaged learned (left) and true (right) maps
     drawn over it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     base: Any = env.unwrapped
@@ -245,10 +235,7 @@ def plot_grid_maps(env: gym.Env, learned: np.ndarray, true: np.ndarray,
         fig.colorbar(im, ax=ax, fraction=0.046)
         ax.set_title(f"{name} of stepping into each cell (mean over directions)", fontsize=9)
         ax.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------- a run
@@ -465,10 +452,7 @@ def _read_csv(path: Path) -> pd.DataFrame | None:
 
 
 def _plot_rounds(rounds: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for column, label in (("heldout_accuracy", "held-out accuracy (new queries)"),
@@ -480,6 +464,4 @@ def _plot_rounds(rounds: pd.DataFrame, path: Path) -> None:
     ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)

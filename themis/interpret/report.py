@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from themis.core.figures import pyplot, save_figure
 from themis.interpret.gridworld import GridMDP, cell_map
 from themis.interpret.inspection import (
     INTERPRET_BEGIN,
@@ -23,15 +23,6 @@ from themis.interpret.inspection import (
     affine_alignment,
     interpret_section,
 )
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_grid_preprocessing(frame: np.ndarray | None, mdp: GridMDP, raw: np.ndarray,
@@ -47,7 +38,7 @@ def plot_grid_preprocessing(frame: np.ndarray | None, mdp: GridMDP, raw: np.ndar
         raw, preprocessed, true: ``(T,)`` rewards per transition.
         potential: ``(S,)``.
     """
-    plt = _plt()
+    plt = pyplot()
     path = Path(path)
     phi_total = np.zeros((mdp.width, mdp.height))
     phi_count = np.zeros((mdp.width, mdp.height))
@@ -70,12 +61,7 @@ def plot_grid_preprocessing(frame: np.ndarray | None, mdp: GridMDP, raw: np.ndar
         fig.colorbar(im, ax=ax, fraction=0.046)
         ax.set_title(name, fontsize=9)
         ax.set_axis_off()
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def plot_preprocessed_curves(episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -87,7 +73,7 @@ def plot_preprocessed_curves(episodes: list[tuple[np.ndarray, np.ndarray, np.nda
     Args:
         episodes: ``(true (T,), raw (T,), preprocessed (T,))`` per episode.
     """
-    plt = _plt()
+    plt = pyplot()
     path = Path(path)
     fig, axes = plt.subplots(len(episodes), 1, figsize=(9, 2.4 * max(1, len(episodes))),
                              squeeze=False)
@@ -101,12 +87,7 @@ def plot_preprocessed_curves(episodes: list[tuple[np.ndarray, np.ndarray, np.nda
         ax.set_ylabel("reward")
     axes[0, 0].legend(fontsize=8, loc="upper right")
     axes[-1, 0].set_xlabel("episode step")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title, dpi=100)
 
 
 def update_report(run_dir: str | Path) -> Path | None:

@@ -13,6 +13,8 @@ from typing import Any, TextIO
 from termcolor import colored
 from tqdm import tqdm
 
+from themis.core.figures import pyplot, save_figure
+
 
 class CSVLog:
     """Append rows to a CSV file; the columns are fixed by the first row.
@@ -167,11 +169,9 @@ class Logger:
 
 def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
     """Plot mean true eval return (and total feedback) against environment steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import pandas as pd
+
+    plt = pyplot()
 
     df = pd.read_csv(eval_csv)
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -193,6 +193,4 @@ def plot_learning_curve(eval_csv: Path, out_png: Path, title: str = "") -> None:
         handles, labels = handles + more[0], labels + more[1]
     ax.legend(handles, labels, fontsize=8, loc="best")
     ax.set_title(textwrap.fill(title, 80), fontsize=10)  # env: method · sampler · teacher
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out_png, dpi=120)
