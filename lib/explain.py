@@ -256,7 +256,6 @@ def summary_png(segments: Sequence[np.ndarray], names: Sequence[str], path: str 
     images ``(T, C, H, W)`` (summed over channels)."""
     plt = pyplot()
 
-    path = Path(path)
     fig, axes = plt.subplots(1, len(segments), figsize=(5 * len(segments), 4), squeeze=False)
     for s, (ax, attr) in enumerate(zip(axes[0], segments, strict=True)):
         mean = np.abs(attr).mean(axis=0)

@@ -217,7 +217,6 @@ def plot_feature_vis(best: Visualisation, worst: Visualisation, top: list[tuple[
     examples (each with its r̂ and action)."""
     plt = pyplot()
 
-    path = Path(path)
     cols = max(2, len(top))
     aspect = as_picture(best.image).shape[0] / as_picture(best.image).shape[1]
     fig, axes = plt.subplots(3, cols, figsize=(3.2 * cols, 3 * (3.2 * aspect + 0.5) + 0.4),

@@ -124,7 +124,6 @@ def plot_reward_curves(curves: list[RewardCurve], path: str | Path, title: str =
     """One panel per episode: true reward and aligned learned reward ± member spread."""
     plt = pyplot()
 
-    path = Path(path)
     fig, axes = plt.subplots(len(curves), 1, figsize=(9, 2.4 * len(curves)), squeeze=False)
     for ax, c in zip(axes[:, 0], curves, strict=True):
         t = np.arange(len(c.true))
@@ -221,7 +220,6 @@ def plot_grid_maps(env: gym.Env, learned: np.ndarray, true: np.ndarray,
     drawn over it."""
     plt = pyplot()
 
-    path = Path(path)
     base: Any = env.unwrapped
     frame = base.get_frame(highlight=False, tile_size=32)
     width, height = base.grid.width, base.grid.height

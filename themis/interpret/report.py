@@ -39,7 +39,6 @@ def plot_grid_preprocessing(frame: np.ndarray | None, mdp: GridMDP, raw: np.ndar
         potential: ``(S,)``.
     """
     plt = pyplot()
-    path = Path(path)
     phi_total = np.zeros((mdp.width, mdp.height))
     phi_count = np.zeros((mdp.width, mdp.height))
     np.add.at(phi_total, (mdp.positions[:, 0], mdp.positions[:, 1]), potential)
@@ -74,7 +73,6 @@ def plot_preprocessed_curves(episodes: list[tuple[np.ndarray, np.ndarray, np.nda
         episodes: ``(true (T,), raw (T,), preprocessed (T,))`` per episode.
     """
     plt = pyplot()
-    path = Path(path)
     fig, axes = plt.subplots(len(episodes), 1, figsize=(9, 2.4 * max(1, len(episodes))),
                              squeeze=False)
     for ax, (true, raw, pre) in zip(axes[:, 0], episodes, strict=True):
