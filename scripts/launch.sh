@@ -11,17 +11,10 @@ python="${THEMIS_PYTHON:-python3}"  # THEMIS_PYTHON: another environment's inter
 if [ -z "${THEMIS_PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ]; then
   python="$root/.venv/bin/python"
 fi
-# Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa (software) elsewhere (the rule of
-# themis.environments.mujoco.choose_gl_backend, which scripts run without a
-# launcher get from make_env).
-if [ -z "${MUJOCO_GL:-}" ]; then
-  # EGL on NVIDIA machines that have libEGL (GPU containers often lack it), else OSMesa
-  if [ -e /dev/nvidia0 ] && ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1'; then
-    export MUJOCO_GL=egl
-  else
-    export MUJOCO_GL=osmesa
-  fi
-fi
+# Headless MuJoCo rendering (EGL, OSMesa or none): the rule of
+# themis.environments.mujoco.choose_gl_backend, which scripts run without a launcher get from
+# make_env.
+source "$root/scripts/gl_backend.sh"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 # logger=csv,tensorboard means a list, never a sweep: pass it to Hydra as logger=[csv,tensorboard]
 args=()

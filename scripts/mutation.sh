@@ -15,9 +15,7 @@ cd "$root"
 [ -x .venv/bin/python ] || { echo "mutation.sh: run scripts/setup.sh first" >&2; exit 2; }
 .venv/bin/python -c "import mutmut" 2>/dev/null || .venv/bin/python -m pip install -q "mutmut==3.8.1"
 export PATH="$root/.venv/bin:$PATH"  # the launchers inside mutants/ find this Python
-if [ -z "${MUJOCO_GL:-}" ]; then
-  if [ -e /dev/nvidia0 ]; then export MUJOCO_GL=egl; else export MUJOCO_GL=osmesa; fi
-fi
+source scripts/gl_backend.sh  # headless MuJoCo rendering
 jobs="${THEMIS_MUTATION_JOBS:-2}"
 # mutmut runs the tests in its own process, then forks one child per mutant: a child that
 # inherits PyTorch's OpenMP thread pool hangs at its first parallel op (a futex, forever).

@@ -341,15 +341,54 @@ def test_ppo_bootstraps_time_limit_truncations(compose, tmp_path, monkeypatch):
 
 def test_egl_is_chosen_only_where_libegl_is_found(monkeypatch):
     """On a GPU container without libEGL, MUJOCO_GL=egl made ``import mujoco`` fail with a
-    traceback (seen on a bare H100 machine): fall back to OSMesa there."""
+    traceback (seen on a bare H100 machine): fall back to OSMesa there, and where OSMesa is
+    missing too (an H200 machine's image) to ``disable``, with which dm_control imports."""
     import ctypes.util
 
     from themis.environments.mujoco import choose_gl_backend
 
-    monkeypatch.setattr("os.path.exists", lambda path: path == "/dev/nvidia0")
-    for found, expected in ((None, "osmesa"), ("libEGL.so.1", "egl")):
+    cases = ((True, {"EGL", "OSMesa"}, "egl"), (True, {"OSMesa"}, "osmesa"),
+             (True, set(), "disable"), (False, {"EGL", "OSMesa"}, "osmesa"),
+             (False, {"EGL"}, "disable"))
+    for nvidia, libraries, expected in cases:
         monkeypatch.delenv("MUJOCO_GL", raising=False)
-        monkeypatch.setattr(ctypes.util, "find_library", lambda name, found=found: found)
-        assert choose_gl_backend() == expected
+        monkeypatch.setattr("os.path.exists", lambda path, nvidia=nvidia:
+                            nvidia and path == "/dev/nvidia0")
+        monkeypatch.setattr(ctypes.util, "find_library", lambda name, libraries=libraries:
+                            f"lib{name}.so.1" if name in libraries else None)
+        assert choose_gl_backend() == expected, (nvidia, libraries)
     monkeypatch.setenv("MUJOCO_GL", "glfw")  # a user's choice stays
     assert choose_gl_backend() == "glfw"
+
+
+@pytest.mark.parametrize("libraries, expected", [("libOSMesa.so.8 (libc6,x86-64) => /lib/x\n",
+                                                   "osmesa"), ("", "disable")])
+def test_launchers_gl_rule_matches_choose_gl_backend(tmp_path, libraries, expected):
+    """The launchers' shell rule (scripts/gl_backend.sh) falls back as choose_gl_backend does:
+    OSMesa where ldconfig lists it, else ``disable`` (this machine has no /dev/nvidia0)."""
+    import subprocess
+    from pathlib import Path
+
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("an NVIDIA machine takes the EGL branch")
+    (tmp_path / "ldconfig").write_text(f"#!/bin/sh\nprintf '{libraries}'\n")
+    (tmp_path / "ldconfig").chmod(0o755)
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", "-c", f"source {root}/scripts/gl_backend.sh; echo $MUJOCO_GL"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == expected
+    env["MUJOCO_GL"] = "egl"  # a user's choice stays
+    assert subprocess.run(["bash", "-c", f"source {root}/scripts/gl_backend.sh; echo $MUJOCO_GL"],
+                          env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "egl"
+
+
+@pytest.mark.parametrize("domain, env", [("DMC", "walker_walk"), ("Control", "Hopper-v5")])
+def test_clips_without_an_opengl_backend_are_one_clear_error(monkeypatch, domain, env):
+    """With MUJOCO_GL=disable (what the launchers choose without libEGL and libOSMesa) training
+    runs, but a run that renders MuJoCo clips stops with one line naming the fix, not with
+    dm_control's 'No OpenGL rendering backend' from deep inside the first clip."""
+    monkeypatch.setenv("MUJOCO_GL", "disable")
+    with pytest.raises(ConfigError, match="MUJOCO_GL=disable: no libEGL"):
+        make_env(domain, env, seed=0, render_mode="rgb_array")

@@ -24,6 +24,7 @@ import numpy as np
 from themis.environments.actions import rescale_box_actions
 from themis.environments.moving_dot import atari_preprocessing
 from themis.environments.mujoco import (
+    NO_GL_BACKEND,
     LightMujocoRender,
     choose_gl_backend,
     is_mujoco,
@@ -284,6 +285,12 @@ def make_env(domain: str, env: str, seed: int | None = None,
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     kwargs = {**dom.make_kwargs, **env_kwargs}
     mujoco_frames = render_mode == "rgb_array" and dom.make is None and is_mujoco(env_id)
+    if render_mode == "rgb_array" and (mujoco_frames or dom.name in ("DMC", "MetaWorld")) \
+            and os.environ.get("MUJOCO_GL", "").lower() in NO_GL_BACKEND:
+        raise ConfigError(f"{env} renders clips with MuJoCo, but MUJOCO_GL="
+                          f"{os.environ['MUJOCO_GL']}: no libEGL (NVIDIA) or libOSMesa was found; "
+                          "install one (apt-get install libosmesa6) or set MUJOCO_GL to a "
+                          "backend this machine has")
     if mujoco_frames:
         kwargs = {"width": render_size, "height": render_size, **kwargs}
         if "camera_id" not in kwargs and "camera_name" not in kwargs:

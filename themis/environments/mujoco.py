@@ -18,12 +18,20 @@ log = logging.getLogger(__name__)
 _seen_mujoco_warnings: set[str] = set()
 
 
+NO_GL_BACKEND = frozenset({"off", "disable", "disabled", "false", "0"})
+"""``MUJOCO_GL`` values with which MuJoCo and dm_control render nothing (dm_control's
+``_render/constants.py``)."""
+
+
 def choose_gl_backend() -> str:
-    """Choose MuJoCo's OpenGL backend as the launchers do: ``MUJOCO_GL`` as set, else ``egl``
-    on NVIDIA machines (``/dev/nvidia0``) that have ``libEGL`` (GPU containers often do not:
-    ``import mujoco`` then failed with a traceback), else ``osmesa`` (software). Sets the
-    variable, which MuJoCo, dm_control and gymnasium read when they first import or render, and
-    returns it.
+    """Choose MuJoCo's OpenGL backend as the launchers do (``scripts/gl_backend.sh``):
+    ``MUJOCO_GL`` as set, else ``egl`` on NVIDIA machines (``/dev/nvidia0``) that have
+    ``libEGL`` (GPU containers often do not: ``import mujoco`` then failed with a traceback),
+    else ``osmesa`` (software) where ``libOSMesa`` is installed, else ``disable``: nothing
+    renders (a clip asks for a backend and says so), but training runs — with ``osmesa`` and no
+    ``libOSMesa``, ``import dm_control`` failed with a traceback (seen on an H200 machine's
+    image, 2026-11-27). Sets the variable, which MuJoCo, dm_control and gymnasium read when they
+    first import or render, and returns it.
 
     Without it, a headless process that renders MuJoCo falls through gymnasium's backend
     search (GLFW first) and fails with "an OpenGL platform library has not been loaded".
@@ -31,8 +39,12 @@ def choose_gl_backend() -> str:
     renders as the launchers do.
     """
     if not os.environ.get("MUJOCO_GL"):
-        egl = os.path.exists("/dev/nvidia0") and ctypes.util.find_library("EGL") is not None
-        os.environ["MUJOCO_GL"] = "egl" if egl else "osmesa"
+        if os.path.exists("/dev/nvidia0") and ctypes.util.find_library("EGL") is not None:
+            os.environ["MUJOCO_GL"] = "egl"
+        elif ctypes.util.find_library("OSMesa") is not None:
+            os.environ["MUJOCO_GL"] = "osmesa"
+        else:
+            os.environ["MUJOCO_GL"] = "disable"
     return os.environ["MUJOCO_GL"]
 
 
