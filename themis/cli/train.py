@@ -22,8 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.online.online_reward import PreferenceLearnerError
 from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target, schema_keys
+from themis.run.snapshot import take_snapshot_schedule
 from themis.run.threads import parse_threads
-from themis.run.workspace import Workspace, query_rounds, take_snapshot_schedule
+from themis.run.workspace import Workspace, query_rounds
 from themis.utils import ConfigError
 
 register_configs()

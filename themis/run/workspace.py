@@ -1,5 +1,6 @@
 """The Workspace: what one run owns — envs, agent, store, preference learner, logger — and the
-pieces both training loops share (evaluation, CSV rows, checkpoints, snapshots).
+pieces both training loops share (evaluation, CSV rows, checkpoints; snapshots in
+:mod:`themis.run.snapshot`).
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
@@ -26,7 +27,7 @@ from themis.agents.intrinsic import StateEntropyReward
 from themis.agents.sb3 import load_sb3_policy
 from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
-from themis.core.safe_loading import MALFORMED, UnsafeFileError, describe, safe_load
+from themis.core.safe_loading import MALFORMED, describe
 from themis.crowd.label_store import LabelStore
 from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
 from themis.environments.frames import FrameStore
@@ -55,12 +56,10 @@ from themis.run.checkpoint import (
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
+from themis.run.snapshot import SNAPSHOT_VERSION, load_snapshot, save_snapshot
 from themis.run.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
-
-SNAPSHOT_VERSION = 1
-
 
 ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
                  "skipped": "round_skipped", "equal": "round_equal",
@@ -83,59 +82,6 @@ def decaying_schedule(cfg: TrainConfig, agent: str) -> DecayingSchedule:
     _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
                                 cfg.num_interact, rollout)
     return DecayingSchedule(cfg.query_decay_steps, every, last)
-
-
-def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """A pretraining snapshot (:meth:`Workspace.save_snapshot`), loaded without pickle.
-
-    Raises:
-        ConfigError: the file is missing, unsafe or unreadable, or not a snapshot.
-    """
-    if not path.is_file():
-        raise ConfigError(f"pretrained_snapshot={path} does not exist; run "
-                          "./themis_pretrain.sh first or drop the option")
-    try:
-        snap = safe_load(path, device, mmap=mmap)
-    except UnsafeFileError as e:
-        raise ConfigError(f"pretrained_snapshot: {e}") from None
-    if not isinstance(snap, dict) or "step" not in snap:
-        raise ConfigError(f"pretrained_snapshot={path} is not a Themis snapshot")
-    return snap
-
-
-def agent_only(snap: dict[str, Any]) -> bool:
-    """Whether a file read by :func:`read_snapshot` is a run's ``checkpoints/agent.pt`` (the
-    agent and its step, no replay buffer) rather than a pretraining snapshot."""
-    return "agent" in snap and "buffer" not in snap
-
-
-def take_snapshot_schedule(cfg: TrainConfig) -> str:
-    """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
-    ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
-    pretraining that ended at its step), so the run continues where it ended: neither random
-    actions again nor pretraining to the defaults' step 6000, and no pretraining keys to
-    repeat. Returns the console line that says so.
-
-    Raises:
-        ConfigError: see :func:`read_snapshot`.
-    """
-    path = Path(str(cfg.pretrained_snapshot))
-    snap = read_snapshot(path, mmap=True)
-    if agent_only(snap):  # a run's agent.pt: a warm start, the run's own schedule
-        return (f"pretrained_snapshot={path} is an agent checkpoint (agent.pt), not a "
-                "pretraining snapshot: the agent is loaded, nothing else (empty buffer, step 0, "
-                f"num_seed_steps={cfg.num_seed_steps}, num_unsup_steps={cfg.num_unsup_steps})")
-    step = int(snap["step"])
-    seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
-    unsup = int(snap.get("num_unsup_steps", step - seed))
-    given = (cfg.num_seed_steps, cfg.num_unsup_steps)
-    cfg.num_seed_steps, cfg.num_unsup_steps = seed, unsup
-    end = seed + unsup
-    then = "reward learning starts at once" if step >= end else \
-        f"pretraining continues to step {end}, then reward learning starts"
-    note = f" (instead of {given[0]} and {given[1]})" if given != (seed, unsup) else ""
-    return (f"pretraining from the snapshot: num_seed_steps={seed}, num_unsup_steps={unsup}"
-            f"{note}; it ended at step {step}: {then}")
 
 
 class Driver(Protocol):
@@ -647,55 +593,12 @@ class Workspace:
         self.driver.resumed(self)
 
     def save_snapshot(self, path: Path | None = None) -> Path:
-        """Snapshot after pretraining: agent, store, counters, entropy statistics and the
-        recent returns (the teacher's first margin)."""
-        path = path or self.run_dir / "snapshot.pt"
-        save_durably({
-            "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
-            "step": self.step, "episode": self.episode,
-            "num_seed_steps": self.cfg.num_seed_steps,  # the pretraining it ran
-            "num_unsup_steps": self.cfg.num_unsup_steps,
-            "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "state_entropy_stats": self.state_entropy.stats.state_dict(),
-            "state_entropy_range": self.state_entropy.range_state(),
-            "recent_returns": list(self.recent_returns),
-            "recent_lengths": list(self.recent_lengths),
-        }, path)
-        return path
+        """Snapshot after pretraining (:func:`themis.run.snapshot.save_snapshot`)."""
+        return save_snapshot(self, path or self.run_dir / "snapshot.pt")
 
     def load_snapshot(self, path: Path) -> None:
-        """Continue from a pretraining snapshot.
-
-        Raises:
-            ConfigError: the file is missing or was written for another env or shape.
-        """
-        snap = read_snapshot(path, self.device)
-        if snap.get("env") != self.env_id:
-            raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
-                              f"not {self.env_id}")
-        if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
-            try:
-                self.agent.load_state_dict(snap["agent"])
-            except MALFORMED as e:
-                raise ConfigError(f"pretrained_snapshot={path}: the agent does not fit this "
-                                  f"run: {describe(e)}") from None
-            self.logger.info(f"loaded the agent of {path} (trained {int(snap['step'])} steps); "
-                             "the run starts at step 0 with an empty buffer", "cyan")
-            return
-        try:  # other shapes, or a crafted file that is plain data but not a snapshot
-            self.agent.load_state_dict(snap["agent"])
-            self.buffer.load_state_dict(snap["buffer"])
-            self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
-            self.state_entropy.low, self.state_entropy.high = snap.get(
-                "state_entropy_range", [float("inf"), float("-inf")])
-            self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
-            self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
-            self.step = int(snap["step"])
-            self.episode = int(snap["episode"]) + 1
-        except MALFORMED as e:
-            raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
-        self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
+        """Continue from a pretraining snapshot (:func:`themis.run.snapshot.load_snapshot`)."""
+        load_snapshot(self, path)
 
     def load_pretrained_policy(self, path: Path) -> None:
         """Start the agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).
