@@ -1,6 +1,6 @@
 """The Workspace: what one run owns — envs, agent, store, preference learner, logger — and the
-pieces both training loops share (evaluation, CSV rows, checkpoints; snapshots in
-:mod:`themis.run.snapshot`).
+pieces both training loops share (evaluation, CSV rows, checkpoints, snapshots;
+reading a snapshot: :mod:`themis.run.snapshot`).
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
@@ -56,7 +56,7 @@ from themis.run.checkpoint import (
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
-from themis.run.snapshot import SNAPSHOT_VERSION, load_snapshot, save_snapshot
+from themis.run.snapshot import SNAPSHOT_VERSION, agent_only, read_snapshot
 from themis.run.threads import ThreadGovernor, apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
@@ -593,12 +593,59 @@ class Workspace:
         self.driver.resumed(self)
 
     def save_snapshot(self, path: Path | None = None) -> Path:
-        """Snapshot after pretraining (:func:`themis.run.snapshot.save_snapshot`)."""
-        return save_snapshot(self, path or self.run_dir / "snapshot.pt")
+        """Write the run's snapshot after pretraining to ``path`` (default
+        ``RUN_DIR/snapshot.pt``, durably) and return it: agent, store, counters, the pretraining
+        schedule it ran, entropy statistics and the recent returns (the teacher's first
+        margin). Plain tensors and lists: :func:`themis.run.snapshot.read_snapshot` loads it
+        without pickle."""
+        path = path or self.run_dir / "snapshot.pt"
+        save_durably({
+            "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
+            "step": self.step, "episode": self.episode,
+            "num_seed_steps": self.cfg.num_seed_steps,  # the pretraining it ran
+            "num_unsup_steps": self.cfg.num_unsup_steps,
+            "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "state_entropy_stats": self.state_entropy.stats.state_dict(),
+            "state_entropy_range": self.state_entropy.range_state(),
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+        }, path)
+        return path
 
     def load_snapshot(self, path: Path) -> None:
-        """Continue from a pretraining snapshot (:func:`themis.run.snapshot.load_snapshot`)."""
-        load_snapshot(self, path)
+        """Continue from a pretraining snapshot (or start its agent from a run's
+        ``agent.pt``: :func:`agent_only`).
+
+        Raises:
+            ConfigError: the file is missing or was written for another env or shape.
+        """
+        snap = read_snapshot(path, self.device)
+        if snap.get("env") != self.env_id:
+            raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
+                              f"not {self.env_id}")
+        if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
+            try:
+                self.agent.load_state_dict(snap["agent"])
+            except MALFORMED as e:
+                raise ConfigError(f"pretrained_snapshot={path}: the agent does not fit this "
+                                  f"run: {describe(e)}") from None
+            self.logger.info(f"loaded the agent of {path} (trained {int(snap['step'])} steps); "
+                             "the run starts at step 0 with an empty buffer", "cyan")
+            return
+        try:  # other shapes, or a crafted file that is plain data but not a snapshot
+            self.agent.load_state_dict(snap["agent"])
+            self.buffer.load_state_dict(snap["buffer"])
+            self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+            self.state_entropy.low, self.state_entropy.high = snap.get(
+                "state_entropy_range", [float("inf"), float("-inf")])
+            self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
+            self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
+            self.step = int(snap["step"])
+            self.episode = int(snap["episode"]) + 1
+        except MALFORMED as e:
+            raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
+        self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
 
     def load_pretrained_policy(self, path: Path) -> None:
         """Start the agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).
