@@ -373,15 +373,15 @@ def test_launchers_gl_rule_matches_choose_gl_backend(tmp_path, libraries, expect
         pytest.skip("an NVIDIA machine takes the EGL branch")
     (tmp_path / "ldconfig").write_text(f"#!/bin/sh\nprintf '{libraries}'\n")
     (tmp_path / "ldconfig").chmod(0o755)
-    root = Path(__file__).resolve().parents[1]
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    out = subprocess.run(["bash", "-c", f"source {root}/scripts/gl_backend.sh; echo $MUJOCO_GL"],
-                         env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert out == expected
-    env["MUJOCO_GL"] = "egl"  # a user's choice stays
-    assert subprocess.run(["bash", "-c", f"source {root}/scripts/gl_backend.sh; echo $MUJOCO_GL"],
-                          env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "egl"
+    rule = Path(__file__).resolve().parents[1] / "scripts" / "gl_backend.sh"
+
+    def chosen(**env: str) -> str:
+        return subprocess.run(["bash", "-c", f"source {rule}; echo $MUJOCO_GL"],
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", **env},
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert chosen() == expected
+    assert chosen(MUJOCO_GL="egl") == "egl"  # a user's choice stays
 
 
 @pytest.mark.parametrize("domain, env", [("DMC", "walker_walk"), ("Control", "Hopper-v5")])

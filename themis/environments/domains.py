@@ -141,6 +141,9 @@ class Domain:
     make: Callable[..., gym.Env] | None = None
     """Builds an env from its resolved name instead of ``gym.make`` (called with ``name,
     render_mode, render_size, task_seed, **kwargs``)."""
+    mujoco_make: bool = False
+    """``make`` builds MuJoCo envs (DeepMind Control, Meta-World): their clips need an OpenGL
+    backend, as gymnasium's MuJoCo envs' do (:func:`themis.environments.mujoco.is_mujoco`)."""
     import_modules: bool = False
     """``env=module:EnvId`` (gymnasium's spelling) imports ``module`` first, which registers
     the env (``gymnasium.register`` at its top level)."""
@@ -211,7 +214,7 @@ DOMAINS: dict[str, Domain] = {
     # DeepMind Control (Shimmy's gymnasium bindings): env=walker_walk, walker-walk or the id
     "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=dmc_ids,
                   aliases=dmc_aliases, make=make_dmc, wrap=lambda env: env,
-                  setup=dmc_setup),
+                  setup=dmc_setup, mujoco_make=True),
     # MovingDot (themis/environments/moving_dot.py), with DRLHP's Atari preprocessing
     "MovingDot": Domain("MovingDot", entry_points=("themis.environments.moving_dot",),
                         wrap=atari_preprocessing),
@@ -227,7 +230,7 @@ DOMAINS: dict[str, Domain] = {
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
                         aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
                         make=make_metaworld, wrap=rescale_box_actions,
-                        setup=route_mujoco_warnings),
+                        setup=route_mujoco_warnings, mujoco_make=True),
 }
 
 
@@ -285,7 +288,7 @@ def make_env(domain: str, env: str, seed: int | None = None,
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     kwargs = {**dom.make_kwargs, **env_kwargs}
     mujoco_frames = render_mode == "rgb_array" and dom.make is None and is_mujoco(env_id)
-    if render_mode == "rgb_array" and (mujoco_frames or dom.name in ("DMC", "MetaWorld")) \
+    if render_mode == "rgb_array" and (mujoco_frames or dom.mujoco_make) \
             and os.environ.get("MUJOCO_GL", "").lower() in NO_GL_BACKEND:
         raise ConfigError(f"{env} renders clips with MuJoCo, but MUJOCO_GL="
                           f"{os.environ['MUJOCO_GL']}: no libEGL (NVIDIA) or libOSMesa was found; "
