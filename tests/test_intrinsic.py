@@ -114,3 +114,77 @@ def test_state_entropy_reward_skips_the_state_itself_in_the_pool():
     r = reward(torch.from_numpy(replay[:30]), replay, rng).numpy()
     dist = _brute_knn(replay[:30], replay, 2, exclude_self=True)
     np.testing.assert_allclose(r / r[0], dist / dist[0], rtol=1e-4)
+
+
+def _trajectory(rng: np.random.Generator, n: int, dim: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Stored states and next states of consecutive transitions (next_obs[j] == obs[j + 1]
+    within an episode, as in a replay buffer), episodes of 25 steps."""
+    states = rng.normal(size=(n + 1, dim)).astype(np.float32)
+    obs, next_obs = states[:-1].copy(), states[1:].copy()
+    ends = np.arange(24, n, 25)
+    next_obs[ends] = rng.normal(size=(len(ends), dim)).astype(np.float32)  # last states
+    obs[ends[ends + 1 < n] + 1] = rng.normal(size=(int((ends + 1 < n).sum()), dim))  # resets
+    return obs, next_obs
+
+
+@pytest.mark.parametrize("k", [1, 5])
+def test_replay_knn_grown_step_by_step_matches_knn_distance(k):
+    from themis.agents.intrinsic import ReplayKNN
+
+    rng = np.random.default_rng(k)
+    obs, next_obs = _trajectory(rng, 300)
+    cache = ReplayKNN(k)
+    for n in [*range(1, 12), 40, 41, 42, 150, *range(151, 170), 300]:  # steps and bulk syncs
+        cache.sync(obs[:n], next_obs[:n])
+        idx = np.arange(n)
+        expect = knn_distance(torch.from_numpy(next_obs[:n]), torch.from_numpy(obs[:n]),
+                              min(k, n), exclude_self=True) if n >= k else None
+        got = cache.distances(idx)
+        if expect is not None:
+            np.testing.assert_allclose(got.numpy(), expect.numpy(), rtol=1e-5, atol=1e-6)
+        assert torch.isfinite(got).all()
+    # the state itself (next_obs[j] stored as obs[j + 1]) is never its own neighbour
+    assert (cache.distances(np.arange(300)) > 0).all()
+    with pytest.raises(IndexError, match="not synced"):
+        cache.distances(np.array([300]))
+
+
+def test_replay_knn_starts_over_when_the_buffer_is_replaced():
+    from themis.agents.intrinsic import ReplayKNN
+
+    rng = np.random.default_rng(0)
+    obs, next_obs = _trajectory(rng, 200)
+    other_obs, other_next = _trajectory(rng, 200)
+    cache = ReplayKNN(3)
+    cache.sync(obs[:150], next_obs[:150])
+    for o, x, n in ((other_obs, other_next, 160), (other_obs, other_next, 100)):  # new, shorter
+        cache.sync(o[:n], x[:n])
+        expect = knn_distance(torch.from_numpy(x[:n]), torch.from_numpy(o[:n]), 3,
+                              exclude_self=True)
+        np.testing.assert_allclose(cache.distances(np.arange(n)).numpy(), expect.numpy(),
+                                   rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["cached", "pool sample", "wrapped"])
+def test_replay_reward_is_the_state_entropy_reward_of_the_batch(case):
+    from themis.agents.buffers import ReplayBuffer
+
+    rng = np.random.default_rng(1)
+    capacity = 120 if case == "wrapped" else 1000
+    buffer = ReplayBuffer((3,), 2, capacity, torch.device("cpu"))
+    obs, next_obs = _trajectory(rng, 400 if case == "wrapped" else 200)
+    cached = StateEntropyReward(k=3, pool_size=100 if case == "pool sample" else 1000)
+    plain = StateEntropyReward(k=3, pool_size=cached.pool_size)
+    for j in range(len(obs)):
+        buffer.add(obs[j], np.zeros(2), 0.0, next_obs[j], False, j // 25, j % 25)
+        if j >= 10 and j % 7 == 0:
+            idx = buffer.sample_indices(32, rng)
+            batch = buffer.samples(idx)
+            seed = int(rng.integers(1 << 30))
+            ours = cached.replay_reward(batch.next_observations, idx, buffer,
+                                        np.random.default_rng(seed))
+            theirs = plain(batch.next_observations, buffer.obs[: len(buffer)],
+                           np.random.default_rng(seed))
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(cached.stats.var, plain.stats.var, rtol=1e-5)
+    assert (cached.replay_knn.synced > 0) == (case == "cached")

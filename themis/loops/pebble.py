@@ -94,9 +94,10 @@ def relabel(ws: Workspace) -> None:
 def unsupervised_update(ws: Workspace, agent: SAC) -> None:
     """One SAC update on the state-entropy reward of ``next_obs`` (PEBBLE, Eq. 3; or the
     centred scale, ``state_entropy_scale=centred``), then the methods' pretraining step."""
-    batch = replay(ws).sample(ws.cfg.sac.batch_size, ws.rng)
-    intrinsic = ws.state_entropy(batch.next_observations, ws.buffer.obs[: len(ws.buffer)],
-                                 ws.rng)
+    buffer = replay(ws)
+    idx = buffer.sample_indices(ws.cfg.sac.batch_size, ws.rng)
+    batch = buffer.samples(idx)
+    intrinsic = ws.state_entropy.replay_reward(batch.next_observations, idx, buffer, ws.rng)
     ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
     if ws.learner is not None and not ws.pretraining_done:  # e.g. a warm start of r̂
         ws.learner.warm_start(lambda: novelty_sample(ws))
