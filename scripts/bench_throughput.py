@@ -21,6 +21,10 @@ otherwise idle machine):
 Each process takes ``--warmup`` random-action steps (not measured), then ``--steps`` measured
 ones. The table gives every variant's steps/s; the comparison, last, takes each kind at its best
 setting: b/a (target 2.0) and c/a (target 1.5).
+
+``--repeats R`` runs the whole list of variants R times in rotation (a, b, c, a, b, c, ...) and
+gives each variant's median and range: on a machine whose speed drifts (a shared cloud host:
+±20 % within the hour was measured) every variant then sees the same conditions.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -100,14 +105,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="measured steps per variant (PEBBLE: pretraining and two rounds)")
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rotations of the whole list of variants (median and range)")
     args = parser.parse_args(argv)
     try:
         variants = [parse_variant(v) for v in args.variants.split(",")]
     except ValueError as e:
         print(f"bench_throughput: error: {e}", file=sys.stderr)
         return 2
-    if args.steps < 1 or args.warmup < 1:
-        print("bench_throughput: error: --steps and --warmup must be positive", file=sys.stderr)
+    if args.steps < 1 or args.warmup < 1 or args.repeats < 1:
+        print("bench_throughput: error: --steps, --warmup and --repeats must be positive",
+              file=sys.stderr)
         return 2
     from themis.run.config import TrainConfig
 
@@ -117,28 +125,37 @@ def main(argv: list[str] | None = None) -> int:
               f"pretraining ({pretraining} steps) so that feedback rounds are measured",
               file=sys.stderr)
         return 2
-    rows = []
+    runs: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(variants))}
     with TemporaryDirectory() as tmp:
-        for i, (kind, threads, precision) in enumerate(variants):
-            proc = subprocess.run(
-                [sys.executable, __file__, "--worker", kind, threads, precision,
-                 str(args.warmup), str(args.steps), args.device, str(Path(tmp) / str(i))],
-                capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            if proc.returncode != 0:
-                print(proc.stderr[-2000:], file=sys.stderr)
-                print(f"bench_throughput: error: variant {kind}:{threads}:{precision} failed",
-                      file=sys.stderr)
-                return 1
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append((kind, threads, precision, result))
-            print(f"{kind}:{threads}:{precision}: {result['steps_per_s']:.1f} steps/s "
-                  f"({int(result['threads'])} threads)", flush=True)
+        for rep in range(args.repeats):
+            for i, (kind, threads, precision) in enumerate(variants):
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--worker", kind, threads, precision,
+                     str(args.warmup), str(args.steps), args.device,
+                     str(Path(tmp) / f"{i}-{rep}")],
+                    capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                if proc.returncode != 0:
+                    print(proc.stderr[-2000:], file=sys.stderr)
+                    print(f"bench_throughput: error: variant {kind}:{threads}:{precision} failed",
+                          file=sys.stderr)
+                    return 1
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+                runs[i].append(result)
+                print(f"{kind}:{threads}:{precision}: {result['steps_per_s']:.1f} steps/s "
+                      f"({int(result['threads'])} threads)", flush=True)
+    rows = []
+    for i, (kind, threads, precision) in enumerate(variants):
+        rates = sorted(r["steps_per_s"] for r in runs[i])
+        rows.append((kind, threads, precision, {
+            "steps_per_s": float(statistics.median(rates)), "low": rates[0], "high": rates[-1],
+            "threads": runs[i][-1]["threads"]}))
     import torch
 
     print(f"\nHalfCheetah-v5, {args.steps} measured steps after {args.warmup} warm-up, 2×256 "
           f"networks, batch 256, device {args.device}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
-          f"{time.strftime('%Y-%m-%d')}; each variant in its own process, one after the other\n")
+          f"{time.strftime('%Y-%m-%d')}; each variant in its own process, one after the other"
+          + (f", {args.repeats} rotations: medians (range)" if args.repeats > 1 else "") + "\n")
     names = {"sb3": "(a) SB3 SAC, true reward", "sac": "(b) Themis SAC, true reward",
              "pebble": "(c) Themis PEBBLE, oracle"}
     best = {}
@@ -152,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for kind, threads, precision, result in rows:
         r = result["steps_per_s"]
+        spread = f" ({result['low']:.1f}–{result['high']:.1f})" if args.repeats > 1 else ""
         print(f"| {names[kind]} | {threads} | {precision if kind != 'sb3' else 'fp32'} | "
-              f"{int(result['threads'])} | {r:.1f} | {r / a:.2f} |")
+              f"{int(result['threads'])} | {r:.1f}{spread} | {r / a:.2f} |")
     for kind, target in (("sac", 2.0), ("pebble", 1.5)):
         if kind in best and "sb3" in best:
             print(f"\n{names[kind]} at its best ({best[kind][1]}) / {names['sb3']} at its best "

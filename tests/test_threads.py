@@ -17,6 +17,7 @@ from themis.run.threads import (
     available_cores,
     choose_threads,
     other_load,
+    round_threads,
 )
 
 
@@ -28,17 +29,36 @@ def keep_torch_threads(monkeypatch):
     torch.set_num_threads(before)
 
 
-def test_auto_gives_the_default_sac_the_cores_with_a_governor(compose, tmp_path):
-    torch.set_num_threads(1)
+def test_auto_gives_the_default_sac_one_thread_and_its_rounds_the_cores(compose, tmp_path):
+    torch.set_num_threads(2)
     ws = make_workspace(compose([]), tmp_path)  # the main job: HalfCheetah, SAC 2x128, batch 256
-    try:
-        expected = min(available_cores(), 4)
-        assert (ws.thread_choice.threads, ws.thread_choice.adaptive) == (expected, expected > 1)
-        assert (ws.thread_governor is not None) == (expected > 1)
-        assert torch.get_num_threads() == expected
-    finally:
-        if ws.thread_governor is not None:
-            ws.thread_governor.stop()
+    cores = min(available_cores(), 4)
+    assert (ws.thread_choice.threads, ws.thread_choice.adaptive) == (1, False)
+    assert ws.thread_choice.round_threads == (cores if cores > 1 else 0)
+    assert ws.thread_governor is None and torch.get_num_threads() == 1
+    seen = []
+    ws.learner.round = lambda *a, **k: seen.append(torch.get_num_threads())  # type: ignore
+    with ws.round_threads() as used:
+        ws.feedback_round()
+    assert seen == [used] and used in (1, cores) and torch.get_num_threads() == 1
+
+
+def test_round_threads_only_while_the_other_cores_are_free():
+    choice = auto_threads(agent="sac", obs_kind="vector", device="cpu", hidden_dim=128,
+                          batch_size=256, cores=2)
+    assert (choice.threads, choice.round_threads) == (1, 2)
+    torch.set_num_threads(1)
+    cores = available_cores()
+    for load, expected in ((0.0, min(2, cores)), (cores - 1.0, 1), (None, 1)):
+        with round_threads(choice, measure=lambda interval, load=load: load) as used:
+            assert used == expected == torch.get_num_threads()
+        assert torch.get_num_threads() == 1
+    wide = auto_threads(agent="sac", obs_kind="vector", device="cpu", hidden_dim=256,
+                        batch_size=256, cores=2)
+    assert (wide.threads, wide.round_threads, wide.adaptive) == (2, 0, True)
+    torch.set_num_threads(2)
+    with round_threads(wide, measure=lambda interval: pytest.fail("no reading needed")) as used:
+        assert used == 2
 
 
 def test_auto_gives_small_vector_ppo_one_thread_and_no_governor(compose, tmp_path):
@@ -63,8 +83,8 @@ def test_auto_gives_a_pixel_ppo_config_the_cores_with_a_governor(compose, tmp_pa
 
 @pytest.mark.parametrize("agent, hidden, batch, threads", [
     ("ppo", 128, 256, 1), ("ppo", 256, 256, 2), ("ppo", 128, 1024, 2), ("ppo", 64, 64, 1),
-    ("sac", 64, 64, 2)])
-def test_sac_and_wide_vector_networks_get_more_threads(agent, hidden, batch, threads):
+    ("sac", 64, 64, 1), ("sac", 256, 256, 2)])
+def test_wide_vector_networks_get_more_threads(agent, hidden, batch, threads):
     choice = auto_threads(agent=agent, obs_kind="vector", device="cpu", hidden_dim=hidden,
                           batch_size=batch, cores=2)
     assert choice.threads == threads and choice.adaptive == (threads > 1)
@@ -98,8 +118,8 @@ def test_the_banner_states_the_thread_count(compose, tmp_path, capsys):
     ws.banner()
     out = capsys.readouterr()
     expected = min(available_cores(), 4)
-    assert f"{expected} thread{'s' if expected > 1 else ''} (auto: SAC with a reward ensemble" \
-        in out.out + out.err
+    rounds = f"; feedback rounds on {expected} while the cores are free" if expected > 1 else ""
+    assert f"1 thread (auto: small SAC networks{rounds})" in out.out + out.err
 
 
 def test_a_bad_torch_threads_is_one_line_and_exit_2(tmp_path):

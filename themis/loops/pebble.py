@@ -119,8 +119,9 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
     if ws.learner is not None:
         if cfg.prefs_path and cfg.max_feedback:  # saved labels first, then more queries
             ws.learner.fit_saved_labels(cfg.prefs_path)
-        ws.feedback_round(first=True)
-        relabel(ws)
+        with ws.round_threads():
+            ws.feedback_round(first=True)
+            relabel(ws)
     if cfg.reset_critic:  # PEBBLE; a method with a warm-started r̂ may keep the critic
         agent.reset_critic()
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
@@ -172,8 +173,9 @@ def run(ws: Workspace, until: int) -> None:
                 unsupervised_update(ws, agent)
             else:
                 if ws.feedback_due():
-                    if ws.feedback_round() is not None:
-                        relabel(ws)
+                    with ws.round_threads():
+                        if ws.feedback_round() is not None:
+                            relabel(ws)
                     ws.maybe_checkpoint(force=True)
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)

@@ -11,6 +11,8 @@ and its store and calls it to run. A checkpoint is the list of the components' `
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sized
 from pathlib import Path
@@ -57,7 +59,7 @@ from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefi
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.snapshot import SNAPSHOT_VERSION, agent_only, read_snapshot
-from themis.run.threads import ThreadGovernor, apply_threads, choose_threads
+from themis.run.threads import ThreadGovernor, apply_threads, choose_threads, round_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
@@ -193,6 +195,8 @@ class Workspace:
                 device=self.device.type, hidden_dim=net.hidden_dim, batch_size=batch)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if not cfg.learn_reward:  # no feedback rounds
+            self.thread_choice = dataclasses.replace(self.thread_choice, round_threads=0)
         self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
@@ -386,6 +390,11 @@ class Workspace:
     def agent_reason(self) -> str:
         return f"{'auto' if self.cfg.agent == 'auto' else 'agent=' + self.cfg.agent}: " \
             f"{type(self.env.action_space).__name__} action space"
+
+    def round_threads(self) -> contextlib.AbstractContextManager[int]:
+        """A feedback round's threads: ``round_threads`` of the run's :class:`ThreadChoice` while
+        the other cores are free (:func:`themis.run.threads.round_threads`)."""
+        return round_threads(self.thread_choice)
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
