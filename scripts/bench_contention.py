@@ -13,7 +13,10 @@ before; ``auto``: Themis's default, :mod:`themis.run.threads`) and the OpenMP wa
 seconds after its workspace is built (the main job's first seconds: random seed steps,
 state-entropy pretraining, the first feedback round) and reports its steps/s. Rows run one
 after the other. The table, last, gives each run's steps/s, their sum, and the sum relative to
-one ``torch_threads=1`` run alone (the first row's reference, measured too).
+one ``torch_threads=1`` run alone (the first row's reference, measured too). ``--steps N``
+gives every run the same work instead, its first ``N`` steps: rows of many runs then compare
+the same phases of the main job as rows of few (in a fixed time four runs on two cores stop in
+pretraining where two get past the first feedback round).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ WORKLOADS = {
 DEFAULT_ROWS = "1:1,1:0,2:0,2:1,4:0,1:auto,2:auto,4:auto"
 
 
-def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: list[str]) -> None:
-    """One run: build the workspace, step it for ``seconds``, print ``{"steps_per_s": x}``."""
+def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[str]) -> None:
+    """One run: build the workspace, step it for ``limit`` (``40s``: seconds; ``8000``: steps),
+    print ``{"steps_per_s": x}``."""
     from themis.cli.train import make_workspace
     from themis.run.config import compose
 
@@ -55,8 +59,12 @@ def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: lis
 
     start, chunk = time.perf_counter(), 100 if ws.cfg.agent != "ppo" and not ws.discrete else 1024
     first = ws.step
-    while time.perf_counter() - start < seconds:
-        ws.run(until=ws.step + chunk)
+    if limit.endswith("s"):
+        seconds = float(limit[:-1])
+        while time.perf_counter() - start < seconds:
+            ws.run(until=ws.step + chunk)
+    else:
+        ws.run(until=first + int(limit))
     elapsed = time.perf_counter() - start
     governor = ws.thread_governor
     print(json.dumps({"steps_per_s": (ws.step - first) / elapsed,
@@ -64,7 +72,7 @@ def worker(workload: str, threads: str, seconds: float, run_dir: str, extra: lis
                       "switches": governor.switches if governor is not None else 0}), flush=True)
 
 
-def run_row(workload: str, k: int, threads: str, policy: str, seconds: float,
+def run_row(workload: str, k: int, threads: str, policy: str, limit: str,
             tmp: Path, extra: list[str]) -> list[dict[str, float]]:
     """Start ``k`` workers at once and collect their reports."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -75,7 +83,7 @@ def run_row(workload: str, k: int, threads: str, policy: str, seconds: float,
     elif policy != "default":
         env["OMP_WAIT_POLICY"] = policy.upper()
     procs = [subprocess.Popen(
-        [sys.executable, __file__, "--worker", workload, threads, str(seconds),
+        [sys.executable, __file__, "--worker", workload, threads, limit,
          str(tmp / f"{k}_{threads}_{policy}_{i}"), *extra],
         env=env, stdout=subprocess.PIPE, text=True)
         for i in range(k)]
@@ -94,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=DEFAULT_ROWS,
                         help=f"comma-separated K:THREADS[:POLICY] (default {DEFAULT_ROWS})")
     parser.add_argument("--seconds", type=float, default=90.0)
+    parser.add_argument("--steps", type=int, default=0,
+                        help="each run takes this many steps instead (the same work in every "
+                        "row; steps/s = steps / the run's own time)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run, "
                         "e.g. sac.hidden_dim=256 sac.batch_size=256")
     args = parser.parse_args(argv)
@@ -107,18 +118,22 @@ def main(argv: list[str] | None = None) -> int:
                   "(K:THREADS[:default|active|passive|spin=N])", file=sys.stderr)
             return 2
         rows.append((int(parts[0]), parts[1], parts[2] if len(parts) == 3 else "default"))
+    if args.steps < 0 or args.seconds <= 0:
+        print("bench_contention: error: --steps must be >= 0 and --seconds > 0", file=sys.stderr)
+        return 2
+    limit = str(args.steps) if args.steps else f"{args.seconds}s"
+    window = f"first {args.steps} steps" if args.steps else f"first {args.seconds:.0f} s"
     results = []
     with TemporaryDirectory() as tmp:
         for k, threads, policy in rows:
-            rates = run_row(args.workload, k, threads, policy, args.seconds, Path(tmp),
+            rates = run_row(args.workload, k, threads, policy, limit, Path(tmp),
                             args.overrides)
             results.append((k, threads, policy, rates))
             print(f"{k} run(s), torch_threads={threads}, {policy}: "
                   + ", ".join(f"{r['steps_per_s']:.0f}" for r in rates), flush=True)
     reference = next((sum(r["steps_per_s"] for r in rates) for k, t, p, rates in results
                       if k == 1 and t == "1"), None)
-    print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's first "
-          f"{args.seconds:.0f} s, "
+    print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's {window}, "
           f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
           f"{time.strftime('%Y-%m-%d')}\n")
     print("| runs at once | torch_threads | OpenMP wait | threads at start | thread switches | "
@@ -136,6 +151,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 6 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5], sys.argv[6:])
+        worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:])
         sys.exit(0)
     sys.exit(main())

@@ -163,3 +163,31 @@ def test_sac_steps_actor_and_temperature_with_one_optimizer_as_two_did():
     batch = ReplayBufferSamples(obs, torch.rand(16, 2) * 2 - 1, torch.randn(16, 5),
                                 torch.randn(16), torch.ones(16))
     fresh.update(batch, 1)  # and it trains on
+
+
+def test_sac_update_steps_the_critic_after_a_reset_and_leaves_it_trainable():
+    """The update keeps its parameter lists (no module walk per update): after
+    ``reset_critic`` it steps the new critic and moves the new target towards it; the actor's
+    step leaves the critic trainable and without gradients of its own."""
+    from themis.agents.buffers import ReplayBufferSamples
+    from themis.agents.sac import SAC, SACConfig
+
+    torch.manual_seed(0)
+    agent = SAC(5, 2, torch.device("cpu"), SACConfig(hidden_dim=32, batch_size=16))
+    batch = ReplayBufferSamples(torch.randn(16, 5), torch.rand(16, 2) * 2 - 1, torch.randn(16, 5),
+                                torch.randn(16), torch.ones(16))
+    agent.update(batch, 1)
+    agent.reset_critic()
+    critic = [p.detach().clone() for p in agent.critic.parameters()]
+    target = [p.detach().clone() for p in agent.critic_target.parameters()]
+    agent.update(batch, 2)
+    assert all(not torch.equal(a, b) for a, b in zip(agent.critic.parameters(), critic,
+                                                                     strict=True))
+    for new, old, online in zip(agent.critic_target.parameters(), target,
+                                agent.critic.parameters(), strict=True):
+        torch.testing.assert_close(new, old + agent.cfg.critic_tau * (online.detach() - old))
+    assert all(p.requires_grad for p in agent.critic.parameters())
+    grads = [p.grad.clone() for p in agent.critic.parameters()]  # the critic loss's own
+    agent.update_actor_and_alpha(batch.observations)
+    for p, g in zip(agent.critic.parameters(), grads, strict=True):
+        assert p.requires_grad and torch.equal(p.grad, g)
