@@ -151,11 +151,13 @@ def run(ws: Workspace, until: int) -> None:
     last_log_time, last_log_step = time.time(), ws.step
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
-    governor = ws.thread_governor
+    governor, turns = ws.thread_governor, ws.core_turns
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         if governor is not None:  # one thread while other processes use the cores
             governor.poll()
+        if turns is not None:  # more runs than cores: turns of 0.2 s
+            turns.poll()
         ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:

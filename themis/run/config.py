@@ -51,6 +51,10 @@ class BaseTrainConfig:
     thread for small vector networks, more for CNNs and wide networks, one while other processes
     use the cores), ``0`` (PyTorch's default: all cores) or a fixed count. In a local ``-m``
     sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
+    core_turns: bool = True
+    """CPU runs with one thread in their loop take turns on the cores with the other Themis
+    runs of this user on this machine when there are more runs than cores, in slices of 0.2 s
+    instead of the kernel's few milliseconds (:mod:`themis.run.core_turns`); ``false``: never."""
 
     # --- schedule (environment steps)
     num_train_steps: int = 80_000

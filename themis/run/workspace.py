@@ -14,7 +14,7 @@ import collections
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -56,6 +56,7 @@ from themis.run.checkpoint import (
     truncate_csv,
 )
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
+from themis.run.core_turns import CoreTurns
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.snapshot import SNAPSHOT_VERSION, agent_only, read_snapshot
@@ -198,6 +199,10 @@ class Workspace:
         if not cfg.learn_reward:  # no feedback rounds
             self.thread_choice = dataclasses.replace(self.thread_choice, round_threads=0)
         self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
+        self.core_turns: CoreTurns | None = None  # more one-thread runs than cores: turns
+        if cfg.core_turns and self.device.type == "cpu" and self.thread_choice.threads == 1:
+            with contextlib.suppress(OSError):  # no lock directory: the kernel's slices
+                self.core_turns = CoreTurns()
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
         # --- agent, store, intrinsic reward
@@ -299,7 +304,11 @@ class Workspace:
             self.label_server = start_label_server(self)
         if self.remote is not None:
             self.remote.start()
-        self.driver.run(self, self.cfg.num_train_steps if until is None else until)
+        try:
+            self.driver.run(self, self.cfg.num_train_steps if until is None else until)
+        finally:  # a core held in turn is held only while the loop runs
+            if self.core_turns is not None:
+                self.core_turns.release()
 
     def logger_info(self, message: str, colour: str = "") -> None:
         """A console line (also for the learner and channels, built before the logger)."""
@@ -391,10 +400,16 @@ class Workspace:
         return f"{'auto' if self.cfg.agent == 'auto' else 'agent=' + self.cfg.agent}: " \
             f"{type(self.env.action_space).__name__} action space"
 
-    def round_threads(self) -> contextlib.AbstractContextManager[int]:
-        """A feedback round's threads: ``round_threads`` of the run's :class:`ThreadChoice` while
-        the other cores are free (:func:`themis.run.threads.round_threads`)."""
-        return round_threads(self.thread_choice)
+    @contextlib.contextmanager
+    def round_threads(self) -> Iterator[int]:
+        """Around a feedback round: ``round_threads`` of the run's :class:`ThreadChoice` while
+        the other cores are free (:func:`themis.run.threads.round_threads`), and no core held
+        in turn with other runs (:meth:`themis.run.core_turns.CoreTurns.paused`: a person may
+        answer for minutes). Yields the round's thread count."""
+        with contextlib.ExitStack() as stack:
+            if self.core_turns is not None:
+                stack.enter_context(self.core_turns.paused())
+            yield stack.enter_context(round_threads(self.thread_choice))
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
@@ -683,6 +698,8 @@ class Workspace:
             self.label_server = None
         if self.thread_governor is not None:
             self.thread_governor.stop()
+        if self.core_turns is not None:
+            self.core_turns.close()
         self.logger.close()
         if self.tracking is not None:
             self.tracking.close("KILLED")
@@ -724,6 +741,8 @@ class Workspace:
         self.logger.close()
         if self.thread_governor is not None:
             self.thread_governor.stop()
+        if self.core_turns is not None:
+            self.core_turns.close()
         for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
             env.close()
         eval_csv = self.run_dir / "eval.csv"
