@@ -156,7 +156,7 @@ def run(ws: Workspace, until: int) -> None:
     while ws.step < until:
         if governor is not None:  # one thread while other processes use the cores
             governor.poll()
-        if turns is not None:  # more runs than cores: turns of 0.2 s
+        if turns is not None:  # more runs than cores: turns of 0.5 s
             turns.poll()
         ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act

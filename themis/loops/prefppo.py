@@ -214,7 +214,7 @@ def run(ws: Workspace, until: int) -> None:
         if governor is not None:  # one thread while other processes use the cores
             governor.poll()
         for t in range(horizon):
-            if turns is not None:  # more runs than cores: turns of 0.2 s
+            if turns is not None:  # more runs than cores: turns of 0.5 s
                 turns.poll()
             with eval_mode(agent.net):
                 act, logp, val = agent.step(obs)

@@ -53,7 +53,7 @@ class BaseTrainConfig:
     sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
     core_turns: bool = True
     """CPU runs with one thread in their loop take turns on the cores with the other Themis
-    runs of this user on this machine when there are more runs than cores, in slices of 0.2 s
+    runs of this user on this machine when there are more runs than cores, in slices of 0.5 s
     instead of the kernel's few milliseconds (:mod:`themis.run.core_turns`); ``false``: never."""
 
     # --- schedule (environment steps)

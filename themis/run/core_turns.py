@@ -4,8 +4,9 @@ K one-thread runs on C < K cores are time-sliced by the kernel every few millise
 switch refills the caches with the other run's working set (weights, activations, optimiser
 state). Measured on a 2-core x86 machine (README, "Threads"): K copies of a bare SAC update
 loop did 557 updates/s together at K = 4 against 640–727 at K = 2, while a pure-Python loop lost
-nothing; four main-job runs did 10–15 % fewer steps together than two. Taking turns in longer
-slices recovers most of it (a prototype: 583 against 501 for the same four processes).
+nothing; four main-job runs did 10–25 % fewer steps together than two. Taking turns in 0.5 s
+slices gives four main-job runs 10–12 % more steps together (418 and 410 against 375 and 373
+steps/s, ``scripts/bench_contention.py --steps 8000``).
 
 Each core is a lock file (``flock``) in a per-user directory. A run holds one while it steps;
 every ``turn`` seconds of stepping it looks whether another run waits for a core (waiters hold a
@@ -55,8 +56,14 @@ class CoreTurns:
         OSError: the lock directory cannot be created or is not this user's.
     """
 
+    LOOK = 0.005
+    """Seconds between a waiting run's looks for a free core."""
+    HANDOVER = 0.01
+    """Seconds a run that gave its core up waits before it looks for one (two looks of the
+    waiting runs: one of them takes the core)."""
+
     def __init__(self, cores: int | None = None, directory: Path | None = None,
-                 turn: float = 0.2, patience: float = 5.0, rest: float = 60.0) -> None:
+                 turn: float = 0.5, patience: float = 5.0, rest: float = 60.0) -> None:
         affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every CPU
         self.cores = cores or (len(affinity(0)) if affinity else os.cpu_count() or 1)
         self.directory = Path(directory or default_dir())
@@ -94,7 +101,7 @@ class CoreTurns:
                 return
             self.release()
             self.handovers += 1
-            time.sleep(0.002)  # the waiting run takes the core first
+            time.sleep(self.HANDOVER)  # the waiting run takes the core first
         self._acquire()
         self._next_look = time.monotonic() + self.turn
 
@@ -144,7 +151,7 @@ class CoreTurns:
                 if time.monotonic() - start > self.patience:
                     self._resting_until = time.monotonic() + self.rest
                     break
-                time.sleep(0.001)
+                time.sleep(self.LOOK)
                 fd = self._try_slots()
         finally:
             fcntl.flock(self._waiting, fcntl.LOCK_UN)
