@@ -24,12 +24,10 @@ uses several threads already has the :class:`themis.run.threads.ThreadGovernor`.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -104,13 +102,6 @@ class CoreTurns:
             time.sleep(self.HANDOVER)  # the waiting run takes the core first
         self._acquire()
         self._next_look = time.monotonic() + self.turn
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Hold no core inside the block (a feedback round: a person may take minutes); the
-        next :meth:`poll` takes one again."""
-        self.release()
-        yield
 
     def close(self) -> None:
         """Give the core up and close the lock files."""

@@ -14,7 +14,7 @@ import collections
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -400,16 +400,14 @@ class Workspace:
         return f"{'auto' if self.cfg.agent == 'auto' else 'agent=' + self.cfg.agent}: " \
             f"{type(self.env.action_space).__name__} action space"
 
-    @contextlib.contextmanager
-    def round_threads(self) -> Iterator[int]:
+    def round_threads(self) -> contextlib.AbstractContextManager[int]:
         """Around a feedback round: ``round_threads`` of the run's :class:`ThreadChoice` while
-        the other cores are free (:func:`themis.run.threads.round_threads`), and no core held
-        in turn with other runs (:meth:`themis.run.core_turns.CoreTurns.paused`: a person may
-        answer for minutes). Yields the round's thread count."""
-        with contextlib.ExitStack() as stack:
-            if self.core_turns is not None:
-                stack.enter_context(self.core_turns.paused())
-            yield stack.enter_context(round_threads(self.thread_choice))
+        the other cores are free (:func:`themis.run.threads.round_threads`); a core held in
+        turn with other runs is given up first (a person may answer for minutes; the loop's
+        next :meth:`themis.run.core_turns.CoreTurns.poll` takes one again)."""
+        if self.core_turns is not None:
+            self.core_turns.release()
+        return round_threads(self.thread_choice)
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
