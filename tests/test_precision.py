@@ -38,6 +38,21 @@ def test_output_layers_stay_float32_inside_bf16_autocast():
     assert torch.allclose(out, actor(x), atol=0.05) and not torch.equal(out, actor(x))
 
 
+def test_an_ensemble_layer_on_shared_inputs_stays_bfloat16_inside_autocast():
+    """A first ensemble layer (input ``(B, in)`` shared by the members) adds its bias in the
+    product's dtype: no float32 ``(E, B, out)`` activations to cast back at the next layer."""
+    torch.manual_seed(0)
+    ensemble = EnsembleMLP(2, 4, 32, 1, 2)
+    first = ensemble.net[0]
+    x = torch.randn(8, 4)
+    with autocast(torch.bfloat16, CPU):
+        hidden = first(x)
+    assert hidden.dtype == torch.bfloat16 and hidden.shape == (2, 8, 32)
+    plain = torch.matmul(x, first.weight) + first.bias
+    assert torch.equal(first(x), plain)  # outside autocast: the float32 formula, bit for bit
+    assert torch.allclose(hidden.float(), plain, atol=0.05)
+
+
 def test_a_bf16_sac_update_keeps_float32_parameters_and_learns():
     torch.manual_seed(0)
     agent = SAC(5, 2, CPU, SACConfig(hidden_dim=64, batch_size=32), precision=torch.bfloat16)

@@ -76,7 +76,10 @@ class EnsembleLinear(nn.Module):
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:
-            return torch.matmul(x, self.weight) + self.bias
+            # the product's dtype for the bias too: inside autocast the sum stays bfloat16
+            # (as baddbmm's) instead of promoting (E, B, out) to float32 and back
+            out = torch.matmul(x, self.weight)
+            return out + self.bias.to(out.dtype)
         return torch.baddbmm(self.bias, x, self.weight)
 
     def extra_repr(self) -> str:
