@@ -16,7 +16,8 @@ after the other. The table, last, gives each run's steps/s, their sum, and the s
 one ``torch_threads=1`` run alone (the first row's reference, measured too). ``--steps N``
 gives every run the same work instead, its first ``N`` steps: rows of many runs then compare
 the same phases of the main job as rows of few (in a fixed time four runs on two cores stop in
-pretraining where two get past the first feedback round).
+pretraining where two get past the first feedback round). The runs of a row build their
+workspaces first and then start stepping together.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[st
     ws.save_checkpoints = lambda: None  # type: ignore[method-assign]
     import torch
 
+    # every run of a row starts stepping together, once all have built their workspaces (a
+    # run still importing would otherwise take CPU from the measured steps of the others)
+    print("ready", flush=True)
+    sys.stdin.readline()
+
     start, chunk = time.perf_counter(), 100 if ws.cfg.agent != "ppo" and not ws.discrete else 1024
     first = ws.step
     if limit.endswith("s"):
@@ -85,8 +91,18 @@ def run_row(workload: str, k: int, threads: str, policy: str, limit: str,
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--worker", workload, threads, limit,
          str(tmp / f"{k}_{threads}_{policy}_{i}"), *extra],
-        env=env, stdout=subprocess.PIPE, text=True)
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for i in range(k)]
+    for p in procs:  # each built its workspace ...
+        assert p.stdout is not None
+        while (line := p.stdout.readline()) and line.strip() != "ready":
+            pass
+        if not line:
+            raise SystemExit("bench_contention: a worker failed before it was ready")
+    for p in procs:  # ... then all step at once
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
     out = []
     for p in procs:
         stdout, _ = p.communicate()
