@@ -114,26 +114,3 @@ def test_a_workspace_holds_a_core_only_inside_run(compose, tmp_path, monkeypatch
                          tmp_path / "off")
     assert off.core_turns is None
     off.finish()
-
-
-def test_a_synthetic_teachers_round_keeps_the_core_and_takes_turns_between_epochs(
-        compose, tmp_path, monkeypatch):
-    """Given up, the round would compute beside the runs that took the cores; people's rounds
-    give it up (they may answer for minutes)."""
-    monkeypatch.setenv("THEMIS_THREADS", "1")
-    ws = make_workspace(compose([*TINY_PENDULUM, "device=cpu"]), tmp_path / "oracle")
-    turns = ws.core_turns
-    assert turns is not None and ws.learner is not None
-    assert ws.learner.trainer.between_epochs == turns.poll
-    held_between_epochs = []
-    monkeypatch.setattr(ws.learner.trainer, "between_epochs",
-                        lambda: held_between_epochs.append(turns.holding))
-    ws.run(until=700)  # rounds at 400 and 700
-    assert ws.total_feedback > 0 and held_between_epochs and all(held_between_epochs)
-    turns.poll()
-    with ws.round_threads():
-        assert turns.holding
-    ws.cfg.human_teacher = True  # what a terminal or web teacher sets
-    with ws.round_threads():
-        assert not turns.holding
-    ws.finish()

@@ -249,10 +249,6 @@ class Workspace:
                 if cfg.reward_norm_std:
                     self.learner.normaliser = RewardNormaliser(cfg.ensemble_size,
                                                                cfg.reward_norm_std)
-                if self.core_turns is not None and not cfg.human_teacher:
-                    # a synthetic teacher's round is computing like a step: the run keeps its
-                    # core through it and takes turns between reward-training epochs
-                    self.learner.trainer.between_epochs = self.core_turns.poll
         self.reward_model: RewardEnsemble | None = \
             self.learner.model if self.learner is not None else None
 
@@ -406,12 +402,10 @@ class Workspace:
 
     def round_threads(self) -> contextlib.AbstractContextManager[int]:
         """Around a feedback round: ``round_threads`` of the run's :class:`ThreadChoice` while
-        the other cores are free (:func:`themis.run.threads.round_threads`). A core held in
-        turn with other runs is given up first when people answer (they may take minutes; the
-        loop's next :meth:`themis.run.core_turns.CoreTurns.poll` takes one again); a synthetic
-        teacher's round keeps it and takes turns between reward-training epochs (given up, the
-        round would compute beside the runs that took the cores: the kernel's time slices)."""
-        if self.core_turns is not None and self.cfg.human_teacher:
+        the other cores are free (:func:`themis.run.threads.round_threads`); a core held in
+        turn with other runs is given up first (a person may answer for minutes; the loop's
+        next :meth:`themis.run.core_turns.CoreTurns.poll` takes one again)."""
+        if self.core_turns is not None:
             self.core_turns.release()
         return round_threads(self.thread_choice)
 
