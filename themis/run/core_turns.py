@@ -15,11 +15,8 @@ in line itself. Alone, or with no more runs than cores, a run never waits and th
 one system call per turn. The kernel drops a dead process's locks, so a crashed run blocks
 nobody; a run that waits longer than ``patience`` seconds (another run holding its core
 without stepping, e.g. stopped in a debugger) stops taking turns for ``rest`` seconds and just
-runs. A run gives its core up for feedback rounds that ask people (a person may answer for
-minutes) and whenever its ``Workspace.run`` call returns; a synthetic teacher's round is
-computing like a step, so the run keeps its core and takes turns between reward-training epochs
-(``RewardTrainer.between_epochs``): given up, the round would compute beside the runs that took
-the cores, time-sliced by the kernel again.
+runs. A run gives its core up for its feedback rounds (a person may answer for minutes) and
+whenever its ``Workspace.run`` call returns.
 
 Only for runs on the CPU with one PyTorch thread in their loop (``torch_threads``): a run that
 uses several threads already has the :class:`themis.run.threads.ThreadGovernor`.
