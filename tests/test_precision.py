@@ -53,6 +53,31 @@ def test_an_ensemble_layer_on_shared_inputs_stays_bfloat16_inside_autocast():
     assert torch.allclose(hidden.float(), plain, atol=0.05)
 
 
+def test_a_one_unit_ensemble_layer_is_the_same_product_on_small_and_large_batches():
+    """Small batches take the multiply-and-sum path, large ones ``baddbmm``: the same values
+    and gradients up to float32 rounding, float32 outputs also from bfloat16 inputs."""
+    from themis.agents.networks import EnsembleLinear
+
+    torch.manual_seed(0)
+    layer = EnsembleLinear(2, 64, 1, full_precision=True)
+    small = torch.randn(2, 8, 64, requires_grad=True)
+    assert small.numel() <= EnsembleLinear.SMALL_DOT
+    reference = torch.baddbmm(layer.bias, small, layer.weight)
+    out = layer(small)
+    assert out.shape == (2, 8, 1) and torch.allclose(out, reference, atol=1e-5)
+    grads = torch.autograd.grad(out.sum(), (small, layer.weight, layer.bias))
+    expected = torch.autograd.grad(reference.sum(), (small, layer.weight, layer.bias))
+    for got, want in zip(grads, expected, strict=True):
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+    shared = torch.randn(8, 64)  # (B, in) shared by the members
+    assert torch.allclose(layer(shared), torch.matmul(shared, layer.weight) + layer.bias,
+                          atol=1e-5)
+    with autocast(torch.bfloat16, CPU):
+        assert layer(small.detach().bfloat16()).dtype == torch.float32
+    large = torch.randn(2, EnsembleLinear.SMALL_DOT // 64, 64)  # past the limit: baddbmm
+    assert torch.equal(layer(large), torch.baddbmm(layer.bias, large, layer.weight))
+
+
 def test_a_bf16_sac_update_keeps_float32_parameters_and_learns():
     torch.manual_seed(0)
     agent = SAC(5, 2, CPU, SACConfig(hidden_dim=64, batch_size=32), precision=torch.bfloat16)

@@ -68,7 +68,17 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
+    SMALL_DOT = 1 << 18
+    """Up to this many input elements per member times members, a one-unit layer (Q values,
+    rewards) is a multiply and a sum: PyTorch's CPU ``baddbmm`` runs ``(E, B, in) @ (E, in, 1)``
+    far below memory speed (2 × 256 × 256: 200 against 120 µs forward and backward, two
+    threads), while at large batches (relabelling, 3 × 12800 × 256) it is the faster one."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.out_features == 1 and x.numel() * (
+                self.ensemble_size if x.dim() == 2 else 1) <= self.SMALL_DOT:
+            # float32 weights promote bfloat16 inputs exactly: float32 also inside autocast
+            return (x * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         if self.full_precision:
             with torch.autocast(x.device.type, enabled=False):
                 return self._forward(x.float())
