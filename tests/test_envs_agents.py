@@ -67,6 +67,24 @@ def test_sac_actions_in_bounds_and_state_dict_round_trip():
         SAC(5, 2, torch.device("cpu")).load_state_dict(agent.state_dict())
 
 
+def test_acting_draws_the_same_action_as_sampling_and_skips_eval_mode_only_where_it_is_moot():
+    from torch import nn
+
+    from themis.utils import mode_dependent
+
+    agent = SAC(5, 2, torch.device("cpu"))
+    obs = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
+    torch.manual_seed(7)
+    acted = agent.act(obs, sample=True)
+    torch.manual_seed(7)
+    sampled, _ = agent.actor.sample(torch.as_tensor(obs))
+    assert np.array_equal(acted, sampled.detach().numpy())  # the same draw, no log-prob
+    assert not mode_dependent(agent.actor)
+    assert mode_dependent(nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.1)))
+    assert mode_dependent(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
+    assert not mode_dependent(nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3)))
+
+
 def test_squashed_gaussian_log_prob_matches_change_of_variables():
     torch.manual_seed(0)
     agent = SAC(3, 2, torch.device("cpu"))

@@ -173,6 +173,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+MODE_DEPENDENT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm,
+                  nn.modules.instancenorm._InstanceNorm)
+"""Layers whose output differs between train and eval mode."""
+
+
+def mode_dependent(model: nn.Module) -> bool:
+    """Whether ``model`` has a layer whose output depends on train or eval mode (dropout, batch
+    or instance norm): without one, :func:`eval_mode` around it changes nothing but costs a
+    walk of its module tree twice."""
+    return any(isinstance(m, MODE_DEPENDENT) for m in model.modules())
+
+
 @contextlib.contextmanager
 def eval_mode(*models: nn.Module) -> Iterator[None]:
     """Put modules in eval mode inside the block and restore their previous modes after it."""

@@ -97,6 +97,12 @@ class SquashedGaussianActor(nn.Module):
         log_prob = log_prob - (2.0 * (_LOG2 - u - F.softplus(-2.0 * u))).sum(-1)
         return action, log_prob
 
+    def sample_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action of :meth:`sample` without its log-probability (acting): the same random
+        draw, so the same action for the same generator state. ``(B, action_dim)``."""
+        mu, log_std = self(obs)
+        return torch.tanh(mu + log_std.exp() * torch.randn_like(mu))
+
     def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``tanh(mu(s))`` used for evaluation."""
         mu, _ = self(obs)
@@ -179,7 +185,7 @@ class SAC:
         single = obs_t.dim() == 1
         if single:
             obs_t = obs_t.unsqueeze(0)
-        action = self.actor.sample(obs_t)[0] if sample else self.actor.mean_action(obs_t)
+        action = self.actor.sample_action(obs_t) if sample else self.actor.mean_action(obs_t)
         action_np = action.cpu().numpy()
         return action_np[0] if single else action_np
 

@@ -19,6 +19,7 @@ With ``learn_reward=false`` the same loop trains SAC on the environment reward (
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from tqdm import tqdm
 from themis.agents import SAC
 from themis.agents.buffers import ReplayBuffer
 from themis.agents.intrinsic import NoveltySample
-from themis.utils import ConfigError, eval_mode
+from themis.utils import ConfigError, eval_mode, mode_dependent
 
 if TYPE_CHECKING:
     from themis.run.workspace import Workspace
@@ -152,6 +153,7 @@ def run(ws: Workspace, until: int) -> None:
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     governor, turns = ws.thread_governor, ws.core_turns
+    modal_actor = mode_dependent(agent.actor)  # SAC's MLP actor: eval mode changes nothing
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         if governor is not None:  # one thread while other processes use the cores
@@ -163,7 +165,7 @@ def run(ws: Workspace, until: int) -> None:
         if ws.step < cfg.num_seed_steps:
             action = env.action_space.sample()
         else:
-            with eval_mode(agent.actor):
+            with eval_mode(agent.actor) if modal_actor else contextlib.nullcontext():
                 action = agent.act(obs, sample=True)
 
         # ------------------------------------------------------------ learn
