@@ -51,6 +51,13 @@ class EnsembleLinear(nn.Module):
         output ``(E, B, out_features)``.
     """
 
+    SMALL_DOT = 1 << 18
+    """Up to this many input elements (per member, times the members), a one-unit layer (Q
+    values, rewards) is a multiply and a sum: PyTorch's CPU ``baddbmm`` runs ``(E, B, in) @
+    (E, in, 1)`` far below memory speed (2 × 256 × 256: 200 against 120 µs forward and
+    backward, two threads), while at the reward model's large batches (3 × 12800 × 256, a
+    batch of 128 pairs of 50-step segments) it is the faster one."""
+
     def __init__(self, ensemble_size: int, in_features: int, out_features: int,
                  full_precision: bool = False) -> None:
         super().__init__()
@@ -67,12 +74,6 @@ class EnsembleLinear(nn.Module):
         bound = 1.0 / math.sqrt(self.in_features)
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
-
-    SMALL_DOT = 1 << 18
-    """Up to this many input elements per member times members, a one-unit layer (Q values,
-    rewards) is a multiply and a sum: PyTorch's CPU ``baddbmm`` runs ``(E, B, in) @ (E, in, 1)``
-    far below memory speed (2 × 256 × 256: 200 against 120 µs forward and backward, two
-    threads), while at large batches (relabelling, 3 × 12800 × 256) it is the faster one."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.out_features == 1 and x.numel() * (
