@@ -326,8 +326,10 @@ def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
     import pexpect
 
     run = tmp_path / "run"
+    # 2400 steps: a Ctrl-C that arrives late (a loaded machine) still lands inside the run
     child = pexpect.spawn(str(ROOT / "themis_train.sh"),
-                          [*TINY_PENDULUM, "checkpoint_frequency=300", f"hydra.run.dir={run}"],
+                          [*TINY_PENDULUM, "num_train_steps=2400", "checkpoint_frequency=300",
+                           f"hydra.run.dir={run}"],
                           cwd=str(ROOT), env={**os.environ, "THEMIS_THREADS": "1"},
                           encoding="utf-8", timeout=300, dimensions=(50, 200))
     child.expect_exact("step 800")  # past the checkpoints of steps 400 and 700
@@ -342,11 +344,11 @@ def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
                          r"continue with \./themis_train\.sh resume=(\S+)", lines[0].strip())
     assert found, lines[0]
     stopped, last = int(found.group(1)), int(found.group(2))
-    # 700, or 1000 when a loaded machine let the run pass it before the Ctrl-C arrived
-    assert stopped >= 800 and last in (700, 1000) and last <= stopped
+    # 700, or a later one when a loaded machine let the run pass it before the Ctrl-C arrived
+    assert stopped >= 800 and 700 <= last <= stopped
     assert found.group(3) == str(run.resolve())
 
     resumed = launch("themis_train.sh", f"resume={found.group(3)}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout and f"at step {last}" in resumed.stdout
-    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200]
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800, 2400]
