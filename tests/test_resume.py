@@ -322,16 +322,20 @@ def test_agent_and_reward_model_files_survive_a_crash_while_they_are_written(com
 @pytest.mark.slow
 def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
     import re
+    import signal
 
     import pexpect
 
     run = tmp_path / "run"
-    # 2400 steps: a Ctrl-C that arrives late (a loaded machine) still lands inside the run
+    # 2400 steps: a Ctrl-C that arrives late (a loaded machine) still lands inside the run;
+    # SIGINT with Python's handler in place, as in a terminal (a test runner started in the
+    # background, e.g. `.ci/run &`, passes SIGINT ignored to its children)
     child = pexpect.spawn(str(ROOT / "themis_train.sh"),
                           [*TINY_PENDULUM, "num_train_steps=2400", "checkpoint_frequency=300",
                            f"hydra.run.dir={run}"],
                           cwd=str(ROOT), env={**os.environ, "THEMIS_THREADS": "1"},
-                          encoding="utf-8", timeout=300, dimensions=(50, 200))
+                          encoding="utf-8", timeout=300, dimensions=(50, 200),
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.expect_exact("step 800")  # past the checkpoints of steps 400 and 700
     child.sendintr()  # Ctrl-C in the terminal
     child.expect(pexpect.EOF)
