@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -63,6 +64,7 @@ def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[st
     print("ready", flush=True)
     sys.stdin.readline()
 
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     start, chunk = time.perf_counter(), 100 if ws.cfg.agent != "ppo" and not ws.discrete else 1024
     first = ws.step
     if limit.endswith("s"):
@@ -72,8 +74,13 @@ def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[st
     else:
         ws.run(until=first + int(limit))
     elapsed = time.perf_counter() - start
-    governor = ws.thread_governor
-    print(json.dumps({"steps_per_s": (ws.step - first) / elapsed,
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    governor, turns = ws.thread_governor, ws.core_turns
+    print(json.dumps({"steps_per_s": (ws.step - first) / elapsed, "wall_s": elapsed,
+                      "cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
+                      "involuntary": after.ru_nivcsw - usage.ru_nivcsw,
+                      "waited_s": turns.waited if turns is not None else 0.0,
+                      "handovers": turns.handovers if turns is not None else 0,
                       "threads": ws.thread_choice.threads or torch.get_num_threads(),
                       "switches": governor.switches if governor is not None else 0}), flush=True)
 
@@ -147,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             results.append((k, threads, policy, rates))
             print(f"{k} run(s), torch_threads={threads}, {policy}: "
                   + ", ".join(f"{r['steps_per_s']:.0f}" for r in rates), flush=True)
+            if "cpu_s" in rates[0]:  # where the time went: CPU per step, waits, switches
+                cpu = sum(r["cpu_s"] for r in rates)
+                print(f"  CPU {cpu:.1f} s over {max(r['wall_s'] for r in rates):.1f} s "
+                      f"(busy {cpu / max(r['wall_s'] for r in rates) / (os.cpu_count() or 1):.0%}"
+                      f" of the cores), waited "
+                      + " / ".join(f"{r['waited_s']:.1f}" for r in rates) + " s, handovers "
+                      + " / ".join(str(r["handovers"]) for r in rates) + ", involuntary switches "
+                      + " / ".join(str(r["involuntary"]) for r in rates), flush=True)
     reference = next((sum(r["steps_per_s"] for r in rates) for k, t, p, rates in results
                       if k == 1 and t == "1"), None)
     print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's {window}, "

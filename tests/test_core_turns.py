@@ -5,6 +5,7 @@ only inside ``run``."""
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 import threading
@@ -61,6 +62,68 @@ def test_more_runs_than_cores_take_turns_and_never_share_a_core(tmp_path):
         r.close()
 
 
+def test_a_dead_waiting_runs_pipe_is_removed_and_a_stale_one_replaced(tmp_path):
+    """A run killed while it waited leaves its pipe; the next run giving a core up removes it
+    (nobody reads it). A file left under a new run's pipe name (a dead run with the same pid)
+    is replaced by a pipe, so the waiting run does not spin on a regular file."""
+    holder = CoreTurns(cores=1, directory=tmp_path)
+    holder.poll()
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+         "from themis.run.core_turns import CoreTurns;"
+         "CoreTurns(cores=1, directory=sys.argv[2], patience=60).poll()",
+         str(ROOT), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("wake-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(list(tmp_path.glob("wake-*"))) == 1
+    finally:
+        waiter.kill()
+        waiter.wait()
+    holder.release()  # wakes the waiting runs: the dead one's pipe goes
+    assert not list(tmp_path.glob("wake-*"))
+    holder.poll()
+    fresh = CoreTurns(cores=1, directory=tmp_path, patience=0.3, rest=30.0)
+    fresh._wake_path.write_text("a regular file")
+    start = time.monotonic()
+    fresh.poll()  # waits out its patience on a real pipe
+    assert not fresh.holding and 0.3 <= time.monotonic() - start < 2
+    assert stat.S_ISFIFO(fresh._wake_path.stat().st_mode)
+    fresh.close()
+    holder.close()
+
+
+def test_the_run_that_waits_longest_gets_the_next_free_core(tmp_path):
+    """Runs waiting for one core get it in the order they started waiting (woken together,
+    the same run won every race and the other waited out its patience and left the turns)."""
+    holder = CoreTurns(cores=1, directory=tmp_path)
+    holder.poll()
+    first, second = (CoreTurns(cores=1, directory=tmp_path, patience=30.0) for _ in range(2))
+    first.LOOK = second.LOOK = 10.0  # no safety looks: only the wake-ups decide
+    order: list[str] = []
+
+    def wait(run: CoreTurns, name: str) -> None:
+        run.poll()
+        order.append(name)
+        time.sleep(0.2)  # a turn
+        run.release()
+
+    threads = [threading.Thread(target=wait, args=(second, "second"))]
+    threads[0].start()
+    time.sleep(0.1)
+    threads.append(threading.Thread(target=wait, args=(first, "first")))
+    threads[1].start()  # starts waiting later, in the other name order
+    time.sleep(0.1)
+    holder.release()
+    for t in threads:
+        t.join()
+    assert order == ["second", "first"]
+    for run in (holder, first, second):
+        run.close()
+    assert not list(tmp_path.glob("*wake-*"))
+
+
 def test_a_dead_runs_core_is_free(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
@@ -114,3 +177,69 @@ def test_a_workspace_holds_a_core_only_inside_run(compose, tmp_path, monkeypatch
                          tmp_path / "off")
     assert off.core_turns is None
     off.finish()
+
+
+def test_a_waiting_run_sleeps_until_a_core_is_given_up_and_takes_it_at_once(tmp_path):
+    """The waiting run sleeps on its pipe through the holder's 0.4 s turn (no looks every few
+    ms, each pre-empting a stepping run), is woken when the holder gives its core up, takes it
+    within milliseconds, and its pipe is gone after ``close``."""
+    holder = CoreTurns(cores=1, directory=tmp_path, turn=0.4, patience=0.2, rest=30.0)
+    holder.poll()
+    waiter = CoreTurns(cores=1, directory=tmp_path, patience=30.0)
+    tries, try_slots = [0], waiter._try_slots
+    released: list[float] = []
+    release = holder.release
+
+    def counted() -> int | None:
+        tries[0] += 1
+        return try_slots()
+
+    def timed_release() -> None:
+        released.append(time.monotonic())
+        release()
+
+    waiter._try_slots = counted  # type: ignore[method-assign]
+    holder.release = timed_release  # type: ignore[method-assign]
+
+    def step() -> None:  # the holder steps until it has handed its core over
+        while holder.handovers == 0:
+            holder.poll()
+            time.sleep(0.003)  # a step
+
+    t = threading.Thread(target=step)
+    start = time.monotonic()
+    t.start()
+    waiter.poll()  # waits for the core
+    got = time.monotonic()
+    t.join()  # the holder waited out its patience (the waiter does not step)
+    assert waiter.holding and holder.handovers == 1
+    assert 0.35 < got - start < 0.9
+    assert tries[0] <= 9, tries  # a safety look every 0.1 s; looks every 5 ms: 80
+    assert released and 0 <= got - released[0] < 0.02
+    assert waiter._wake_path.exists()  # (the holder's too: it waited out its patience)
+    holder.close()
+    waiter.close()
+    assert not list(tmp_path.glob("*wake-*"))
+
+
+def test_a_woken_run_that_finds_no_free_core_sleeps_again(tmp_path):
+    """A wake-up whose core another run took first (here: a wake with no core free) puts the
+    waiting run back to sleep; it does not spin on its pipe (a pipe whose last writer closed
+    reads as ready for ever)."""
+    holder = CoreTurns(cores=1, directory=tmp_path)
+    holder.poll()
+    waiter = CoreTurns(cores=1, directory=tmp_path, patience=0.6, rest=30.0)
+    tries, try_slots = [0], waiter._try_slots
+
+    def counted() -> int | None:
+        tries[0] += 1
+        return try_slots()
+
+    waiter._try_slots = counted  # type: ignore[method-assign]
+    for delay in (0.1, 0.2):
+        threading.Timer(delay, holder._wake_waiting).start()
+    waiter.poll()  # woken twice, never finds the core, waits out its patience
+    assert not waiter.holding
+    assert 3 <= tries[0] <= 11, tries  # 2 at the start, 2 wakes, a safety look per 0.1 s
+    holder.close()
+    waiter.close()
