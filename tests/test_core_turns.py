@@ -243,3 +243,30 @@ def test_a_woken_run_that_finds_no_free_core_sleeps_again(tmp_path):
     assert 3 <= tries[0] <= 11, tries  # 2 at the start, 2 wakes, a safety look per 0.1 s
     holder.close()
     waiter.close()
+
+
+def test_a_pipe_removed_by_a_tmp_cleaner_is_made_again(tmp_path):
+    """The waiting run's pipe deleted between two waits (e.g. by a /tmp cleaner): the next
+    wait makes a new one and is still woken when the core is given up."""
+    holder = CoreTurns(cores=1, directory=tmp_path, patience=0.1, rest=30.0)
+    waiter = CoreTurns(cores=1, directory=tmp_path, patience=30.0)
+    waiter.LOOK = 10.0  # only a wake-up can end the wait in time
+    holder.poll()
+    threading.Timer(0.1, holder.release).start()
+    waiter.poll()  # first wait: makes the pipe
+    waiter.release()
+    waiter._wake_path.unlink()
+    holder._resting_until = 0.0
+    holder.poll()
+    released: list[float] = []
+
+    def give_up() -> None:
+        released.append(time.monotonic())
+        holder.release()
+
+    threading.Timer(0.2, give_up).start()
+    waiter.poll()
+    assert waiter.holding and time.monotonic() - released[0] < 0.5
+    assert stat.S_ISFIFO(waiter._wake_path.stat().st_mode)
+    waiter.close()
+    holder.close()

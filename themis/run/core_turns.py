@@ -132,13 +132,9 @@ class CoreTurns:
         for fd in (*self._slots, self._waiting):
             os.close(fd)
         if self._wake >= 0:
-            assert self._selector is not None
-            self._selector.close()
-            os.close(self._wake)
-            os.close(self._wake_writer)
+            self._close_wake()
             with contextlib.suppress(OSError):
                 self._wake_path.unlink()
-            self._wake = -1
         self._slots, self._waiting = [], -1
         self._next_look = self._resting_until = float("inf")  # poll() does nothing now
 
@@ -191,11 +187,19 @@ class CoreTurns:
         """Move this run's pipe into the queue of waiting runs (named by when it started
         waiting) or out of it."""
         if waiting:
-            self._queued = self.directory / (f"wake-{time.monotonic_ns():020d}"
-                                             f"{self._wake_path.name.removeprefix('.wake')}")
-            os.replace(self._wake_path, self._queued)
+            self._open_wake()
+            queued = self.directory / (f"wake-{time.monotonic_ns():020d}"
+                                       f"{self._wake_path.name.removeprefix('.wake')}")
+            try:
+                os.replace(self._wake_path, queued)
+            except FileNotFoundError:  # removed by someone (a /tmp cleaner): a new one
+                self._close_wake()
+                self._open_wake()
+                os.replace(self._wake_path, queued)
+            self._queued = queued
         elif self._queued is not None:
-            os.replace(self._queued, self._wake_path)
+            with contextlib.suppress(FileNotFoundError):  # the next wait makes a new one
+                os.replace(self._queued, self._wake_path)
             self._queued = None
 
     def _last_handover(self) -> float:
@@ -205,10 +209,19 @@ class CoreTurns:
                  if len(raw := os.pread(fd, 8, 0)) == 8]
         return max(times, default=0.0)
 
+    def _close_wake(self) -> None:
+        assert self._selector is not None
+        self._selector.close()
+        os.close(self._wake)
+        os.close(self._wake_writer)
+        self._wake = self._wake_writer = -1
+        self._selector = None
+
     def _sleep(self, seconds: float) -> None:
         """Sleep until a run gives a core up (a byte in this run's pipe) or ``seconds`` pass."""
-        assert self._selector is not None
-        if self._selector.select(seconds):
+        if self._selector is None:
+            time.sleep(seconds)
+        elif self._selector.select(seconds):
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake, 4096)
 
@@ -234,9 +247,9 @@ class CoreTurns:
         no run took a core (one held without stepping; this run then rests)."""
         start = time.monotonic()
         fcntl.flock(self._waiting, fcntl.LOCK_SH)  # in line: holders see a waiting run
-        self._open_wake()
-        self._queue(True)
         try:
+            with contextlib.suppress(OSError):  # no pipe here: safety looks only
+                self._queue(True)
             fd = self._try_slots()  # after queueing: a core given up from now on wakes us
             while fd is None:
                 now = time.monotonic()
