@@ -71,8 +71,8 @@ class CoreTurns:
     """Seconds a waiting run sleeps at most between two looks for a free core (a safety net:
     every run that gives a core up wakes the run that waits longest)."""
     HANDOVER = 0.01
-    """Seconds a run that gave its core up waits before it looks for one (the woken waiting
-    runs take the core first)."""
+    """Seconds a run that gave its core up waits before it looks for one (the waiting run it
+    woke takes the core first)."""
     _instances = itertools.count()
 
     def __init__(self, cores: int | None = None, directory: Path | None = None,
