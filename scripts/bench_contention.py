@@ -23,12 +23,14 @@ workspaces first and then start stepping together.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -64,6 +66,16 @@ def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[st
     print("ready", flush=True)
     sys.stdin.readline()
 
+    # where the CPU went: every 0.25 s the step and the process's CPU time; CPU spent while the
+    # step count stood still is the rounds' (and relabelling's, PPO's updates')
+    trace: list[tuple[int, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.25):
+            trace.append((ws.step, time.process_time()))
+
+    threading.Thread(target=sample, daemon=True).start()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start, chunk = time.perf_counter(), 100 if ws.cfg.agent != "ppo" and not ws.discrete else 1024
     first = ws.step
@@ -75,10 +87,15 @@ def worker(workload: str, threads: str, limit: str, run_dir: str, extra: list[st
         ws.run(until=first + int(limit))
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
+    done.set()
+    still = sum(c1 - c0 for (s0, c0), (s1, c1) in itertools.pairwise(trace)
+                if s1 == s0)
     governor, turns = ws.thread_governor, ws.core_turns
     print(json.dumps({"steps_per_s": (ws.step - first) / elapsed, "wall_s": elapsed,
                       "cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
                       "involuntary": after.ru_nivcsw - usage.ru_nivcsw,
+                      "page_faults": after.ru_minflt - usage.ru_minflt,
+                      "still_cpu_s": still,
                       "waited_s": turns.waited if turns is not None else 0.0,
                       "handovers": turns.handovers if turns is not None else 0,
                       "threads": ws.thread_choice.threads or torch.get_num_threads(),
@@ -161,7 +178,15 @@ def main(argv: list[str] | None = None) -> int:
                       f" of the cores), waited "
                       + " / ".join(f"{r['waited_s']:.1f}" for r in rates) + " s, handovers "
                       + " / ".join(str(r["handovers"]) for r in rates) + ", involuntary switches "
-                      + " / ".join(str(r["involuntary"]) for r in rates), flush=True)
+                      + " / ".join(str(r["involuntary"]) for r in rates) + ", page faults "
+                      + " / ".join(str(r.get("page_faults", 0)) for r in rates), flush=True)
+                stepping = [1000 * (r["cpu_s"] - r["still_cpu_s"])
+                            / (r["steps_per_s"] * r["wall_s"]) for r in rates]
+                print("  CPU per step while stepping "
+                      + " / ".join(f"{ms:.2f}" for ms in stepping)
+                      + " ms; CPU while the step count stood still (rounds, relabelling, PPO's "
+                      "updates) " + " / ".join(f"{r['still_cpu_s']:.1f}" for r in rates) + " s",
+                      flush=True)
     reference = next((sum(r["steps_per_s"] for r in rates) for k, t, p, rates in results
                       if k == 1 and t == "1"), None)
     print(f"\n{' '.join([args.workload, *args.overrides])}: steps/s over each run's {window}, "

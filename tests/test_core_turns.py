@@ -179,6 +179,34 @@ def test_a_workspace_holds_a_core_only_inside_run(compose, tmp_path, monkeypatch
     off.finish()
 
 
+def test_a_round_keeps_its_core_with_a_synthetic_teacher_and_gives_it_up_for_people(
+        compose, tmp_path, monkeypatch):
+    """With a synthetic teacher the reward model trains on the core the run holds and takes
+    turns between its epochs (given up, the round computed beside the runs that took the
+    cores); where a person may answer, the core is given up for the round."""
+    monkeypatch.setenv("THEMIS_THREADS", "1")
+    ws = make_workspace(compose([*TINY_PENDULUM, "device=cpu"]), tmp_path)
+    turns, learner = ws.core_turns, ws.learner
+    assert turns is not None and learner is not None
+    held = []
+    train = learner.trainer.train
+
+    def watched(*args, **kwargs):
+        held.append(turns.holding)
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(learner.trainer, "train", watched)
+    ws.run(until=800)  # the first round (step 400) and one more (700)
+    assert len(held) >= 2 and all(held)
+    assert learner.trainer.between_epochs == turns.poll
+    turns.poll()
+    assert turns.holding
+    monkeypatch.setattr(learner, "channel", object())  # e.g. the terminal or the web page
+    with ws.round_threads():
+        assert not turns.holding
+    ws.finish()
+
+
 def test_a_waiting_run_sleeps_until_a_core_is_given_up_and_takes_it_at_once(tmp_path):
     """The waiting run sleeps on its pipe through the holder's 0.4 s turn (no looks every few
     ms, each pre-empting a stepping run), is woken when the holder gives its core up, takes it

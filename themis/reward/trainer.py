@@ -11,7 +11,7 @@ split, a bootstrap sample per member and an L2 coefficient adapted to the valida
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +127,9 @@ class RewardTrainer:
         self.crop = crop
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
+        self.between_epochs: Callable[[], None] | None = None
+        """Called after every epoch of :meth:`train` (a run taking turns on the cores with
+        other runs gives its core to a waiting run there: :mod:`themis.run.core_turns`)."""
 
     def train_epoch(self, dataset: PreferenceDataset,
                     rows: np.ndarray | None = None) -> tuple[float, float]:
@@ -247,6 +250,8 @@ class RewardTrainer:
         while epochs < max_epochs and (rows is None or len(rows)):
             loss, acc = self.train_epoch(dataset, rows)
             epochs += 1
+            if self.between_epochs is not None:
+                self.between_epochs()
             if self.l2 is not None and self.l2.adaptive and len(val_rows) and rows is not None:
                 self.l2.adapt(self.member_losses(dataset, rows[-self.check_pairs:])[0],
                               self.member_losses(dataset, val_rows[-self.check_pairs:])[0])

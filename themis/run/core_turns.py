@@ -22,8 +22,10 @@ waiting runs is not mistaken for a stuck one. Alone, or with no more runs than c
 never waits and the check costs one system call per turn. The kernel drops a dead process's
 locks, so a crashed run blocks nobody; a run that waits longer than ``patience`` seconds
 (another run holding its core without stepping, e.g. stopped in a debugger) stops taking turns
-for ``rest`` seconds and just runs. A run gives its core up for its feedback rounds (a person
-may answer for minutes) and whenever its ``Workspace.run`` call returns.
+for ``rest`` seconds and just runs. A run gives its core up for feedback rounds a person may
+answer (for minutes) and whenever its ``Workspace.run`` call returns; with a synthetic teacher
+it keeps it and takes turns between the reward model's epochs
+(:meth:`themis.run.workspace.Workspace.round_threads`).
 
 Only for runs on the CPU with one PyTorch thread in their loop (``torch_threads``): a run that
 uses several threads already has the :class:`themis.run.threads.ThreadGovernor`.
