@@ -5,11 +5,14 @@ only inside ``run``."""
 
 from __future__ import annotations
 
+import fcntl
 import stat
 import subprocess
 import sys
 import threading
 import time
+
+import torch
 
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.cli.train import make_workspace
@@ -198,13 +201,74 @@ def test_a_round_keeps_its_core_with_a_synthetic_teacher_and_gives_it_up_for_peo
     monkeypatch.setattr(learner.trainer, "train", watched)
     ws.run(until=800)  # the first round (step 400) and one more (700)
     assert len(held) >= 2 and all(held)
-    assert learner.trainer.between_epochs == turns.poll
+    polls, poll = [], turns.poll
+    monkeypatch.setattr(turns, "poll", lambda: polls.append(1))
+    assert learner.trainer.between_epochs is not None
+    learner.trainer.between_epochs()  # takes turns between epochs
+    assert polls == [1]
+    monkeypatch.setattr(turns, "poll", poll)
     turns.poll()
     assert turns.holding
     monkeypatch.setattr(learner, "channel", object())  # e.g. the terminal or the web page
     with ws.round_threads():
         assert not turns.holding
     ws.finish()
+
+
+def test_a_round_takes_more_cores_only_when_no_other_run_holds_or_waits_for_one(tmp_path):
+    """The cores' locks decide a round's extra threads: two runs entering rounds at once
+    (each would see the other idle, measuring load) get one core each; a run alone gets
+    both, and gives them up when another run waits or the round ends."""
+    a, b = CoreTurns(cores=2, directory=tmp_path), CoreTurns(cores=2, directory=tmp_path)
+    a.poll()
+    b.poll()
+    assert a.holding and b.holding
+    assert a.take_more(1) == 0 and b.take_more(1) == 0 and a.more == b.more == 0
+    b.release()
+    assert a.take_more(1) == 1 and a.more == 1
+    c = CoreTurns(cores=2, directory=tmp_path)
+    assert c._try_slots() is None  # both cores are a's
+    a.give_more_back()
+    free = c._try_slots()
+    assert free is not None
+    fcntl.flock(free, fcntl.LOCK_UN)
+    fcntl.flock(c._waiting, fcntl.LOCK_SH)  # c waits in line: no more cores for a round
+    assert a.take_more(1) == 0 and a.more == 0
+    fcntl.flock(c._waiting, fcntl.LOCK_UN)
+    assert a.take_more(1) == 1
+    a.release()  # the end of the run's turn frees every core it held
+    assert a.more == 0 and not a.holding and c._try_slots() is not None
+    for turns in (a, b, c):
+        turns.close()
+
+
+def test_a_round_beside_other_runs_stays_on_one_thread(compose, tmp_path, monkeypatch):
+    """A run whose round could use every core (``round_threads``) keeps one thread while the
+    other runs of this user step on the other cores; alone, its threads match the cores it
+    took, and both are back to one after the round."""
+    monkeypatch.delenv("THEMIS_THREADS", raising=False)
+    before = torch.get_num_threads()
+    ws = make_workspace(compose([*TINY_PENDULUM, "device=cpu"]), tmp_path)
+    turns = ws.core_turns
+    assert turns is not None and ws.thread_choice.threads == 1
+    others = [CoreTurns() for _ in range(turns.cores - 1)]  # stepping on every other core
+    try:
+        for other in others:
+            other.poll()
+            assert other.holding
+        with ws.round_threads() as used:
+            assert used == 1 == torch.get_num_threads() and turns.more == 0 and turns.holding
+    finally:
+        for other in others:
+            other.close()
+    try:
+        with ws.round_threads() as used:  # alone (other programs permitting): more cores
+            assert torch.get_num_threads() == used == turns.more + 1
+            assert used <= max(1, ws.thread_choice.round_threads)
+        assert torch.get_num_threads() == 1 and turns.more == 0 and not turns.holding
+    finally:
+        ws.finish()
+        torch.set_num_threads(before)
 
 
 def test_a_waiting_run_sleeps_until_a_core_is_given_up_and_takes_it_at_once(tmp_path):

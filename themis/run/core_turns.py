@@ -97,6 +97,7 @@ class CoreTurns:
         self._wake = self._wake_writer = -1  # this run's pipe, made at its first wait
         self._selector: selectors.BaseSelector | None = None
         self._held: int | None = None
+        self._more: list[int] = []  # more cores, held for a feedback round's threads
         self._next_look = 0.0
         self._resting_until = 0.0
         self.handovers = 0
@@ -106,6 +107,49 @@ class CoreTurns:
     def holding(self) -> bool:
         """Whether this run holds a core now."""
         return self._held is not None
+
+    @property
+    def more(self) -> int:
+        """Cores held besides this run's own (:meth:`take_more`)."""
+        return len(self._more)
+
+    def take_more(self, n: int) -> int:
+        """Take ``n`` more cores besides the one held, for a feedback round's threads: all or
+        none, and none while another run waits for a core or no core is held. Returns how many
+        were taken (``n`` or 0); :meth:`give_more_back` (or :meth:`release`) frees them.
+
+        Two runs that measure the machine's load at the same moment each see the other idle
+        (it is measuring too) and both take two threads: four threads on two cores spin-wait
+        on each other (a round of 3 s of CPU took 10–16 s). The cores' locks decide instead,
+        atomically: while another run steps on a core, it cannot be taken.
+        """
+        if self._held is None or n <= 0 or self._others_wait():
+            return 0
+        for fd in self._slots:
+            if len(self._more) == n:
+                break
+            if fd == self._held:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            self._more.append(fd)
+        if len(self._more) < n:
+            self.give_more_back()
+            return 0
+        return n
+
+    def give_more_back(self) -> None:
+        """Free the cores of :meth:`take_more` (a waiting run is woken for each)."""
+        more, self._more = self._more, []
+        for fd in more:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._wake_waiting()
+
+    def others_wait(self) -> bool:
+        """Whether another run waits for a core now."""
+        return self._others_wait()
 
     def poll(self) -> None:
         """Call between steps: takes a core when none is held, and after each ``turn`` of
@@ -272,6 +316,7 @@ class CoreTurns:
         takes one again."""
         if self._waiting >= 0:  # not closed
             self._next_look = 0.0
+        self.give_more_back()
         if self._held is not None:
             fcntl.flock(self._held, fcntl.LOCK_UN)
             self._held = None

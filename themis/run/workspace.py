@@ -14,12 +14,13 @@ import collections
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
@@ -417,10 +418,44 @@ class Workspace:
             channel = getattr(learner, "channel", None)
             if self.remote is None and learner is not None and isinstance(
                     channel, (SyntheticChannel, SyntheticRatingChannel)):
-                learner.trainer.between_epochs = self.core_turns.poll
-            else:
-                self.core_turns.release()
+                learner.trainer.between_epochs = self._between_epochs
+                return self._round_threads_in_turns()
+            self.core_turns.release()
         return round_threads(self.thread_choice)
+
+    @contextlib.contextmanager
+    def _round_threads_in_turns(self) -> Iterator[int]:
+        """A round that keeps its core: ``round_threads`` only on the cores this run can take
+        from the other runs' turns (:meth:`themis.run.core_turns.CoreTurns.take_more`: none
+        while another run steps on one or waits), and while other programs leave them free."""
+        turns = self.core_turns
+        assert turns is not None
+        outside_run = not turns.holding  # e.g. the last round of ``finish``: a core for it
+        if outside_run:
+            turns.poll()
+        before = torch.get_num_threads()
+        wanted = self.thread_choice.round_threads
+        try:
+            if wanted <= before or not turns.take_more(wanted - before):
+                yield before
+                return
+            with round_threads(self.thread_choice) as used:
+                if used == before:  # other programs' load: the cores are not needed
+                    turns.give_more_back()
+                yield used
+        finally:
+            turns.give_more_back()
+            if outside_run:
+                turns.release()
+
+    def _between_epochs(self) -> None:
+        """Between the reward model's epochs: take turns with the waiting runs; back to the
+        loop's threads if the round's extra cores were given up for them."""
+        turns = self.core_turns
+        assert turns is not None
+        turns.poll()
+        if turns.more == 0 and torch.get_num_threads() > self.thread_choice.threads:
+            torch.set_num_threads(self.thread_choice.threads)
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
