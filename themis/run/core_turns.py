@@ -147,10 +147,6 @@ class CoreTurns:
             fcntl.flock(fd, fcntl.LOCK_UN)
             self._wake_waiting()
 
-    def others_wait(self) -> bool:
-        """Whether another run waits for a core now."""
-        return self._others_wait()
-
     def poll(self) -> None:
         """Call between steps: takes a core when none is held, and after each ``turn`` of
         stepping hands it to a waiting run (and waits for the next free core)."""
