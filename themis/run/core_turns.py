@@ -125,15 +125,8 @@ class CoreTurns:
         """
         if self._held is None or n <= 0 or self._others_wait():
             return 0
-        for fd in self._slots:
-            if len(self._more) == n:
-                break
-            if fd == self._held:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
+        while len(self._more) < n and (
+                fd := self._try_slots(skip=(self._held, *self._more))) is not None:
             self._more.append(fd)
         if len(self._more) < n:
             self.give_more_back()
@@ -267,8 +260,12 @@ class CoreTurns:
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake, 4096)
 
-    def _try_slots(self) -> int | None:
+    def _try_slots(self, skip: tuple[int, ...] = ()) -> int | None:
+        """A free core's lock, taken (``skip``: cores this run holds already, whose lock a
+        second ``flock`` would only take again)."""
         for fd in self._slots:
+            if fd in skip:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
