@@ -28,6 +28,7 @@ from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.agents.sb3 import load_sb3_policy
+from themis.core.allocator import keep_freed_memory
 from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
 from themis.core.safe_loading import MALFORMED, describe
@@ -202,6 +203,7 @@ class Workspace:
         if not cfg.learn_reward:  # no feedback rounds
             self.thread_choice = dataclasses.replace(self.thread_choice, round_threads=0)
         self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
+        keep_freed_memory()  # the feedback rounds' activations stay mapped between epochs
         self.core_turns: CoreTurns | None = None  # more one-thread runs than cores: turns
         if cfg.core_turns and self.device.type == "cpu" and self.thread_choice.threads == 1:
             with contextlib.suppress(OSError):  # no lock directory: the kernel's slices
