@@ -203,8 +203,8 @@ def test_a_round_keeps_its_core_with_a_synthetic_teacher_and_gives_it_up_for_peo
     assert len(held) >= 2 and all(held)
     polls, poll = [], turns.poll
     monkeypatch.setattr(turns, "poll", lambda: polls.append(1))
-    assert learner.trainer.between_epochs is not None
-    learner.trainer.between_epochs()  # takes turns between epochs
+    assert learner.trainer.between_batches is not None
+    learner.trainer.between_batches()  # takes turns between minibatches
     assert polls == [1]
     monkeypatch.setattr(turns, "poll", poll)
     turns.poll()
@@ -362,3 +362,52 @@ def test_a_pipe_removed_by_a_tmp_cleaner_is_made_again(tmp_path):
     assert stat.S_ISFIFO(waiter._wake_path.stat().st_mode)
     waiter.close()
     holder.close()
+
+
+def test_a_governed_run_takes_turns_and_ppo_looks_between_minibatches(compose, tmp_path,
+                                                                     monkeypatch):
+    """A run whose governor picks between several threads alone and one beside other runs (CNN
+    encoders, wide networks) takes turns too; PPO's update, seconds long on pixels, looks for
+    waiting runs after every minibatch."""
+    from themis.run import workspace as workspace_module
+    from themis.run.threads import ThreadChoice
+
+    monkeypatch.delenv("THEMIS_THREADS", raising=False)
+    monkeypatch.setattr(workspace_module, "choose_threads",
+                        lambda *a, **k: ThreadChoice(2, "test: a CNN", adaptive=True))
+    cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false", "device=cpu",
+                   "num_train_steps=256", "num_seed_steps=0", "num_unsup_steps=0",
+                   "ppo.num_envs=4", "ppo.num_steps=32", "segment=8", "ppo.update_epochs=2",
+                   "ppo.num_minibatches=4", "eval_frequency=100000", "num_eval_episodes=1",
+                   "log_frequency=1024"])
+    ws = make_workspace(cfg, tmp_path)
+    try:
+        assert ws.thread_governor is not None and ws.core_turns is not None
+        inside, polls = [False], []
+        poll, update = ws.core_turns.poll, ws.agent.update
+
+        def watched_poll() -> None:
+            poll()
+            polls.append((inside[0], ws.core_turns.holding))
+
+        def watched_update(rollout):
+            inside[0] = True
+            try:
+                return update(rollout)
+            finally:
+                inside[0] = False
+
+        monkeypatch.setattr(ws.core_turns, "poll", watched_poll)
+        monkeypatch.setattr(ws.agent, "update", watched_update)
+        ws.run(until=256)
+        updates = 256 // (4 * 32)
+        # every minibatch of every epoch of every update, each with the core held
+        assert sum(1 for during, _ in polls if during) == updates * 2 * 4
+        assert all(held for _, held in polls) and not ws.core_turns.holding
+    finally:
+        ws.finish()
+    monkeypatch.setattr(workspace_module, "choose_threads",
+                        lambda *a, **k: ThreadChoice(2, "test: pinned"))  # not adaptive
+    pinned = make_workspace(cfg, tmp_path / "pinned")
+    assert pinned.core_turns is None  # a pinned thread count runs on its own
+    pinned.finish()

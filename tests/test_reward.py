@@ -102,12 +102,12 @@ def test_trainer_early_stops_once_accurate():
     data.add(SegmentPairs(obs, act, true, np.zeros((64, 2), dtype=np.int64)), labels)
     trainer = RewardTrainer(RewardEnsemble(2, 1, 2, hidden_dim=32, hidden_depth=1), lr=3e-3,
                             batch_size=16, rng=rng)
-    ended = []  # between_epochs runs after each epoch (a run taking turns on the cores)
-    trainer.between_epochs = lambda: ended.append(trainer.model.training)
+    stepped = []  # between_batches runs after each minibatch (a run taking turns on the cores)
+    trainer.between_batches = lambda: stepped.append(trainer.model.training)
     stats = trainer.train(data, max_epochs=200)
     assert stats.accuracy > 0.97
     assert stats.epochs < 50  # 4–17 epochs over torch seeds 0–11
-    assert len(ended) == stats.epochs and all(ended)
+    assert len(stepped) == stats.epochs * 4 and all(stepped)  # 64 pairs, batches of 16
 
 
 def test_dataset_rejects_bad_labels_and_overflow(tmp_path):

@@ -206,6 +206,8 @@ def run(ws: Workspace, until: int) -> None:
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
     last_log_time, last_log_step = time.time(), ws.step
     governor, turns = ws.thread_governor, ws.core_turns
+    if turns is not None:  # an update of a pixel rollout holds the core for seconds
+        agent.between_minibatches = turns.poll
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people

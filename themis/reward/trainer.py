@@ -127,9 +127,10 @@ class RewardTrainer:
         self.crop = crop
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
-        self.between_epochs: Callable[[], None] | None = None
-        """Called after every epoch of :meth:`train` (a run taking turns on the cores with
-        other runs gives its core to a waiting run there: :mod:`themis.run.core_turns`)."""
+        self.between_batches: Callable[[], None] | None = None
+        """Called after every minibatch step of :meth:`train_epoch` (a run taking turns on the
+        cores with other runs gives its core to a waiting run there:
+        :mod:`themis.run.core_turns`; an epoch of a CNN reward model takes seconds)."""
 
     def train_epoch(self, dataset: PreferenceDataset,
                     rows: np.ndarray | None = None) -> tuple[float, float]:
@@ -195,6 +196,8 @@ class RewardTrainer:
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
+            if self.between_batches is not None:
+                self.between_batches()
         for method in self.methods:
             method.end_epoch()
         accuracy = correct.item() / counted.item() if counted.item() else float("nan")
@@ -250,8 +253,6 @@ class RewardTrainer:
         while epochs < max_epochs and (rows is None or len(rows)):
             loss, acc = self.train_epoch(dataset, rows)
             epochs += 1
-            if self.between_epochs is not None:
-                self.between_epochs()
             if self.l2 is not None and self.l2.adaptive and len(val_rows) and rows is not None:
                 self.l2.adapt(self.member_losses(dataset, rows[-self.check_pairs:])[0],
                               self.member_losses(dataset, val_rows[-self.check_pairs:])[0])

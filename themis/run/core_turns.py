@@ -24,11 +24,17 @@ locks, so a crashed run blocks nobody; a run that waits longer than ``patience``
 (another run holding its core without stepping, e.g. stopped in a debugger) stops taking turns
 for ``rest`` seconds and just runs. A run gives its core up for feedback rounds a person may
 answer (for minutes) and whenever its ``Workspace.run`` call returns; with a synthetic teacher
-it keeps it and takes turns between the reward model's epochs
+it keeps it and takes turns between the reward model's minibatch steps
 (:meth:`themis.run.workspace.Workspace.round_threads`).
 
-Only for runs on the CPU with one PyTorch thread in their loop (``torch_threads``): a run that
-uses several threads already has the :class:`themis.run.threads.ThreadGovernor`.
+For runs on the CPU with one PyTorch thread in their loop (``torch_threads``), and for runs
+whose :class:`themis.run.threads.ThreadGovernor` chooses between several threads alone and one
+next to other runs (CNN encoders, wide networks): such a run holds one core's lock, and its
+governor sees the other holders' load and keeps it at one thread; waiting runs sleep and leave
+the cores to the holders. PPO gives its core up between minibatches too
+(:attr:`themis.agents.ppo.PPO.between_minibatches`): a pixel rollout's update takes seconds, longer
+than a waiting run's ``patience``. Four Breakout PPO runs on two cores did 7 % fewer steps
+together than two when the kernel time-sliced them (README, "Threads").
 """
 
 from __future__ import annotations

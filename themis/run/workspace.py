@@ -204,8 +204,10 @@ class Workspace:
             self.thread_choice = dataclasses.replace(self.thread_choice, round_threads=0)
         self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
         keep_freed_memory()  # the feedback rounds' activations stay mapped between epochs
-        self.core_turns: CoreTurns | None = None  # more one-thread runs than cores: turns
-        if cfg.core_turns and self.device.type == "cpu" and self.thread_choice.threads == 1:
+        self.core_turns: CoreTurns | None = None  # more runs than cores: turns
+        # one-thread runs, and runs whose governor drops them to one thread next to others
+        if cfg.core_turns and self.device.type == "cpu" and (
+                self.thread_choice.threads == 1 or self.thread_choice.adaptive):
             with contextlib.suppress(OSError):  # no lock directory: the kernel's slices
                 self.core_turns = CoreTurns()
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
@@ -411,7 +413,7 @@ class Workspace:
         turns on the cores with other runs (:mod:`themis.run.core_turns`) gives its core up
         first when a person may answer (for minutes; the loop's next
         :meth:`themis.run.core_turns.CoreTurns.poll` takes one again); with a synthetic teacher
-        it keeps the core and takes turns between the reward model's epochs (given up, the
+        it keeps the core and takes turns between the reward model's minibatch steps (given up, the
         round computed beside the two runs that took the cores, time-sliced by the kernel:
         four main-job runs on two cores did 3–4 % fewer steps together than two, README
         "Threads")."""
@@ -420,7 +422,7 @@ class Workspace:
             channel = getattr(learner, "channel", None)
             if self.remote is None and learner is not None and isinstance(
                     channel, (SyntheticChannel, SyntheticRatingChannel)):
-                learner.trainer.between_epochs = self._between_epochs
+                learner.trainer.between_batches = self._between_batches
                 return self._round_threads_in_turns()
             self.core_turns.release()
         return round_threads(self.thread_choice)
@@ -450,8 +452,8 @@ class Workspace:
             if outside_run:
                 turns.release()
 
-    def _between_epochs(self) -> None:
-        """Between the reward model's epochs: take turns with the waiting runs; back to the
+    def _between_batches(self) -> None:
+        """Between the reward model's minibatch steps: take turns with the waiting runs; back to the
         loop's threads if the round's extra cores were given up for them."""
         turns = self.core_turns
         assert turns is not None
