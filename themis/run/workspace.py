@@ -210,6 +210,7 @@ class Workspace:
                 self.thread_choice.threads == 1 or self.thread_choice.adaptive):
             with contextlib.suppress(OSError):  # no lock directory: the kernel's slices
                 self.core_turns = CoreTurns()
+        self._loop_threads = max(1, self.thread_choice.threads)  # the loop's, before a round
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
         # --- agent, store, intrinsic reward
@@ -413,8 +414,8 @@ class Workspace:
         turns on the cores with other runs (:mod:`themis.run.core_turns`) gives its core up
         first when a person may answer (for minutes; the loop's next
         :meth:`themis.run.core_turns.CoreTurns.poll` takes one again); with a synthetic teacher
-        it keeps the core and takes turns between the reward model's minibatch steps (given up, the
-        round computed beside the two runs that took the cores, time-sliced by the kernel:
+        it keeps the core and takes turns between the reward model's minibatch steps (given up,
+        the round computed beside the two runs that took the cores, time-sliced by the kernel:
         four main-job runs on two cores did 3–4 % fewer steps together than two, README
         "Threads")."""
         if self.core_turns is not None:
@@ -438,6 +439,7 @@ class Workspace:
         if outside_run:
             turns.poll()
         before = torch.get_num_threads()
+        self._loop_threads = before  # a governed run's may be 1 beside other runs
         wanted = self.thread_choice.round_threads
         try:
             if wanted <= before or not turns.take_more(wanted - before):
@@ -453,13 +455,13 @@ class Workspace:
                 turns.release()
 
     def _between_batches(self) -> None:
-        """Between the reward model's minibatch steps: take turns with the waiting runs; back to the
-        loop's threads if the round's extra cores were given up for them."""
+        """Between the reward model's minibatch steps: take turns with the waiting runs; back to
+        the loop's threads if the round's extra cores were given up for them."""
         turns = self.core_turns
         assert turns is not None
         turns.poll()
-        if turns.more == 0 and torch.get_num_threads() > self.thread_choice.threads:
-            torch.set_num_threads(self.thread_choice.threads)
+        if turns.more == 0 and torch.get_num_threads() > self._loop_threads:
+            torch.set_num_threads(self._loop_threads)
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
