@@ -4,24 +4,70 @@ loops, and a tiny run of every method (SAC; RUNE and RIME also on PPO) the ``eva
 labels and ``reward.csv`` numbers recorded before the methods became plug-ins (issue 36).
 A change that alters numbers on purpose re-records them:
 ``THEMIS_RECORD_FIXTURES=1 scripts/test.sh tests/test_fixed_seed_fixture.py``.
+
+Each run is made in a child process whose kernels do not depend on the CPU: one seed's
+float32 numbers otherwise differ in their last bits between CPUs (MKL picks its kernels by
+vendor and generation, ATen and NumPy by vector width, glibc's libm by FMA), SAC's updates
+carry such bits on, and a near tie in a sampler then picks another pair: fixtures recorded on
+an AMD EPYC (Zen 4) gave episode returns 0.12 % apart on an Intel Xeon with AMX, and a label
+flipped with MKL limited to AVX2. The child pins MKL to its COMPATIBLE branch (MKL_CBWR),
+ATen to its default kernels, NumPy to its SSE3 baseline, libm to its plain x86-64 variants,
+and one thread, and checks that the pins hold before it runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, TINY_PENDULUM
-from themis.cli.train import make_workspace
 from themis.reward import PreferenceDataset
 
 FIXTURES = ROOT / "tests" / "fixtures"
 # float32 everywhere: bfloat16 products (precision=auto on CPUs that have them) round
 # differently from one CPU to another
+_NUMPY_DISPATCH = ("SSSE3 SSE41 POPCNT SSE42 AVX F16C FMA3 AVX2 AVX512F AVX512CD AVX512_KNL "
+                   "AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR")
+PINNED_KERNELS = {
+    "MKL_CBWR": "COMPATIBLE",  # MKL's branch for Intel and compatible CPUs alike
+    "ATEN_CPU_CAPABILITY": "default",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "NPY_DISABLE_CPU_FEATURES": _NUMPY_DISPATCH.replace(" ", ","),
+    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX,-AVX2,-FMA,-FMA4,-AVX512F,-AVX512DQ,-AVX512BW,"
+                      "-AVX512VL",
+    "THEMIS_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+}
+_CHILD = """
+import json, sys
+import numpy._core._multiarray_umath as npcore
+import torch
+assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
+assert not any(npcore.__cpu_features__[f] for f in ("AVX", "AVX2", "FMA3", "AVX512F"))
+from themis.cli.train import make_workspace
+from themis.run.config import compose
+ws = make_workspace(compose(json.loads(sys.argv[1])), sys.argv[2])
+ws.run()
+ws.finish()
+"""
+
+
+def run_pinned(overrides: list[str], run_dir) -> None:
+    """Run ``overrides`` to the end in a child process with CPU-independent kernels."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("MKL_", "NPY_", "GLIBC_", "ATEN_", "ONEDNN_"))}
+    env.update(PINNED_KERNELS)
+    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(overrides), str(run_dir)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 RUNS = {
     "sac": [*TINY_PENDULUM, "feed_type=4", "teacher=noisy", "precision=fp32"],
     "ppo": [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
@@ -37,10 +83,8 @@ for _method in ("rune", "rime"):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_fixed_seed_reproduces_the_recorded_run(compose, tmp_path, name):
-    ws = make_workspace(compose(RUNS[name]), tmp_path)
-    ws.run()
-    ws.finish()
+def test_fixed_seed_reproduces_the_recorded_run(tmp_path, name):
+    run_pinned(RUNS[name], tmp_path)
     expected = FIXTURES / name
     if os.environ.get("THEMIS_RECORD_FIXTURES"):
         expected.mkdir(parents=True, exist_ok=True)
