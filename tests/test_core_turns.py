@@ -191,16 +191,27 @@ def test_a_round_keeps_its_core_with_a_synthetic_teacher_and_gives_it_up_for_peo
     ws = make_workspace(compose([*TINY_PENDULUM, "device=cpu"]), tmp_path)
     turns, learner = ws.core_turns, ws.learner
     assert turns is not None and learner is not None
-    held = []
-    train = learner.trainer.train
+    held, hooked, looked_from = [], [], set()
+    train, between = learner.trainer.train, ws._between_batches
 
     def watched(*args, **kwargs):
         held.append(turns.holding)
+        hooked.append(learner.model.between_chunks is not None
+                      and learner.selector.between_chunks is not None)
         return train(*args, **kwargs)
 
+    def watched_between() -> None:
+        looked_from.add(sys._getframe(1).f_code.co_name)
+        between()
+
     monkeypatch.setattr(learner.trainer, "train", watched)
+    monkeypatch.setattr(ws, "_between_batches", watched_between)
     ws.run(until=800)  # the first round (step 400) and one more (700)
-    assert len(held) >= 2 and all(held)
+    assert len(held) >= 2 and all(held) and all(hooked)
+    # turns between the reward model's minibatch steps and the chunks of the relabel
+    assert {"train_epoch", "predict_members"} <= looked_from
+    # the hooks are the round's only: a model or selector pickled later carries no workspace
+    assert learner.model.between_chunks is None and learner.selector.between_chunks is None
     polls, poll = [], turns.poll
     monkeypatch.setattr(turns, "poll", lambda: polls.append(1))
     assert learner.trainer.between_batches is not None

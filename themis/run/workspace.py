@@ -414,7 +414,8 @@ class Workspace:
         turns on the cores with other runs (:mod:`themis.run.core_turns`) gives its core up
         first when a person may answer (for minutes; the loop's next
         :meth:`themis.run.core_turns.CoreTurns.poll` takes one again); with a synthetic teacher
-        it keeps the core and takes turns between the reward model's minibatch steps (given up,
+        it keeps the core and takes turns between the reward model's minibatch steps and the
+        chunks of query scoring and relabelling (given up,
         the round computed beside the two runs that took the cores, time-sliced by the kernel:
         four main-job runs on two cores did 3–4 % fewer steps together than two, README
         "Threads")."""
@@ -441,6 +442,10 @@ class Workspace:
         before = torch.get_num_threads()
         self._loop_threads = before  # a governed run's may be 1 beside other runs
         wanted = self.thread_choice.round_threads
+        learner = self.learner
+        assert learner is not None
+        # scoring the query pool and relabelling the store take turns too (seconds on CNNs)
+        learner.model.between_chunks = learner.selector.between_chunks = self._between_batches
         try:
             if wanted <= before or not turns.take_more(wanted - before):
                 yield before
@@ -450,6 +455,7 @@ class Workspace:
                     turns.give_more_back()
                 yield used
         finally:
+            learner.model.between_chunks = learner.selector.between_chunks = None
             turns.give_more_back()
             if outside_run:
                 turns.release()
