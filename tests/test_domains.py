@@ -232,8 +232,9 @@ def test_dmc_clips_follow_the_agent(domain, env_id):
 @pytest.mark.parametrize("overrides", [
     ["domain=DMC", "env=walker_walk", "num_train_steps=1500", "num_seed_steps=100",
      "num_unsup_steps=200", "eval_frequency=1500", "segment=20"],
-    ["domain=MetaWorld", "env=button-press-v3", "num_train_steps=900", "num_seed_steps=100",
-     "num_unsup_steps=200", "eval_frequency=900", "xplain_state=true",
+    # one round (step 556, after the first 500-step episode): clips render every step here
+    ["domain=MetaWorld", "env=button-press-v3", "num_train_steps=600", "num_seed_steps=100",
+     "num_unsup_steps=200", "eval_frequency=600", "xplain_state=true",
      "xplain_clips_per_round=1", "human_frame_size=48"],
 ], ids=["DMC", "MetaWorld"])
 def test_dmc_and_meta_world_train_end_to_end(tmp_path, overrides):
