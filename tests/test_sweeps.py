@@ -330,10 +330,10 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     cmd = [sys.executable, str(ROOT / "scripts" / "bench_methods.py"), "--domain", "Classic",
            "--envs", "Pendulum-v1", "--steps", "1000", "--budgets", "20", "--seeds", "0", "1",
            "--methods", "sac", "rune", "--rounds", "2", "--noisy", "Pendulum-v1",
-           "--out", str(tmp_path), "--reps", "100", "--", *tiny]
+           "--out", str(tmp_path), "--reps", "100", "--jobs", "2", "--", *tiny]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "8 runs, 0 already done, 8 to go" in first.stdout
+    assert "8 runs, 0 already done, 8 to go (2 at a time," in first.stdout
     table = [line for line in first.stdout.splitlines() if line.startswith("| Pendulum-v1")]
     assert [line.split(" | ")[2] for line in table] == ["sac", "rune"]
     assert table[0].endswith("| - |")  # Pendulum's returns are negative: no ratio

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from themis.utils import ConfigError
 
@@ -56,6 +55,7 @@ def dawid_skene(answers: Sequence[Answer], gold: dict[int, float] | None = None,
     Raises:
         ValueError: a label other than 0, 0.5 or 1.
     """
+    import pandas as pd
     from crowdkit.aggregation import DawidSkene  # imported on use: ~1 s
 
     if not answers:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from themis.agents.buffers import NoSegmentsError, SegmentPairs
 from themis.agents.intrinsic import NoveltySample
@@ -446,6 +445,8 @@ class PreferenceLearner:
         true = pairs.true_rewards.reshape(n * width, horizon).sum(1)
         pearson = spearman = float("nan")
         if len(true) > 2 and np.ptp(true) > 0 and np.ptp(predicted) > 0:
+            from scipy import stats as scipy_stats  # 0.4 s to import: not before it is used
+
             pearson = float(scipy_stats.pearsonr(predicted, true).statistic)
             spearman = float(scipy_stats.spearmanr(predicted, true).statistic)
         return accuracy, oracle, pearson, spearman

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from themis.agents.buffers import SegmentPairs
@@ -264,6 +263,8 @@ class PreferenceDataset:
             name = f"segments-{on_disk:07d}.npz"
             self._write_segments(path / name, on_disk, n)
             shards = [*shards, (name, on_disk, n)]
+        import pandas as pd  # 0.3 s to import: not in a run that stops before its first save
+
         labels = pd.DataFrame({"pair": np.arange(n), "label": self.labels[:n],
                                "labeler": self.labelers[:n],
                                "timestamp": np.round(self.timestamps[:n], 3)})
@@ -380,6 +381,8 @@ class PreferenceDataset:
                 row = int(np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))[0])
                 raise ValueError(f"{path}: {field} of pair {row} hold NaN or infinite values; "
                                  "a reward model cannot learn from them")
+        import pandas as pd
+
         try:
             labels = pd.read_csv(path / "labels.csv", dtype={"labeler": str, "answers": str},
                                  keep_default_na=False).iloc[:n]
