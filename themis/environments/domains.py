@@ -310,8 +310,8 @@ def make_env(domain: str, env: str, seed: int | None = None,
             e = gym.make(env_id, **kwargs)
     except TypeError as err:
         raise ConfigError(f"env={env}: gym.make rejected env_kwargs {env_kwargs}: {err}") from None
-    if mujoco_frames:
-        e = LightMujocoRender(e)
+    if render_mode == "rgb_array" and hasattr(e.unwrapped, "mujoco_renderer"):
+        e = LightMujocoRender(e)  # gymnasium's MuJoCo envs and Meta-World (not DMC's own)
     e = dom.wrap(e)
     try:
         e = prepare_observations(e, obs_transform)
