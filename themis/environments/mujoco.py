@@ -84,7 +84,8 @@ class LightMujocoRender(gym.Wrapper):
     llvmpipe) that makes a 128×128 HalfCheetah frame about 10× cheaper (75 ms -> 7.5 ms), and a
     48×48 Meta-World frame (three lights, 4096-pixel shadow maps) 62 -> 15 ms, which matters
     when every step is rendered for clips. :func:`themis.environments.domains.make_env` wraps
-    every env with gymnasium's ``mujoco_renderer`` (gymnasium's MuJoCo envs, Meta-World)."""
+    every env that renders through gymnasium's ``mujoco_renderer`` (gymnasium's MuJoCo envs,
+    Meta-World)."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
