@@ -222,10 +222,20 @@ def test_the_moving_dot_domain_gives_stacked_84_pixel_frames_and_four_frames_per
 
 def test_the_drlhp_preset_and_recipe_keys_are_checked(compose):
     cfg = compose(["domain=MovingDot", "+recipe=drlhp"])
-    assert (cfg.segment, cfg.reward_val_fraction, cfg.reward_random_response) == (25, 0.368, 0.1)
-    assert cfg.reward_adaptive_l2 and cfg.query_schedule == "decay"
+    assert (cfg.segment, cfg.reward_val_fraction, cfg.reward_random_response) == (25, 0.0, 0.1)
+    assert cfg.reward_adaptive_l2 and cfg.reward_bootstrap and cfg.query_schedule == "decay"
+    # the paper's schedule, network and rates (App. A.2; mrahtz's params.py)
+    assert (cfg.reward_net, cfg.reward_schedule, cfg.reward_pretrain_epochs,
+            cfg.reward_passes_per_step, cfg.reward_label_buffer, cfg.first_round_queries,
+            cfg.reward_train_batch, cfg.reward_lr) == ("drlhp", "passes", 200, 0.1, 3000, 500,
+                                                       32, 2e-4)
+    assert cfg.query_decay_steps == 5_000_000 // 4  # 5·10⁶ frames at frame skip 4
     validate(cfg)
-    bad = [(["reward_adaptive_l2=true"], "reward_val_fraction"),
+    bad = [(["reward_adaptive_l2=true"], "reward_bootstrap"),
+           (["reward_net=alexnet"], "reward_net=alexnet"),
+           (["reward_schedule=sometimes"], "reward_schedule=sometimes"),
+           (["reward_passes_per_step=-1"], "reward_passes_per_step"),
+           (["reward_schedule=passes", "reward_training=async"], "reward_training=sync"),
            (["query_schedule=hyperbolic"], "query_schedule"),
            (["reward_val_fraction=1"], "reward_val_fraction=1"),
            (["reward_random_response=-0.1"], "reward_random_response"),
@@ -305,7 +315,38 @@ def check_decay(ws, rounds):
     assert asked.sum() == 18 and asked[0] > asked[-1]
 
 
+def check_passes(ws, rounds):
+    passes = ws.learner.passes
+    assert passes is not None and passes.pretrained
+    assert rounds["epochs"].iloc[0] == 3 and (rounds["epochs"].iloc[1:] == 0).all()
+    assert passes.label_passes > 0 and rounds["label_passes"].iloc[-1] > 0
+
+
+def check_drlhp_net(ws, rounds):
+    convs = [m for m in ws.learner.model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.kernel_size[0] for c in convs] == [7, 5, 3, 3] * 2  # two members
+
+
+def check_dot_net(ws, rounds):
+    assert not [m for m in ws.learner.model.modules() if isinstance(m, torch.nn.Conv2d)]
+
+
+def check_shared_trunk(ws, rounds):
+    assert len(ws.learner.model.encoders) == 1
+
+
+def check_oob(ws, rounds):
+    assert {"val_loss_m0", "val_loss_m1"} <= set(rounds)
+    assert np.isfinite(rounds["val_loss_m0"].iloc[-1]) and rounds["val_labels"].iloc[-1] > 0
+
+
 KEYS = {
+    "reward_schedule=passes": (["reward_pretrain_epochs=3", "reward_passes_per_step=0.5",
+                                "reward_train_batch=4"], check_passes),
+    "reward_net=drlhp": ([], check_drlhp_net),
+    "reward_net=drlhp_dot": ([], check_dot_net),
+    "reward_shared_trunk=true": ([], check_shared_trunk),
+    "reward_bootstrap=true reward_adaptive_l2=true": ([], check_oob),
     "reward_val_fraction=0.368": ([], check_val),
     "reward_random_response=0.1": ([], check_random_response),
     "reward_bootstrap=true": ([], check_bootstrap),
@@ -323,7 +364,7 @@ KEYS = {
 @pytest.mark.parametrize("key", list(KEYS))
 def test_a_tiny_moving_dot_run_trains_with_each_recipe_key(compose, tmp_path, key):
     extra, check = KEYS[key]
-    ws = make_workspace(compose([*TINY_DOT, key, *extra]), tmp_path)
+    ws = make_workspace(compose([*TINY_DOT, *key.split(), *extra]), tmp_path)
     ws.run()
     ws.finish()
     rounds = pd.read_csv(tmp_path / "reward.csv")

@@ -26,12 +26,16 @@ from themis.feedback.teachers import (
     SyntheticTeacher,
     TeacherPreset,
 )
-from themis.methods.base import MethodContext, choose_augmentation
+from themis.methods.base import MethodContext, choose_augmentation, overrides
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
 from themis.reward.recipe import trainer_kwargs
+from themis.reward.schedule import LabelPassSchedule
 from themis.utils import ConfigError
+
+EPOCH_HOOKS = ("select_labels", "start_epoch", "end_epoch", "round_epochs", "stop_rule")
+"""Method hooks that act on a round's epochs (``reward_schedule=passes`` has none)."""
 
 
 def teacher_description(cfg: Any) -> str:
@@ -163,10 +167,14 @@ def make_learner(ws: Any) -> PreferenceLearner:
         ConfigError: an unknown ``xplain_method``, or a bad ``prefs_path``.
     """
     cfg = ws.cfg
-    model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
-                           cfg.reward_hidden_depth, obs_shape=ws.obs_shape,
-                           dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
-                           ).to(ws.device)
+    try:
+        model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size,
+                               cfg.reward_hidden_dim, cfg.reward_hidden_depth,
+                               obs_shape=ws.obs_shape, dropout=cfg.reward_dropout,
+                               batchnorm=cfg.reward_batchnorm, net=cfg.reward_net,
+                               shared_trunk=cfg.reward_shared_trunk).to(ws.device)
+    except ValueError as e:  # e.g. reward_net=drlhp for vector observations
+        raise ConfigError(f"{ws.env_id}: {e}") from None
     model.precision = ws.precision
     methods = build_methods(cfg, MethodContext(
         cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=lambda: int(ws.step),
@@ -195,6 +203,17 @@ def make_learner(ws: Any) -> PreferenceLearner:
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
     learner.methods = methods
+    learner.first_round_queries = cfg.first_round_queries
+    if cfg.reward_schedule == "passes":  # DRLHP: label-passes between the rounds
+        epoch_bound = [f"{type(m).__name__}.{hook}" for m in methods for hook in EPOCH_HOOKS
+                       if overrides(m, hook)]
+        if epoch_bound:
+            raise ConfigError(f"reward_schedule=passes trains minibatches between the rounds; "
+                              f"{epoch_bound[0]} acts on whole epochs of a round: use "
+                              "reward_schedule=rounds with this method")
+        learner.passes = LabelPassSchedule(cfg.reward_pretrain_epochs,
+                                           cfg.reward_passes_per_step, cfg.reward_label_buffer,
+                                           cfg.reward_train_batch)
     selector.methods = methods
     if cfg.gold_path:
         try:

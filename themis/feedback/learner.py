@@ -26,7 +26,9 @@ from themis.feedback.selector import QuerySelector
 from themis.feedback.teachers import SyntheticTeacher, TeacherStats
 from themis.methods.base import Method, overrides, reward_with_bonus
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.reward.trainer import RewardTrainStats
 from themis.reward.recipe import RewardNormaliser
+from themis.reward.schedule import LabelPassSchedule
 from themis.utils import ConfigError, eval_mode
 
 ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
@@ -109,6 +111,8 @@ class PreferenceLearner:
         # DRLHP's recipe, set by the workspace when its keys are on
         self.normaliser: RewardNormaliser | None = None  # reward_norm_std
         self.schedule: Callable[[int, int], int] | None = None  # query_schedule=decay
+        self.passes: LabelPassSchedule | None = None  # reward_schedule=passes
+        self.first_round_queries = 0  # DRLHP: 500 labels from the random policy first
         self.total_feedback = 0  # queries asked, skipped ones included (B-Pref)
         self.labeled_feedback = 0
         self.rounds = 0
@@ -173,8 +177,9 @@ class PreferenceLearner:
     def method_stats(self) -> dict[str, float]:
         """The methods' own numbers for ``reward.csv`` (empty for PEBBLE), and DRLHP's
         validation numbers when its keys are set (:meth:`RewardTrainer.recipe_stats`)."""
+        passes = {} if self.passes is None else {"label_passes": self.passes.label_passes}
         return {**{k: v for method in self.methods for k, v in method.stats().items()},
-                **self.trainer.recipe_stats()}
+                **self.trainer.recipe_stats(), **passes}
 
     def replay(self, buffer: Any) -> Any:
         """Where the off-policy agent's batches come from: a method's ``replay`` (while
@@ -246,6 +251,8 @@ class PreferenceLearner:
         left = self.max_feedback - self.total_feedback
         n_queries = (self.schedule(step, left) if self.schedule is not None and left > 0
                      else min(self.reward_batch, left)) if ask else 0
+        if ask and first and self.first_round_queries:  # DRLHP: n_initial_prefs
+            n_queries = min(self.first_round_queries, left)
         posted = self.channel.posted() if isinstance(self.channel, WebChannel) else 0
         if posted:  # a resumed run: this round's queries were posted before the crash
             self.total_feedback += posted
@@ -317,9 +324,7 @@ class PreferenceLearner:
         if got.commit is not None:  # web: only now are the answers marked used in the store
             got.commit()
         self.rounds += 1
-        rows = self.training_rows()
-        fit = self.trainer.train(self.dataset, self.reward_update, rows=rows) \
-            if len(self.dataset) and (rows is None or len(rows)) else None
+        fit = self.train_after_round()
         if fit is not None:
             self.model_changed()
             self.reward_accuracy = fit.accuracy
@@ -328,6 +333,46 @@ class PreferenceLearner:
             round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
             *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
             fit.epochs if fit else 0, int(postponed), len(labels), self.method_stats())
+
+    def train_after_round(self) -> RewardTrainStats | None:
+        """A round's reward training: up to ``reward_update`` epochs over every label
+        (B-Pref), or with ``reward_schedule=passes`` the pretraining epochs over the first
+        labels, once, and nothing in later rounds (the loops' :meth:`keep_training` trains
+        between them). ``None`` when nothing was trained."""
+        rows = self.training_rows()
+        if not len(self.dataset) or (rows is not None and not len(rows)):
+            return None
+        if self.passes is None:
+            return self.trainer.train(self.dataset, self.reward_update, rows=rows)
+        if self.passes.pretrained:  # trained between the rounds: measure it on the newest
+            trained, held = self.trainer.split(self.dataset, self.passes_rows(rows))
+            self.trainer.measure_validation(self.dataset, trained, held)
+            return None
+        self.passes.pretrained = True
+        return self.trainer.train(self.dataset, self.passes.pretrain_epochs,
+                                  target_accuracy=np.inf, rows=self.passes_rows(rows))
+
+    def passes_rows(self, rows: np.ndarray | None) -> np.ndarray:
+        """The newest ``reward_label_buffer`` labels, less those ``rows`` leaves out."""
+        assert self.passes is not None
+        newest = self.passes.rows(len(self.dataset))
+        return newest if rows is None else np.intersect1d(newest, rows)
+
+    def keep_training(self, steps: int) -> bool:
+        """``reward_schedule=passes``: the label-passes owed for ``steps`` more agent steps,
+        as minibatch steps over the newest labels (:meth:`RewardTrainer.train_passes`), once
+        pretraining has run. Returns whether r̂ changed (the caller relabels); ``False``
+        without the schedule."""
+        if self.passes is None or not self.passes.pretrained or not len(self.dataset):
+            return False
+        due = self.passes.due(steps)
+        rows = self.passes_rows(self.training_rows())
+        if due == 0 or not len(rows):
+            return False
+        fit = self.trainer.train_passes(self.dataset, due, rows)
+        self.reward_accuracy = fit.accuracy
+        self.model_changed()
+        return True
 
     def select_queries(self, store: Any, n: int, first: bool, min_episode: int,
                        usable: Callable[[np.ndarray], np.ndarray] | None) -> SegmentPairs:
@@ -483,7 +528,8 @@ class PreferenceLearner:
     def method_pieces(self) -> dict[str, Any]:
         """DRLHP's recipe pieces with a state of their own, by checkpoint key (the methods'
         states come from their own ``state_dict``)."""
-        pieces = (("reward_l2", self.trainer.l2), ("reward_normaliser", self.normaliser))
+        pieces = (("reward_l2", self.trainer.l2), ("reward_normaliser", self.normaliser),
+                  ("reward_passes", self.passes))
         return {key: piece for key, piece in pieces if piece is not None}
 
     def load_state_dict(self, state: dict[str, Any], human_labels_kept: bool = True) -> None:

@@ -109,12 +109,14 @@ class DecayingSchedule:
         weights = self.rate(later)
         return int(min(remaining, max(1, round(remaining * weights[0] / weights.sum()))))
 
-    def plan(self, first: int, budget: int) -> list[int]:
+    def plan(self, first: int, budget: int, first_queries: int = 0) -> list[int]:
         """The queries of every round from ``first`` on when each is asked in full (the
-        console line and the tests)."""
+        console line and the tests); ``first_queries`` > 0: the first round asks that many
+        (``first_round_queries``)."""
         sizes, step = [], first
         while budget > 0 and step <= self.last:
-            n = self(step, budget)
+            n = min(first_queries, budget) if first_queries and step == first else \
+                self(step, budget)
             sizes.append(n)
             budget -= n
             step += self.every

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from themis.run.workspace import Workspace
 
 NAME = "sac"
+PASSES_EVERY = 1000
+"""``reward_schedule=passes``: agent steps between stretches of reward training (each ends in
+a relabel of the replay buffer)."""
 METHOD = "PEBBLE"
 
 
@@ -181,6 +184,10 @@ def run(ws: Workspace, until: int) -> None:
                         if ws.feedback_round() is not None:
                             relabel(ws)
                     ws.maybe_checkpoint(force=True)
+                elif remote is None and ws.learner is not None and \
+                        ws.step % PASSES_EVERY == 0 and \
+                        ws.learner.keep_training(PASSES_EVERY):  # reward_schedule=passes
+                    relabel(ws)
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)
                 else:

@@ -278,6 +278,8 @@ def run(ws: Workspace, until: int) -> None:
             with ws.round_threads():  # no core held in turn while a person may answer
                 ws.feedback_round()
             checkpoint_now = True
+        if remote is None and ws.learner is not None and phase == "reward":
+            ws.learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)
 
         # ------------------------------------------------------------ logs, eval
         step_before = ws.step - n_envs * horizon

@@ -3,7 +3,9 @@
 Each member is an MLP ``(obs, action) -> r`` with a tanh output, as in BPref. Members are
 evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`). For pixel and grid
 observations each member first encodes the observation with its own CNN
-(:mod:`themis.agents.encoders`); discrete actions arrive one-hot.
+(:mod:`themis.agents.encoders`); discrete actions arrive one-hot. ``reward_net=drlhp`` /
+``drlhp_dot`` give the members DRLHP's networks instead (:mod:`themis.reward.networks`), and
+``reward_shared_trunk`` one encoder with a head per member.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from themis.agents.encoders import make_encoder, observation_kind
+from themis.agents.encoders import Encoder, make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
 from themis.core.precision import autocast
 from themis.core.safe_loading import MALFORMED, describe, safe_load
+from themis.reward.networks import (
+    DRLHPCNN,
+    REWARD_NETS,
+    MovingDotFeatures,
+    action_index_feature,
+)
 from themis.utils import save_durably
 
 
@@ -40,25 +48,44 @@ class RewardEnsemble(nn.Module):
         batchnorm: batch normalisation of every convolution and hidden layer
             (``reward_batchnorm``; DRLHP's Atari network: on). Statistics of the batch in train
             mode, running ones in eval mode.
+        net: ``reward_net`` (:data:`themis.reward.networks.REWARD_NETS`): ``bpref`` (above);
+            ``drlhp``: DRLHP's Atari network per member (:class:`DRLHPCNN`, then a fully
+            connected layer of 64 and a scalar; no action input; ``dropout`` / ``batchnorm``
+            on the convolutions only, as the paper); ``drlhp_dot``: mrahtz's MovingDot network
+            (:class:`MovingDotFeatures` and the action index / 4 into an MLP 64-64-64-1; no
+            dropout or batch norm). ``hidden_dim`` / ``hidden_depth`` are then the paper's
+            (64 and 1 for ``drlhp``, 64 and 3 for ``drlhp_dot``), whatever is passed.
+        shared_trunk: one encoder for every member, each with its own head
+            (``reward_shared_trunk``): scoring shared observations runs the CNN once.
 
     Shapes:
         :meth:`forward`: ``obs (E, B, obs_dim)`` or ``(B, obs_dim)`` (flattened observations,
         any dtype) with matching actions -> per-member rewards ``(E, B)``.
 
     Raises:
-        ValueError: ``ensemble_size < 1``, or ``obs_shape`` does not hold ``obs_dim`` values.
+        ValueError: ``ensemble_size < 1``, ``obs_shape`` does not hold ``obs_dim`` values, an
+            unknown ``net``, or ``drlhp`` / ``drlhp_dot`` for vector observations.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, ensemble_size: int = 3,
                  hidden_dim: int = 256, hidden_depth: int = 3,
                  obs_shape: tuple[int, ...] | None = None, dropout: float = 0.0,
-                 batchnorm: bool = False) -> None:
+                 batchnorm: bool = False, net: str = "bpref",
+                 shared_trunk: bool = False) -> None:
         super().__init__()
         if ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")
         self.obs_shape = tuple(obs_shape) if obs_shape else (obs_dim,)
         if int(np.prod(self.obs_shape)) != obs_dim:
             raise ValueError(f"obs_shape {self.obs_shape} does not hold obs_dim={obs_dim} values")
+        if net not in REWARD_NETS:
+            raise ValueError(f"reward_net={net} is unknown; use one of {', '.join(REWARD_NETS)}")
+        if net != "bpref" and observation_kind(self.obs_shape) != "pixels":
+            raise ValueError(f"reward_net={net} reads pixel observations (C, H, W); "
+                             f"{self.obs_shape} is not one")
+        self.net_name, self.shared_trunk = net, bool(shared_trunk)
+        if net != "bpref":  # the paper's head: FC 64 -> scalar; mrahtz's dot MLP 64-64-64-1
+            hidden_dim, hidden_depth = 64, 1 if net == "drlhp" else 3
         self.obs_dim = obs_dim
         self.action_dim = action_dim
         self.ensemble_size = ensemble_size
@@ -73,19 +100,37 @@ class RewardEnsemble(nn.Module):
         self.encoders: nn.ModuleList | None = None
         feature_dim = obs_dim
         if observation_kind(self.obs_shape) != "vector":
-            encoders = [make_encoder(self.obs_shape, dropout, batchnorm)
-                        for _ in range(ensemble_size)]
+            trunks = 1 if self.shared_trunk else ensemble_size
+            encoders = [self._encoder(net, dropout, batchnorm) for _ in range(trunks)]
             feature_dim = encoders[0].feature_dim
             self.encoders = nn.ModuleList(encoders)
-        self.net = EnsembleMLP(ensemble_size, feature_dim + action_dim, hidden_dim, 1,
-                               hidden_depth, activation=nn.LeakyReLU, output_activation=nn.Tanh,
-                               dropout=dropout, batchnorm=batchnorm)
+        if net == "bpref":
+            self.uses_action = True
+            self.net = EnsembleMLP(ensemble_size, feature_dim + action_dim, hidden_dim, 1,
+                                   hidden_depth, activation=nn.LeakyReLU,
+                                   output_activation=nn.Tanh, dropout=dropout,
+                                   batchnorm=batchnorm)
+        else:  # DRLHP: a linear scalar; regularisation on the convolutions only
+            self.uses_action = net == "drlhp_dot"
+            inputs = feature_dim + (1 if self.uses_action else 0)
+            self.net = EnsembleMLP(ensemble_size, inputs, hidden_dim, 1, hidden_depth,
+                                   activation=nn.LeakyReLU)  # α = 0.01
         self.between_chunks: Callable[[], None] | None = None
         """Called after every chunk of :meth:`predict_members` and
         :meth:`preference_probabilities` (a run taking turns on the cores with other runs gives
         its core to a waiting run there: :mod:`themis.run.core_turns`; scoring a query pool or
         relabelling a store through CNNs takes seconds). Never pickled or saved: set it only
         for the call that needs it."""
+
+    def _encoder(self, net: str, dropout: float, batchnorm: bool) -> Encoder:
+        """One member's (or the shared) observation encoder for ``reward_net``."""
+        if net == "drlhp":
+            cnn = DRLHPCNN(self.obs_shape, dropout, batchnorm)
+            cnn.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            return cnn
+        if net == "drlhp_dot":
+            return MovingDotFeatures(self.obs_shape)
+        return make_encoder(self.obs_shape, dropout, batchnorm)
 
     @property
     def device(self) -> torch.device:
@@ -101,11 +146,24 @@ class RewardEnsemble(nn.Module):
             return self.net(torch.cat([obs.float(), action], dim=-1)).squeeze(-1)
         shared = obs.dim() == 2  # (B, obs_dim): every member sees the same batch
         batch = obs.shape[-2]
-        features = torch.stack([
-            enc((obs if shared else obs[e]).reshape(batch, *self.obs_shape))
-            for e, enc in enumerate(self.encoders)])  # (E, B, F)
+        ens = self.ensemble_size
+        if self.shared_trunk:  # one encoder: shared observations go through it once
+            trunk = self.encoders[0]
+            if shared:
+                features = trunk(obs.reshape(batch, *self.obs_shape)).expand(ens, batch, -1)
+            else:
+                features = trunk(obs.reshape(ens * batch, *self.obs_shape)).reshape(
+                    ens, batch, -1)
+        else:
+            features = torch.stack([
+                enc((obs if shared else obs[e]).reshape(batch, *self.obs_shape))
+                for e, enc in enumerate(self.encoders)])  # (E, B, F)
+        if not self.uses_action:
+            return self.net(features).squeeze(-1)
+        if self.net_name == "drlhp_dot":
+            action = action_index_feature(action)
         if action.dim() == 2:
-            action = action.expand(self.ensemble_size, *action.shape)
+            action = action.expand(ens, *action.shape)
         return self.net(torch.cat([features, action], dim=-1)).squeeze(-1)
 
     def segment_rewards(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -197,6 +255,10 @@ class RewardEnsemble(nn.Module):
             config["dropout"] = self.dropout
         if self.batchnorm:
             config["batchnorm"] = True
+        if self.net_name != "bpref":
+            config["net"] = self.net_name
+        if self.shared_trunk:
+            config["shared_trunk"] = True
         return config
 
 

@@ -54,6 +54,22 @@ def bradley_terry_loss(returns_1: torch.Tensor, returns_2: torch.Tensor,
     return -(labels * log_p + (1 - labels) * log_q).mean(-1)
 
 
+OOB_PAIRS = 512
+"""Newest trained pairs whose out-of-bag labels validate each member (``reward_bootstrap``
+without a shared hold-out), after every training call."""
+
+
+def newest_mean(values: np.ndarray, mask: np.ndarray, most: int) -> np.ndarray:
+    """Per row of ``(E, m)`` ``values``, the mean over the last ``most`` entries where
+    ``mask`` is true (NaN where none): ``(E,)``."""
+    out = np.full(len(values), np.nan)
+    for e in range(len(values)):
+        chosen = values[e][mask[e]][-most:]
+        if len(chosen):
+            out[e] = chosen.mean()
+    return out
+
+
 @dataclass
 class RewardTrainStats:
     """Outcome of one call of :meth:`RewardTrainer.train`."""
@@ -93,9 +109,12 @@ class RewardTrainer:
             :func:`bradley_terry_loss`).
         validation: labels held out of training (``reward_val_fraction``); their loss and
             accuracy are measured after every :meth:`train` (:attr:`validation_stats`).
-        bootstrap: each member's epochs visit its own bootstrap sample (``reward_bootstrap``).
+        bootstrap: each member's epochs visit its own bootstrap sample (``reward_bootstrap``);
+            without ``validation`` each member is validated on its out-of-bag labels (the
+            paper's 1/e per predictor; ``val_loss_m<e>`` in :attr:`validation_stats`).
         l2: L2 coefficients per member (``reward_l2``), adapted after each epoch to the
-            validation loss when ``reward_adaptive_l2`` (needs ``validation``).
+            validation loss when ``reward_adaptive_l2`` (needs ``validation`` or
+            ``bootstrap``).
         check_pairs: labels of each kind (training, validation) the adaptive L2 measures after
             an epoch (the most recent ones).
     """
@@ -108,13 +127,15 @@ class RewardTrainer:
                  validation: ValidationSplit | None = None,
                  bootstrap: BootstrapCounts | None = None, l2: AdaptiveL2 | None = None,
                  check_pairs: int = 128) -> None:
-        if l2 is not None and l2.adaptive and validation is None:
-            raise ValueError("an adaptive L2 coefficient needs held-out labels (validation)")
+        if l2 is not None and l2.adaptive and validation is None and bootstrap is None:
+            raise ValueError("an adaptive L2 coefficient needs held-out labels (validation, or "
+                             "each member's out-of-bag labels with bootstrap)")
         self.model = model
         self.random_response, self.validation = random_response, validation
         self.bootstrap, self.l2, self.check_pairs = bootstrap, l2, check_pairs
-        self.validation_stats: dict[str, float] = {} if validation is None else dict.fromkeys(
-            ("val_labels", "val_loss", "val_accuracy"), float("nan"))
+        self.validation_stats: dict[str, float] = {} if validation is None and \
+            bootstrap is None else dict.fromkeys(("val_labels", "val_loss", "val_accuracy"),
+                                                 float("nan"))
         """The last :meth:`train`'s validation numbers (empty without ``validation``; NaN
         before the first)."""
         self.methods = list(methods)
@@ -166,45 +187,60 @@ class RewardTrainer:
         perms = perms.to(self.model.device)
         for method in self.methods:
             method.start_epoch()
-        total_loss = torch.zeros((), device=obs.device)
-        correct = torch.zeros((), device=obs.device)
-        counted = torch.zeros((), device=obs.device)
+        sums = torch.zeros(3, device=obs.device)  # loss × pairs, correct, counted
+        for lo in range(0, n, self.batch_size):
+            self.minibatch_step(obs, act, labels, picked, perms[:, lo:lo + self.batch_size],
+                                sums)
+        for method in self.methods:
+            method.end_epoch()
+        total_loss, correct, counted = sums.tolist()
+        accuracy = correct / counted if counted else float("nan")
+        return total_loss / (n * ens), accuracy
+
+    def minibatch_step(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
+                       picked: torch.Tensor | None, batch: torch.Tensor,
+                       sums: torch.Tensor) -> None:
+        """One Adam step of every member on its own minibatch.
+
+        Args:
+            obs, act: the dataset's tensors, ``(N, 2, H, obs_dim)`` and ``(N, 2, H, a)``.
+            labels: ``(n,)`` the labels trained on (rows ``picked`` of the dataset, or all).
+            picked: ``(n,)`` dataset rows of ``labels`` (``None``: row ``i`` is label ``i``).
+            batch: ``(E, b)`` positions into ``labels``, one row per member.
+            sums: ``(3,)`` accumulators, added to in place: loss × pairs, correctly ordered
+                strict labels, strict labels (kept on the device: no host sync per step).
+        """
+        ens = self.model.ensemble_size
         horizon = obs.shape[2]
         pixels = observation_kind(self.model.obs_shape) == "pixels"
         step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
             else self.batch_size  # pairs per forward pass
-        for lo in range(0, n, self.batch_size):
-            batch = perms[:, lo:lo + self.batch_size]  # (E, b)
-            self.optimizer.zero_grad(set_to_none=True)
-            for c in range(0, batch.shape[1], step):  # gradients add up to the batch's
-                idx = batch[:, c:c + step]
-                rows_idx = idx if picked is None else picked[idx]
-                o, a, y = obs[rows_idx], act[rows_idx], labels[idx]  # (E, b', 2, H, d), (E, b')
-                r1, r2, y = self.pair_returns(o, a, y)
-                loss = bradley_terry_loss(r1, r2, y, self.random_response).sum() * (
-                    idx.shape[1] / batch.shape[1])
-                loss.backward()
-                with torch.no_grad():  # accumulate on the device: no host sync per minibatch
-                    strict = y != 0.5
-                    correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
-                    counted += strict.sum()
-                    total_loss += loss.detach() * batch.shape[1]
-                if self.between_batches is not None and c + step < batch.shape[1]:
-                    self.between_batches()  # a pixel minibatch's chunks take seconds together
-            if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
-                self.l2.penalty(member_weight_norms(self.model, ens)).backward()
-            for method in self.methods:  # e.g. pseudo-labelled unlabelled pairs
-                extra = method.batch_loss(self.model, self.batch_size, self.rng,
-                                          self.pair_returns)
-                if extra is not None:
-                    extra.backward()
-            self.optimizer.step()
-            if self.between_batches is not None:
-                self.between_batches()
-        for method in self.methods:
-            method.end_epoch()
-        accuracy = correct.item() / counted.item() if counted.item() else float("nan")
-        return total_loss.item() / (n * ens), accuracy
+        self.optimizer.zero_grad(set_to_none=True)
+        for c in range(0, batch.shape[1], step):  # gradients add up to the batch's
+            idx = batch[:, c:c + step]
+            rows_idx = idx if picked is None else picked[idx]
+            o, a, y = obs[rows_idx], act[rows_idx], labels[idx]  # (E, b', 2, H, d), (E, b')
+            r1, r2, y = self.pair_returns(o, a, y)
+            loss = bradley_terry_loss(r1, r2, y, self.random_response).sum() * (
+                idx.shape[1] / batch.shape[1])
+            loss.backward()
+            with torch.no_grad():
+                strict = y != 0.5
+                sums[0] += loss.detach() * batch.shape[1]
+                sums[1] += (((r2 > r1) == (y > 0.5)) & strict).sum()
+                sums[2] += strict.sum()
+            if self.between_batches is not None and c + step < batch.shape[1]:
+                self.between_batches()  # a pixel minibatch's chunks take seconds together
+        if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
+            self.l2.penalty(member_weight_norms(self.model, ens)).backward()
+        for method in self.methods:  # e.g. pseudo-labelled unlabelled pairs
+            extra = method.batch_loss(self.model, self.batch_size, self.rng,
+                                      self.pair_returns)
+            if extra is not None:
+                extra.backward()
+        self.optimizer.step()
+        if self.between_batches is not None:
+            self.between_batches()
 
     def pair_returns(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
                      steps: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -230,7 +266,8 @@ class RewardTrainer:
         """Train for up to ``max_epochs`` epochs, stopping once train accuracy >
         ``target_accuracy`` (default :attr:`target_accuracy`; BPref) after more than
         :attr:`min_epochs` epochs (a method's stop rule), or after one epoch when every label is
-        a tie (accuracy NaN: no order to fit).
+        a tie (accuracy NaN: no order to fit). ``target_accuracy > 1``: every epoch is run
+        (DRLHP's pretraining, :class:`themis.reward.schedule.LabelPassSchedule`).
 
         ``rows``: the dataset rows to train on (default: all).
 
@@ -241,11 +278,7 @@ class RewardTrainer:
             raise ValueError("cannot train the reward model on an empty preference dataset")
         target = self.target_accuracy if target_accuracy is None else target_accuracy
         loss, acc, epochs = float("nan"), 0.0, 0
-        val_rows = np.zeros(0, np.int64)
-        if self.validation is not None:  # DRLHP: held-out labels, never trained on
-            base = np.arange(len(dataset)) if rows is None else np.asarray(rows, np.int64)
-            held = self.validation.held_out(len(dataset))[base]
-            rows, val_rows = base[~held], base[held]
+        rows, val_rows = self.split(dataset, rows)
         labelled = len(dataset) if rows is None else len(rows)
         for method in self.methods:  # a method's own length of a round (the first one's)
             planned = method.round_epochs(labelled, max_epochs, self.batch_size)
@@ -256,21 +289,153 @@ class RewardTrainer:
         while epochs < max_epochs and (rows is None or len(rows)):
             loss, acc = self.train_epoch(dataset, rows)
             epochs += 1
-            if self.l2 is not None and self.l2.adaptive and len(val_rows) and rows is not None:
-                self.l2.adapt(self.member_losses(dataset, rows[-self.check_pairs:])[0],
-                              self.member_losses(dataset, val_rows[-self.check_pairs:])[0])
-                self.model.train()
+            self.adapt_l2(dataset, rows, val_rows)
             if np.isnan(acc) or (acc > target and epochs - 1 > self.min_epochs):
                 break
         if epochs == 0:  # every label held out: nothing trained, nothing measured
             acc = float("nan")
         self.model.eval()  # queries, relabelling and the agent see the model in eval mode
+        self.measure_validation(dataset, rows, val_rows)
+        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
+
+    def split(self, dataset: PreferenceDataset, rows: np.ndarray | None,
+              ) -> tuple[np.ndarray | None, np.ndarray]:
+        """The rows to train on and the shared validation rows (``reward_val_fraction``; empty
+        without it): ``rows`` (``None``: all) less the held-out ones."""
+        if self.validation is None:
+            return rows, np.zeros(0, np.int64)
+        base = np.arange(len(dataset)) if rows is None else np.asarray(rows, np.int64)
+        held = self.validation.held_out(len(dataset))[base]
+        return base[~held], base[held]
+
+    def adapt_l2(self, dataset: PreferenceDataset, rows: np.ndarray | None,
+                 val_rows: np.ndarray) -> None:
+        """DRLHP's adaptive L2 after an epoch (or a stretch of label-passes): each member's loss
+        on its newest :attr:`check_pairs` validation labels against its newest training ones,
+        both in eval mode — the shared hold-out, or with ``reward_bootstrap`` alone each
+        member's out-of-bag labels (the 1/e of the labels its sample left out, as the paper's
+        "a fraction of 1/e of the data is held out to be used as a validation set" for each
+        predictor). Nothing without an adaptive L2 or validation labels."""
+        if self.l2 is None or not self.l2.adaptive:
+            return
+        if len(val_rows):
+            train_rows = np.arange(len(dataset)) if rows is None else rows
+            self.l2.adapt(self.member_losses(dataset, train_rows[-self.check_pairs:])[0],
+                          self.member_losses(dataset, val_rows[-self.check_pairs:])[0])
+        elif self.bootstrap is not None:
+            train_rows = np.arange(len(dataset)) if rows is None else rows
+            recent = train_rows[-4 * self.check_pairs:]
+            in_bag = self.bootstrap.counts(len(dataset))[:, recent] > 0  # (E, m)
+            losses = self.pair_losses(dataset, recent)  # (E, m)
+            self.l2.adapt(newest_mean(losses, in_bag, self.check_pairs),
+                          newest_mean(losses, ~in_bag, self.check_pairs))
+        else:
+            return
+        self.model.train()
+
+    def measure_validation(self, dataset: PreferenceDataset, rows: np.ndarray | None,
+                           val_rows: np.ndarray) -> None:
+        """:attr:`validation_stats` after training: the shared hold-out's loss and ensemble
+        accuracy; with ``reward_bootstrap`` (and no shared hold-out) each member's loss and
+        accuracy on its out-of-bag labels among the newest :data:`OOB_PAIRS` trained on
+        (``val_loss_m0`` … per member, their mean as ``val_loss``)."""
         if self.validation is not None:
             val_loss, val_acc = self.member_losses(dataset, val_rows)
             self.validation_stats = {"val_labels": float(len(val_rows)),
                                      "val_loss": float(np.mean(val_loss)),
                                      "val_accuracy": val_acc}
-        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
+        elif self.bootstrap is not None:
+            self.validation_stats = self.out_of_bag(
+                dataset, np.arange(len(dataset)) if rows is None else rows)
+
+    def out_of_bag(self, dataset: PreferenceDataset, rows: np.ndarray) -> dict[str, float]:
+        """Each member's mean loss and accuracy on its out-of-bag labels among the newest
+        :data:`OOB_PAIRS` of ``rows`` (``val_labels``: their mean count)."""
+        recent = np.asarray(rows, np.int64)[-OOB_PAIRS:]
+        ens = self.model.ensemble_size
+        if len(recent) == 0:
+            return {"val_labels": 0.0, "val_loss": float("nan"), "val_accuracy": float("nan"),
+                    **{f"val_loss_m{e}": float("nan") for e in range(ens)}}
+        out_bag = self.bootstrap.counts(len(dataset))[:, recent] == 0  # type: ignore[union-attr]
+        losses, right, strict = self.pair_losses(dataset, recent, with_accuracy=True)
+        per_member = [float(losses[e, out_bag[e]].mean()) if out_bag[e].any() else float("nan")
+                      for e in range(ens)]
+        scored = out_bag & strict[None]
+        accuracy = float(right[scored].mean()) if scored.any() else float("nan")
+        return {"val_labels": float(out_bag.sum(1).mean()),
+                "val_loss": float(np.nanmean(per_member)) if np.isfinite(per_member).any()
+                else float("nan"), "val_accuracy": accuracy,
+                **{f"val_loss_m{e}": v for e, v in enumerate(per_member)}}
+
+    @torch.no_grad()
+    def pair_losses(self, dataset: PreferenceDataset, rows: np.ndarray,
+                    with_accuracy: bool = False) -> Any:
+        """Every member's loss on each labelled pair ``rows``, ``(E, m)``, in eval mode (the
+        model is left in eval mode); ``with_accuracy``: also ``(E, m)`` whether each member
+        orders the pair as its label, and ``(m,)`` whether the label is strict."""
+        self.model.eval()
+        obs, act, labels = dataset.tensors(self.model.device)
+        horizon = obs.shape[2]
+        pixels = observation_kind(self.model.obs_shape) == "pixels"
+        step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
+            else self.batch_size
+        losses, right = [], []
+        for lo in range(0, len(rows), step):
+            idx = torch.as_tensor(rows[lo:lo + step], device=obs.device)
+            o, a, y = obs[idx], act[idx], labels[idx]
+            r1 = self.model.segment_returns(o[:, 0], a[:, 0])  # (E, b)
+            r2 = self.model.segment_returns(o[:, 1], a[:, 1])
+            ys = y.expand(self.model.ensemble_size, -1)
+            losses.append(bradley_terry_loss(r1[..., None], r2[..., None], ys[..., None],
+                                             self.random_response))
+            right.append((r2 > r1) == (ys > 0.5))
+        loss = torch.cat(losses, 1).float().cpu().numpy()
+        if not with_accuracy:
+            return loss
+        strict = labels[torch.as_tensor(rows, device=obs.device)].cpu().numpy() != 0.5
+        return loss, torch.cat(right, 1).cpu().numpy(), strict
+
+    def train_passes(self, dataset: PreferenceDataset, steps: int, rows: np.ndarray,
+                     adapt_every: int = 50) -> RewardTrainStats:
+        """``steps`` minibatch steps over the labelled pairs ``rows`` (DRLHP's continuous
+        training, :class:`themis.reward.schedule.LabelPassSchedule`): each member's minibatch
+        of :attr:`batch_size` pairs is drawn from ``rows`` — with ``reward_bootstrap`` from its
+        own bootstrap sample (probability ∝ the pair's count, so its out-of-bag pairs never),
+        else uniformly — with replacement across steps, as mrahtz's shuffled passes over the
+        buffer. The adaptive L2 is adapted every ``adapt_every`` steps (mrahtz validates
+        every 50). ``epochs`` of the result counts the steps.
+
+        Raises:
+            ValueError: no rows to train on.
+        """
+        trained, val_rows = self.split(dataset, np.asarray(rows, np.int64))
+        rows = np.arange(len(dataset)) if trained is None else trained
+        if len(rows) == 0:
+            raise ValueError("cannot train the reward model without labelled pairs")
+        obs, act, labels = dataset.tensors(self.model.device)
+        picked = torch.as_tensor(rows, device=obs.device)
+        labels = labels[picked]
+        ens, b = self.model.ensemble_size, self.batch_size
+        weights = None
+        if self.bootstrap is not None:
+            counts = self.bootstrap.counts(len(dataset))[:, rows].astype(np.float64)
+            weights = [c / c.sum() if c.sum() > 0 else None for c in counts]
+        self.model.train()
+        sums = torch.zeros(3, device=obs.device)
+        for k in range(steps):
+            batch = np.stack([  # a bootstrap sample: with replacement, by its counts
+                self.rng.choice(len(rows), size=b, replace=len(rows) < b, p=None)
+                if weights is None or weights[e] is None else
+                self.rng.choice(len(rows), size=b, p=weights[e]) for e in range(ens)])
+            self.minibatch_step(obs, act, labels, picked,
+                                torch.as_tensor(batch, device=obs.device), sums)
+            if (k + 1) % adapt_every == 0:
+                self.adapt_l2(dataset, rows, val_rows)
+        self.model.eval()
+        total_loss, correct, counted = sums.tolist()
+        return RewardTrainStats(loss=total_loss / max(1, steps * b * ens),
+                                accuracy=correct / counted if counted else float("nan"),
+                                epochs=steps)
 
     @torch.no_grad()
     def member_losses(self, dataset: PreferenceDataset,

@@ -138,7 +138,31 @@ class BaseTrainConfig:
     query_decay_steps / (T + query_decay_steps) at step T, the budget spread over the rounds
     (DRLHP)."""
     query_decay_steps: int = 2_000_000
-    """T₀ of query_schedule=decay. DRLHP: 2·10⁶ (MuJoCo), 5·10⁶ frames (Atari)."""
+    """T₀ of query_schedule=decay, in agent steps. DRLHP: 2·10⁶ (MuJoCo, where a step is a
+    frame), 5·10⁶ frames (Atari) = 1.25·10⁶ agent steps at frame skip 4."""
+    first_round_queries: int = 0
+    """Queries of the first feedback round; 0: as the query schedule. DRLHP: 500 labels from
+    the random policy (mrahtz's n_initial_prefs)."""
+    reward_net: str = "bpref"
+    """bpref (a Nature-DQN CNN per member for pixels, then a 3×reward_hidden_dim tanh MLP over
+    features and action), drlhp (the paper's Atari network: 4 convolutions of 16 filters, FC
+    64, a scalar; no action input; dropout / batch norm on the convolutions only) or drlhp_dot
+    (mrahtz's MovingDot network: the dot's position and the action into an MLP 64-64-64-1).
+    themis/reward/networks.py."""
+    reward_shared_trunk: bool = False
+    """One CNN for every ensemble member, each with its own head (pixels)."""
+    reward_schedule: str = "rounds"
+    """rounds: up to reward_update epochs over every label after each feedback round (B-Pref);
+    passes: DRLHP's schedule counted in label-passes — reward_pretrain_epochs over the first
+    round's labels, then reward_passes_per_step label-passes per agent step over the newest
+    reward_label_buffer labels, between the rounds (themis/reward/schedule.py)."""
+    reward_pretrain_epochs: int = 200
+    """reward_schedule=passes: epochs over the first round's labels (DRLHP: 200)."""
+    reward_passes_per_step: float = 0.1
+    """reward_schedule=passes: label-passes per agent step (DRLHP: "1 label per 10 RL
+    timesteps")."""
+    reward_label_buffer: int = 3000
+    """reward_schedule=passes: train on the newest this-many labels; 0: all (DRLHP: 3000)."""
 
     # --- teacher (B-Pref)
     teacher_beta: float = -1.0

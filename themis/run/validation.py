@@ -18,6 +18,8 @@ from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
 from themis.feedback.teachers import validate_teacher_params
 from themis.methods.registry import check_methods, numeric_keys
+from themis.reward.networks import REWARD_NETS
+from themis.reward.schedule import REWARD_SCHEDULES
 from themis.run.config import frame_capacity, resume_target
 from themis.run.threads import parse_threads
 from themis.utils import (
@@ -51,6 +53,8 @@ NUMERIC_KEYS: dict[str, Range] = {
     "reward_random_response": Range(0, 1, hi_open=True),
     "reward_dropout": Range(0, 1, hi_open=True), "reward_l2": Range(0),
     "reward_norm_std": Range(0), "query_decay_steps": POSITIVE,
+    "first_round_queries": NON_NEGATIVE, "reward_pretrain_epochs": NON_NEGATIVE,
+    "reward_passes_per_step": Range(0), "reward_label_buffer": NON_NEGATIVE,
     # teacher
     "teacher_beta": Range(-1, text="must be -1 (perfectly rational) or a finite number > 0"),
     "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
@@ -124,9 +128,24 @@ def check_recipe(cfg: Any) -> None:
     if cfg.query_schedule not in QUERY_SCHEDULES:
         raise ConfigError(f"query_schedule={cfg.query_schedule} is unknown; use "
                           f"{' or '.join(QUERY_SCHEDULES)}")
-    if cfg.reward_adaptive_l2 and not cfg.reward_val_fraction:
+    if cfg.reward_net not in REWARD_NETS:
+        raise ConfigError(f"reward_net={cfg.reward_net} is unknown; use one of "
+                          f"{', '.join(REWARD_NETS)}")
+    if cfg.reward_schedule not in REWARD_SCHEDULES:
+        raise ConfigError(f"reward_schedule={cfg.reward_schedule} is unknown; use "
+                          f"{' or '.join(REWARD_SCHEDULES)}")
+    if cfg.reward_schedule == "passes" and cfg.feedback == "rating":
+        raise ConfigError("reward_schedule=passes trains Bradley–Terry minibatches of pairs; "
+                          "feedback=rating trains per round: drop one of them")
+    if cfg.reward_schedule == "passes" and cfg.reward_training == "async":
+        raise ConfigError("reward_schedule=passes runs in the synchronous loops for now; with "
+                          "reward_training=async the learner process trains per round: use "
+                          "reward_training=sync")
+    if cfg.reward_adaptive_l2 and not (cfg.reward_val_fraction or cfg.reward_bootstrap):
         raise ConfigError("reward_adaptive_l2=true adapts the L2 coefficient to the validation "
-                          "loss: hold labels out with reward_val_fraction (DRLHP: 0.368)")
+                          "loss: validate each member on its out-of-bag labels with "
+                          "reward_bootstrap=true (DRLHP), or hold labels out with "
+                          "reward_val_fraction")
     if cfg.feedback == "rating":
         pairwise = [key for key in ("reward_val_fraction", "reward_random_response",
                                     "reward_bootstrap", "reward_l2", "reward_adaptive_l2")

@@ -381,7 +381,8 @@ class Workspace:
             first, _, _ = round_grid(cfg.num_train_steps, self.pretrain_end, cfg.num_interact,
                                      cfg.ppo.num_envs * cfg.ppo.num_steps
                                      if self.driver.NAME == "ppo" else 1)
-            plan = decaying_schedule(cfg, self.driver.NAME).plan(first, cfg.max_feedback)
+            plan = decaying_schedule(cfg, self.driver.NAME).plan(first, cfg.max_feedback,
+                                                                 cfg.first_round_queries)
             return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in {len(plan)} "
                     f"rounds every {cfg.num_interact} steps from step {first}, decaying as "
                     f"{cfg.query_decay_steps}/(T+{cfg.query_decay_steps}): "

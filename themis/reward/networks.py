@@ -1,0 +1,105 @@
+"""The reward networks of Deep RL from Human Preferences (``reward_net=drlhp`` / ``drlhp_dot``).
+
+- :class:`DRLHPCNN`: the paper's Atari reward network's convolutions (Christiano et al. 2017,
+  App. A.2: "4 convolutional layers of size 7x7, 5x5, 3x3, and 3x3 with strides 3, 2, 1, 1, each
+  having 16 filters, with leaky ReLU nonlinearities (α = 0.01). This is followed by a fully
+  connected layer of size 64 and then a scalar output. All convolutional layers use batch norm
+  and dropout with α = 0.5"); the fully connected layers are the ensemble's batched head
+  (:class:`themis.reward.RewardEnsemble`). Dropout follows the first three convolutions, as
+  mrahtz/learning-from-human-preferences ``reward_predictor_core_network.py`` ``net_cnn``.
+- :class:`MovingDotFeatures`: mrahtz's MovingDot network's input (``net_moving_dot_features``):
+  no CNN, the dot's position read from the last frame (argmax of the column and row sums),
+  scaled to [0, 1], beside the action index / 4; the ensemble's head is its 64-64-64-1 MLP.
+
+:data:`REWARD_NETS` names every choice of ``reward_net``; ``bpref`` is Themis's default (a
+Nature-DQN CNN per member for pixels, then a 3×256 tanh MLP over features and action).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from themis.agents.encoders import Encoder
+
+REWARD_NETS = ("bpref", "drlhp", "drlhp_dot")
+"""``reward_net`` values: B-Pref's MLP (and Nature CNN on pixels), DRLHP's Atari network,
+mrahtz's MovingDot feature network."""
+
+LEAKY_SLOPE = 0.01
+"""α of DRLHP's leaky ReLUs (App. A.2)."""
+
+
+class DRLHPCNN(Encoder):
+    """DRLHP's four convolutions, flattened: 7×7/3, 5×5/2, 3×3/1, 3×3/1, 16 filters each,
+    batch norm (``batchnorm``) before each leaky ReLU (α = 0.01), dropout (``dropout``) after
+    the first three; inputs divided by 255.
+
+    Args:
+        obs_shape: ``(C, H, W)``; Atari's ``(4, 84, 84)`` gives 16 × 7 × 7 = 784 features.
+        dropout: dropout probability after the convolutions (DRLHP: 0.5).
+        batchnorm: batch normalisation of every convolution (DRLHP: on).
+
+    Shapes: ``(B, C, H, W)`` uint8 or float in [0, 255] -> ``(B, feature_dim)`` float32.
+
+    Raises:
+        ValueError: an image too small for the stack (under 43 pixels on a side).
+    """
+
+    LAYERS = ((7, 3), (5, 2), (3, 1), (3, 1))
+    FILTERS = 16
+
+    def __init__(self, obs_shape: tuple[int, ...], dropout: float = 0.0,
+                 batchnorm: bool = False) -> None:
+        super().__init__()
+        c, h, w = obs_shape
+        layers: list[nn.Module] = []
+        for i, (kernel, stride) in enumerate(self.LAYERS):
+            layers.append(nn.Conv2d(c, self.FILTERS, kernel, stride=stride))
+            if batchnorm:
+                layers.append(nn.BatchNorm2d(self.FILTERS))
+            layers.append(nn.LeakyReLU(LEAKY_SLOPE))
+            if dropout > 0 and i < len(self.LAYERS) - 1:
+                layers.append(nn.Dropout(dropout))
+            c = self.FILTERS
+            h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+        if min(h, w) < 1:
+            raise ValueError(f"reward_net=drlhp needs images of at least 43×43 pixels, got "
+                             f"{obs_shape[1]}×{obs_shape[2]}")
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        self.feature_dim = self.FILTERS * h * w
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.to(torch.float32, copy=True).div_(255.0)
+        return self.convs(x.contiguous(memory_format=torch.channels_last))
+
+
+class MovingDotFeatures(Encoder):
+    """The dot's position in the last frame of a stack, ``(x, y)`` scaled to [0, 1]: the arg-max
+    of the frame's column sums and of its row sums (mrahtz's ``get_dot_position``).
+
+    Shapes: ``(B, C, H, W)`` -> ``(B, 2)`` float32 (``x / (W − 1)``, ``y / (H − 1)``).
+    """
+
+    feature_dim = 2
+
+    def __init__(self, obs_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        last = obs[:, -1].float()  # (B, H, W)
+        h, w = last.shape[-2:]
+        x = last.sum(1).argmax(1).float() / max(w - 1, 1)
+        y = last.sum(2).argmax(1).float() / max(h - 1, 1)
+        return torch.stack([x, y], dim=1)
+
+
+def action_index_feature(action: torch.Tensor) -> torch.Tensor:
+    """mrahtz's MovingDot action input: the action's index / 4 (``a = s[..., -1] / 4.0``),
+    from a one-hot ``(..., n)`` -> ``(..., 1)`` float32."""
+    index = action.argmax(-1, keepdim=True).float()
+    return index / 4.0
+
+
+__all__ = ["DRLHPCNN", "REWARD_NETS", "MovingDotFeatures", "action_index_feature"]
