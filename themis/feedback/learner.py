@@ -26,9 +26,9 @@ from themis.feedback.selector import QuerySelector
 from themis.feedback.teachers import SyntheticTeacher, TeacherStats
 from themis.methods.base import Method, overrides, reward_with_bonus
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
-from themis.reward.trainer import RewardTrainStats
 from themis.reward.recipe import RewardNormaliser
 from themis.reward.schedule import LabelPassSchedule
+from themis.reward.trainer import RewardTrainStats
 from themis.utils import ConfigError, eval_mode
 
 ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
