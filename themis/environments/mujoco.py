@@ -29,9 +29,9 @@ def choose_gl_backend() -> str:
     ``libEGL`` (GPU containers often do not: ``import mujoco`` then failed with a traceback),
     else ``osmesa`` (software) where ``libOSMesa`` is installed, else ``disable``: nothing
     renders (a clip asks for a backend and says so), but training runs — with ``osmesa`` and no
-    ``libOSMesa``, ``import dm_control`` failed with a traceback (seen on an H200 machine's
-    image, 2026-11-27). Sets the variable, which MuJoCo, dm_control and gymnasium read when they
-    first import or render, and returns it.
+    ``libOSMesa``, ``import dm_control`` failed with a traceback (seen on a GPU machine's image;
+    docs/benchmarks/pixels.md). Sets the variable, which MuJoCo, dm_control and gymnasium read
+    when they first import or render, and returns it.
 
     Without it, a headless process that renders MuJoCo falls through gymnasium's backend
     search (GLFW first) and fails with "an OpenGL platform library has not been loaded".

@@ -25,7 +25,7 @@ there. In Themis's epochs (one pass over the labels in batches of 128) that is
 ``ceil(steps / ceil(labels / 128))`` epochs: 79 at 10 labels and ``reward_update=1000`` (SURF's
 walker_walk command), 782 at 100. ``surf.early_stop=true`` trains as B-Pref does instead (up to
 ``reward_update`` epochs, stopped at 97 % train accuracy: far fewer steps, what Themis did
-before 2026-11-26).
+before issue 41; docs/guide/methods/index.md, History).
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""Draw the documentation's pictures from the recorded results under ``results/``.
+
+``python scripts/docs_figures.py`` writes two PNGs into ``docs/img/``. ``ppe_walker_walk.png``: the
+learning curves of
+``results/ppe_walker_walk.csv`` (``scripts/bench_methods.py --protocol ppe --record ...``; PPE,
+Zhu et al., NeurIPS 2025, Table 1: DeepMind Control walker_walk, 100 oracle queries, 500k steps),
+each method's mean true return over its seeds with the range of the seeds shaded, beside plain
+SAC on the true reward (the ceiling) and the paper's final means. ``main_job.png``: the main job's
+curves per seed (``results/main_job.csv``, ``scripts/bench_main_job.py``) against its target.
+It trains nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = {"pebble": 453, "surf": 661, "rune": 415, "qpa": 796}
+"""PPE's Table 1, walker_walk, 100 queries: final return, mean over 5 seeds."""
+NAMES = {"pebble": "PEBBLE", "surf": "SURF", "rune": "RUNE", "qpa": "QPA",
+         "sac": "SAC on the true reward (ceiling)"}
+
+
+def curves(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per method: the evaluation steps ``(n,)`` and the returns ``(seeds, n)`` of its runs."""
+    out = {}
+    for method, rows in frame.groupby("method", sort=False):
+        points = [dict(p.split(":") for p in str(c).split()) for c in rows["curve"]]
+        steps = sorted({int(s) for p in points for s in p}, key=int)
+        returns = np.array([[float(p[str(s)]) for s in steps] for p in points])
+        out[str(method)] = (np.array(steps), returns)
+    return out
+
+
+def ppe_walker_walk(csv: Path, out: Path) -> None:
+    """Draw ``csv``'s curves into ``out`` (a PNG)."""
+    data = curves(pd.read_csv(csv))
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for method in ("pebble", "surf", "rune", "qpa", "sac"):
+        if method not in data:
+            continue
+        steps, returns = data[method]
+        k = steps / 1000
+        if method == "sac":
+            ax.plot(k, returns.mean(0), "k--", label=NAMES[method])
+            continue
+        line, = ax.plot(k, returns.mean(0), label=f"{NAMES[method]} ({len(returns)} seeds)")
+        ax.fill_between(k, returns.min(0), returns.max(0), color=line.get_color(), alpha=0.15)
+        ax.plot([k[-1]], [PUBLISHED[method]], marker="*", markersize=11, color=line.get_color(),
+                linestyle="none")
+    ax.plot([], [], "k*", linestyle="none", label="paper's final mean (PPE, Table 1)")
+    ax.set_xlabel("environment steps (thousands)")
+    ax.set_ylabel("true return (10 episodes)")
+    ax.set_title("walker_walk from 100 oracle preferences (Themis, CPU)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+
+
+def main_job(csv: Path, out: Path) -> None:
+    """Draw the main job's true eval return per seed from ``csv`` into ``out`` (a PNG)."""
+    steps, returns = curves(pd.read_csv(csv))["pebble"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for seed, curve in enumerate(returns):
+        ax.plot(steps / 1000, curve, marker="o", markersize=3, label=f"seed {seed}")
+    ax.axhline(1500, color="k", linestyle=":", label="target: 1500 within 20 minutes")
+    ax.axhline(-300, color="grey", linestyle="--", label="random policy (about -300)")
+    ax.set_xlabel("environment steps (thousands)")
+    ax.set_ylabel("true return (5 episodes)")
+    ax.set_title("Main job: HalfCheetah-v5 from 1000 oracle preferences (PEBBLE, 2 CPU cores)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    args = parser.parse_args()
+    ppe_walker_walk(ROOT / "results" / "ppe_walker_walk.csv", args.out / "ppe_walker_walk.png")
+    main_job(ROOT / "results" / "main_job.csv", args.out / "main_job.png")
+    print(f"wrote {args.out / 'ppe_walker_walk.png'} and {args.out / 'main_job.png'}")
+
+
+if __name__ == "__main__":
+    main()
