@@ -11,21 +11,27 @@ PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
 ``dot``: MovingDot (``domain=MovingDot``, themis/environments/moving_dot.py) at mrahtz's budget,
 0.15M agent steps, seeds 0-2, one run per (variant, seed) in ``OUT/dot/<variant>/seed<k>/``:
 
+- ``random``: a uniformly random policy (no run; evaluated only);
 - ``ppo_true``: PPO on the true reward (``learn_reward=false num_unsup_steps=0``);
-- ``themis``: PrefPPO with Themis's defaults and an oracle teacher (``segment=25``);
-- ``drlhp``: the same with DRLHP's recipe (``+recipe=drlhp``: 1/e validation split, adaptive L2,
-  dropout and batch norm, 10 % random response, bootstrap, rewards at std 0.05, labelling rate
-  decaying as T₀ / (T + T₀) with T₀ = steps / 5);
-- ``drlhp_no_l2``: the recipe without the validation-based L2 (``reward_adaptive_l2=false
-  reward_l2=0``);
-- ``drlhp_constant``: the recipe with a constant labelling rate (the budget spread evenly over
-  every round of the run).
+- ``drlhp``: PrefPPO with DRLHP's recipe and mrahtz's MovingDot reward network (``+recipe=drlhp
+  reward_net=drlhp_dot``): 500 labels from the random policy (``num_seed_steps=10000``), 200
+  epochs on them, then 0.1 label-passes per agent step over the newest 3000 labels, the rest of
+  the ``--queries`` (1000) in rounds every 5000 steps at a rate decaying as T₀ / (T + T₀) with
+  T₀ = steps / 5, bootstrap members validated out-of-bag, adaptive L2, rewards at std 0.05;
+- what the recipe's pieces change, one each: ``drlhp_rounds`` (B-Pref's schedule: up to 50
+  epochs over every label after each round, ``reward_schedule=rounds``), ``drlhp_cnn`` (the
+  paper's Atari network on the frames instead of the dot's position, ``reward_net=drlhp``),
+  ``drlhp_no_l2`` (``reward_adaptive_l2=false reward_l2=0``), ``drlhp_constant`` (a constant
+  labelling rate: the budget after the first round spread evenly over the later rounds);
+- ``themis``: Themis's defaults (B-Pref's network and schedule, ``segment=25``; on pixels about
+  24 h per run on one core: not in the default set).
 
-Every preference run gets ``--queries`` (1000) oracle queries. After a run, its final agent
-(``checkpoints/agent.pt``) plays ``--episodes`` (10) episodes from random starts; tabled are the
-dot's distance to the middle at the end of the episode (pixels of the 160 × 210 frame; a random
-start is 66 px away on average, the corner 132 px) and the true return (+1 per frame closer, −1
-per frame away), mean ± std over seeds; cached in ``drlhp_eval.json`` beside the run.
+After a run, its final agent (``checkpoints/agent.pt``) plays ``--episodes`` (10) episodes from
+random starts; tabled are the dot's distance to the middle at the end of the episode (pixels of
+the 160 × 210 frame; a random start is 66 px away on average, the corner 132 px), the true
+return (+1 per frame closer, −1 per frame away), mean ± std over seeds (cached in
+``drlhp_eval.json`` beside the run), and each run's wall-clock and CPU time (``timing.json``,
+summed over resumes).
 
 ``pong``: ``PongNoFrameskip-v4`` (``domain=ALE``: DQN preprocessing, 4 stacked 84 × 84 frames, no
 sticky actions) with the recipe and an oracle teacher (``oracle``) and PPO on the true reward
@@ -47,6 +53,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,7 +61,11 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-DOT_VARIANTS = ("ppo_true", "themis", "drlhp", "drlhp_no_l2", "drlhp_constant")
+DOT_VARIANTS = ("random", "ppo_true", "drlhp", "drlhp_rounds", "drlhp_cnn", "drlhp_no_l2",
+                "drlhp_constant", "themis")
+DOT_DEFAULT = ("random", "ppo_true", "drlhp", "drlhp_rounds", "drlhp_no_l2", "drlhp_constant")
+DOT_SEED_STEPS = 10_000
+"""MovingDot: steps of the random policy before the first round (DRLHP's 500 labels)."""
 PONG_VARIANTS = ("ppo_true", "oracle")
 
 
@@ -64,24 +75,32 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
 
     out = ["domain=MovingDot", f"num_train_steps={steps}", f"seed={seed}",
            f"eval_frequency={max(steps // 10, 1024)}", "num_eval_episodes=5"]
-    interact, unsup, envs, rollout_steps = 5000, 5000, 8, 128
+    interact, envs, rollout_steps = 5000, 8, 128
+    seed_steps, unsup, initial = DOT_SEED_STEPS, 0, 500
     if quick:  # a smoke run: small rollouts, a few rounds, few epochs
-        interact, unsup, envs, rollout_steps = max(steps // 4, 256), max(steps // 4, 256), 2, 64
-        out += [f"num_interact={interact}", f"num_unsup_steps={unsup}", "num_seed_steps=0",
-                f"ppo.num_envs={envs}", f"ppo.num_steps={rollout_steps}", "reward_update=3",
-                "num_eval_episodes=1", "+env_kwargs.max_episode_steps=200"]
+        interact, envs, rollout_steps = max(steps // 4, 256), 2, 64
+        seed_steps, initial = max(steps // 4, 256), max(queries // 4, 1)
+        out += [f"ppo.num_envs={envs}", f"ppo.num_steps={rollout_steps}", "reward_update=3",
+                "reward_pretrain_epochs=5", "num_eval_episodes=1",
+                "+env_kwargs.max_episode_steps=200"]
     if variant == "ppo_true":
-        return [*out, "learn_reward=false", "num_unsup_steps=0"]
-    out += [f"max_feedback={queries}", "segment=25"]
+        return [*out, "learn_reward=false", "num_unsup_steps=0", "num_seed_steps=0"]
+    out += [f"max_feedback={queries}", "segment=25", f"num_interact={interact}"]
     if variant == "themis":
-        return out
-    out += ["+recipe=drlhp", f"query_decay_steps={max(1, steps // 5)}"]
-    if variant == "drlhp_no_l2":
+        return [*out, "num_unsup_steps=5000"]
+    out += ["+recipe=drlhp", "reward_net=drlhp_dot", f"num_seed_steps={seed_steps}",
+            f"num_unsup_steps={unsup}", f"first_round_queries={initial}",
+            f"query_decay_steps={max(1, steps // 5)}"]
+    if variant == "drlhp_rounds":
+        out += ["reward_schedule=rounds"]
+    elif variant == "drlhp_cnn":
+        out += ["reward_net=drlhp"]
+    elif variant == "drlhp_no_l2":
         out += ["reward_adaptive_l2=false", "reward_l2=0"]
     elif variant == "drlhp_constant":
-        seed_steps = 0 if quick else 1000
         rounds = feedback_rounds(steps, seed_steps + unsup, interact, envs * rollout_steps)
-        out += ["query_schedule=constant", f"reward_batch={-(-queries // max(1, rounds))}"]
+        out += ["query_schedule=constant",
+                f"reward_batch={-(-(queries - initial) // max(1, rounds - 1))}"]
     return out
 
 
@@ -119,16 +138,54 @@ def run_one(run: Path, overrides: list[str], threads: int) -> int:
         overrides = [*overrides, "resume=true"]
     else:
         shutil.rmtree(run, ignore_errors=True)
+    start = time.time()
     with run.with_name(run.name + ".log").open("a") as log:
-        return subprocess.call([str(ROOT / "themis_train.sh"), *overrides,
-                                f"torch_threads={threads}", f"hydra.run.dir={run}"],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "THEMIS_THREADS": str(threads)})
+        proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides,
+                                 f"torch_threads={threads}", f"hydra.run.dir={run}"],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "THEMIS_THREADS": str(threads)})
+        _, status, usage = os.wait4(proc.pid, 0)  # this run's own CPU time
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    timing = run / "timing.json"
+    spent = json.loads(timing.read_text()) if timing.is_file() else {"wall_s": 0.0, "cpu_s": 0.0}
+    spent["wall_s"] += time.time() - start
+    spent["cpu_s"] += usage.ru_utime + usage.ru_stime
+    if run.is_dir():
+        timing.write_text(json.dumps(spent))
+    return proc.returncode
+
+
+def play_dot(env: object, act: object, episodes: int, seed: int) -> dict[str, float]:
+    """``episodes`` MovingDot episodes of the policy ``act(obs)``: the distance to the middle at
+    each episode's end and the true return, means."""
+    distances, returns = [], []
+    for i in range(episodes):
+        obs, info = env.reset(seed=seed + i)  # type: ignore[attr-defined]
+        done, total = False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(act(obs))  # type: ignore
+            total += float(reward)
+            done = terminated or truncated
+        distances.append(float(info["distance"]))
+        returns.append(total)
+    return {"final_distance": float(np.mean(distances)), "true_return": float(np.mean(returns))}
+
+
+def evaluate_random(seed: int, episodes: int, steps: int) -> dict[str, float]:
+    """A uniformly random policy on MovingDot, from the starts :func:`evaluate_dot` uses."""
+    from themis.environments.domains import make_env
+
+    env = make_env("MovingDot", "MovingDotNoFrameskip-v0", seed=seed + 20_000)
+    rng = np.random.default_rng(seed)
+    return {"step": steps, "episodes": episodes, "wall_s": 0.0, "cpu_s": 0.0,
+            **play_dot(env, lambda obs: int(rng.integers(env.action_space.n)), episodes,
+                       seed + 20_000)}
 
 
 def evaluate_dot(run: Path, episodes: int) -> dict[str, float]:
     """The final agent of a MovingDot run from random starts: distance to the middle at each
-    episode's end and true return, means over ``episodes`` (cached in ``drlhp_eval.json``)."""
+    episode's end and true return, means over ``episodes`` (cached in ``drlhp_eval.json``),
+    and the run's wall-clock and CPU seconds (``timing.json``)."""
     import torch
 
     from themis.agents import PPO
@@ -139,32 +196,27 @@ def evaluate_dot(run: Path, episodes: int) -> dict[str, float]:
 
     cache = run / "drlhp_eval.json"
     ckpt = safe_load(run / "checkpoints" / "agent.pt")
+    timing = json.loads((run / "timing.json").read_text()) if (run / "timing.json").is_file() \
+        else {"wall_s": float("nan"), "cpu_s": float("nan")}
     if cache.is_file():
         cached = json.loads(cache.read_text())
         if cached.get("step") == ckpt["step"] and cached.get("episodes") == episodes:
-            return cached
+            return {**cached, **timing}
     cfg = load_received_config(run / ".hydra" / "config.yaml")
     env = make_env(cfg.domain, cfg.env, seed=int(cfg.seed) + 20_000,
                    **dict(cfg.env_kwargs))
     agent = PPO(tuple(env.observation_space.shape or ()), int(env.action_space.n),
                 torch.device("cpu"), load_received_config_ppo(cfg))
     agent.load_state_dict(ckpt["agent"])
-    distances, returns = [], []
-    for i in range(episodes):
-        obs, info = env.reset(seed=int(cfg.seed) + 20_000 + i)
-        done, total = False, 0.0
-        while not done:
-            with eval_mode(agent.net):
-                action = agent.act(obs, sample=True)
-            obs, reward, terminated, truncated, info = env.step(action)
-            total += float(reward)
-            done = terminated or truncated
-        distances.append(float(info["distance"]))
-        returns.append(total)
+
+    def act(obs: np.ndarray) -> int:
+        with eval_mode(agent.net):
+            return agent.act(obs, sample=True)
+
     out = {"step": int(ckpt["step"]), "episodes": episodes,
-           "final_distance": float(np.mean(distances)), "true_return": float(np.mean(returns))}
+           **play_dot(env, act, episodes, int(cfg.seed) + 20_000)}
     cache.write_text(json.dumps(out))
-    return out
+    return {**out, **timing}
 
 
 def load_received_config_ppo(cfg) -> object:
@@ -204,14 +256,16 @@ def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
     print(f"\nMovingDot, {steps} agent steps, oracle teacher; the final agent from random "
           f"starts ({episodes} episodes per seed): distance to the middle at the end (px) and "
           "true return, mean ± std over seeds\n")
-    print("| variant | seeds | final distance (px) | true return | reward.csv: last val "
-          "accuracy |")
-    print("|---|---|---|---|---|")
+    print("| variant | seeds | final distance (px) | true return | last val accuracy | "
+          "wall-clock per run (min) | CPU per run (min) |")
+    print("|---|---|---|---|---|---|---|")
     for variant in variants:
         rows = []
         for seed in seeds:
             run = out / "dot" / variant / f"seed{seed}"
-            if finished(run, steps) and (run / "checkpoints" / "agent.pt").is_file():
+            if variant == "random":
+                rows.append({**evaluate_random(seed, episodes, steps), "val_accuracy": np.nan})
+            elif finished(run, steps) and (run / "checkpoints" / "agent.pt").is_file():
                 row = evaluate_dot(run, episodes)
                 rounds = run / "reward.csv"
                 val = pd.read_csv(rounds) if rounds.is_file() else pd.DataFrame()
@@ -219,12 +273,14 @@ def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
                     if "val_accuracy" in val and len(val) else np.nan
                 rows.append(row)
         if not rows:
-            print(f"| {variant} | 0 | - | - | - |")
+            print(f"| {variant} | 0 | - | - | - | - | - |")
             continue
         t = pd.DataFrame(rows)
         val = "-" if t["val_accuracy"].isna().all() else mean_std(t["val_accuracy"], ".2f")
+        times = "- | -" if variant == "random" else \
+            f"{mean_std(t['wall_s'] / 60)} | {mean_std(t['cpu_s'] / 60)}"
         print(f"| {variant} | {len(t)} | {mean_std(t['final_distance'])} | "
-              f"{mean_std(t['true_return'])} | {val} |")
+              f"{mean_std(t['true_return'])} | {val} | {times} |")
 
 
 def mean_std(values: pd.Series, fmt: str = ".1f") -> str:
@@ -336,10 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     if args.part == "dot":
         steps, seeds = args.steps or 150_000, args.seeds or [0, 1, 2]
-        queries, variants = args.queries or 1000, args.variants or list(DOT_VARIANTS)
+        queries, variants = args.queries or 1000, args.variants or list(DOT_DEFAULT)
         cells = [(args.out / "dot" / v / f"seed{s}",
                   [*dot_overrides(v, steps, s, queries, args.quick), *args.extra])
-                 for v in variants for s in seeds]
+                 for v in variants for s in seeds if v != "random"]
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
         dot_table(args.out, variants, seeds, steps, args.episodes)
     else:
