@@ -13,7 +13,7 @@ import torch
 from themis.agents.buffers import SegmentPairs
 from themis.cli.train import make_workspace
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
-from themis.reward.networks import DRLHPCNN, MovingDotFeatures
+from themis.reward.networks import DRLHPCNN, FastDropout, MovingDotFeatures, dropout_mask
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts
 from themis.reward.schedule import LabelPassSchedule
 
@@ -112,7 +112,7 @@ def test_dropout_and_batch_norm_sit_on_the_convolutions_only():
     assert not any("BatchNorm" in type(m).__name__ for m in head)
     trunk = list(model.encoders[0].modules())
     assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in trunk) == 4
-    assert sum(isinstance(m, torch.nn.Dropout) for m in trunk) == 3  # after convs 1-3
+    assert sum(isinstance(m, FastDropout) for m in trunk) == 3  # after convs 1-3
     with pytest.raises(ValueError, match="pixel"):
         RewardEnsemble(3, 1, net="drlhp")
 
@@ -167,3 +167,21 @@ def test_a_tiny_moving_dot_run_with_the_drlhp_recipe_pretrains_then_trains_in_pa
     assert ws.learner.passes.label_passes == pytest.approx(after * 0.25, abs=8)
     assert {"val_loss_m0", "val_loss_m1", "val_loss_m2"} <= set(rounds)
     assert ws.learner.normaliser is not None
+
+
+def test_fast_dropout_zeroes_p_of_the_elements_scales_the_rest_and_passes_gradients_through():
+    torch.manual_seed(0)
+    drop = FastDropout(0.5)
+    x = torch.ones(200_000, requires_grad=True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.5) < 0.01
+    assert torch.all(y[kept] == 2.0)  # inverted dropout: 1 / (1 − p)
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # the gradient is the same mask × scale
+    assert abs(dropout_mask((100_000,), 0.1).float().mean().item() - 0.9) < 0.01
+    torch.manual_seed(1)
+    first = dropout_mask((64,), 0.5)
+    torch.manual_seed(1)
+    assert torch.equal(first, dropout_mask((64,), 0.5))  # the run's seed decides the masks
+    assert torch.equal(drop.eval()(x), x)  # identity in eval mode

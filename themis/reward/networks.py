@@ -17,6 +17,8 @@ Nature-DQN CNN per member for pixels, then a 3×256 tanh MLP over features and a
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -28,6 +30,49 @@ mrahtz's MovingDot feature network."""
 
 LEAKY_SLOPE = 0.01
 """α of DRLHP's leaky ReLUs (App. A.2)."""
+
+
+def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """A bool mask that keeps each element with probability ``1 − p`` (resolution 2⁻¹⁶), drawn
+    as 16-bit slices of random 64-bit words: one generator call per four elements, where
+    :func:`torch.bernoulli` makes one per element (on one CPU core 4× less time for a
+    ``(800, 16, 26, 26)`` activation).
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1)``.
+    """
+    if not 0 <= p < 1:
+        raise ValueError(f"a dropout probability must be in [0, 1), got {p}")
+    n = math.prod(shape)
+    words = torch.randint(-2**63, 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
+    halves = words.view(torch.int16)[:n].view(shape)
+    return halves < (-32768 + round(65536 * (1 - p)))
+
+
+class FastDropout(nn.Module):
+    """Inverted dropout (:class:`torch.nn.Dropout`'s semantics: in train mode each element is
+    zeroed with probability ``p`` and the rest scaled by ``1 / (1 − p)``; identity in eval mode)
+    with the mask of :func:`dropout_mask`: on DRLHP's conv activations ``torch.bernoulli`` took
+    about a third of a training step on the CPU.
+
+    Shapes: any ``(*)`` -> the same.
+    """
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"a dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        scaled = dropout_mask(x.shape, self.p, x.device).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * scaled  # a float mask: the product in x's dtype (with a bool one, 2.5× slower)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
 
 class DRLHPCNN(Encoder):
@@ -60,7 +105,7 @@ class DRLHPCNN(Encoder):
                 layers.append(nn.BatchNorm2d(self.FILTERS))
             layers.append(nn.LeakyReLU(LEAKY_SLOPE))
             if dropout > 0 and i < len(self.LAYERS) - 1:
-                layers.append(nn.Dropout(dropout))
+                layers.append(FastDropout(dropout))
             c = self.FILTERS
             h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
         if min(h, w) < 1:
@@ -102,4 +147,5 @@ def action_index_feature(action: torch.Tensor) -> torch.Tensor:
     return index / 4.0
 
 
-__all__ = ["DRLHPCNN", "REWARD_NETS", "MovingDotFeatures", "action_index_feature"]
+__all__ = ["DRLHPCNN", "REWARD_NETS", "FastDropout", "MovingDotFeatures",
+           "action_index_feature", "dropout_mask"]
