@@ -173,6 +173,12 @@ def test_surf_and_rune_defaults_are_those_of_the_published_runs(compose, overrid
     assert str(cfg.feed_type) == str(feed_type)
 
 
+def test_surf_on_meta_world_trains_20_reward_updates_as_its_hammer_run(compose):
+    # alinlab/SURF README, MetaWorld-v2 hammer: train_PEBBLE_semi_dataaug.py reward_update=20
+    assert compose(["method=surf", "domain=MetaWorld"]).reward_update == 20
+    assert compose(["method=surf", "domain=DMC"]).reward_update == 50  # Themis's default
+
+
 # ------------------------------------------------------------------------------- RUNE
 def test_rune_reward_is_mean_plus_decaying_beta_times_std():
     step = [0]
