@@ -108,12 +108,15 @@ PROTOCOLS = {
         # B-Pref's Meta-World SAC (scripts/<task>/*/oracle/run_PEBBLE.sh, SURF's and RUNE's
         # Meta-World commands): 3 layers of 256, batch 512, learning rates 3e-4, temperature
         # 1e-4 (config/agent/sac.yaml), target every 2 steps; 9000 unsupervised steps; PPE's
-        # schedule: 10 queries every 5000 steps; fp32 as the official code (no bf16 products)
+        # schedule: 10 queries every 5000 steps; fp32 as the official code (no bf16 products);
+        # the env as utils.make_metaworld_env builds it: a new goal and window position at
+        # every reset (_freeze_rand_vec = False), the goal hidden (the v2 class's default)
         "sac_width": 256, "sac_batch": 512,
         "extra": ["sac.hidden_depth=3", "sac.actor_lr=0.0003", "sac.critic_lr=0.0003",
                   "sac.alpha_lr=0.0001", "sac.critic_target_update_frequency=2",
                   "num_unsup_steps=9000", "num_interact=5000", "segment=50",
-                  "num_eval_episodes=10", "precision=fp32"],
+                  "num_eval_episodes=10", "precision=fp32",
+                  "+env_kwargs.freeze_rand_vec=false", "+env_kwargs.partially_observable=true"],
         "method_extra": {
             "pebble": ["feed_type=1", "reward_update=10"],  # B-Pref, SURF's hammer PEBBLE
             "surf": ["reward_update=20"],                    # SURF's README, hammer (ratio 10)

@@ -291,6 +291,7 @@ def test_bench_methods_window_open_protocol_runs_the_papers_meta_world_sac(compo
         assert (run.sac.hidden_dim, run.sac.hidden_depth, run.sac.batch_size) == (256, 3, 512)
         assert (run.sac.alpha_lr, run.sac.critic_target_update_frequency) == (1e-4, 2)
         assert (run.precision, run.num_eval_episodes, run.eval_frequency) == ("fp32", 10, 50_000)
+        assert dict(run.env_kwargs) == {"freeze_rand_vec": False, "partially_observable": True}
     for run in (pebble, surf, rune, qpa):
         assert (run.max_feedback, run.reward_batch, run.num_interact, run.segment,
                 run.num_unsup_steps, run.num_seed_steps) == (400, 10, 5000, 50, 9000, 1000)
