@@ -6,6 +6,7 @@ PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
     python scripts/bench_drlhp.py dot --jobs 2 --out runs/bench_drlhp   # resumable: run again
     python scripts/bench_drlhp.py pong --steps 2000000       # Pong: the true score's curve
     python scripts/bench_drlhp.py dot --steps 4096 --seeds 0 --quick    # a smoke run
+    python scripts/bench_drlhp.py speed                      # reward model: ms per frame
     python scripts/bench_drlhp.py commands                   # paper-scale and Enduro commands
 
 ``dot``: MovingDot (``domain=MovingDot``, themis/environments/moving_dot.py) at mrahtz's budget,
@@ -360,9 +361,67 @@ return through the labeling page's HTTP API):
 """
 
 
+SPEED_ROWS = (  # (name, reward_net, shared trunk, dropout, batch norm, precision)
+    ("Themis's recipe before (Nature CNN + 3x256 MLP, BN/dropout everywhere)", "bpref", False,
+     0.5, True, "fp32"),
+    ("the same, bf16", "bpref", False, 0.5, True, "bf16"),
+    ("DRLHP's network (BN/dropout on the convs), channels_last", "drlhp", False, 0.5, True,
+     "fp32"),
+    ("the same, bf16", "drlhp", False, 0.5, True, "bf16"),
+    ("DRLHP's network, one shared trunk, bf16", "drlhp", True, 0.5, True, "bf16"),
+    ("mrahtz's MovingDot features (no CNN)", "drlhp_dot", False, 0.0, False, "fp32"),
+)
+
+
+def speed_table(frames: int, reps: int) -> None:
+    """CPU milliseconds per frame of a 3-member reward model on 84×84×4 frames, one thread:
+    a training step (forward, backward, Adam; per frame and member, each member its own
+    minibatch as in reward training) and scoring (eval mode, per frame, every member: query
+    selection, the agent's reward). CPU time, not wall-clock (``time.process_time``), so that
+    other processes on the machine do not count."""
+    import time
+
+    import torch
+
+    from themis.reward import RewardEnsemble
+
+    torch.set_num_threads(1)
+    print(f"\nReward model on 84×84×4 frames, 3 members, one thread, CPU ms per frame "
+          f"({frames} frames per call, {reps} calls; {torch.backends.cpu.get_cpu_capability()})"
+          "\n")
+    print("| network | parameters per member | train (ms per frame and member) | "
+          "score (ms per frame, all members) |")
+    print("|---|---|---|---|")
+    for name, net, shared, dropout, batchnorm, precision in SPEED_ROWS:
+        torch.manual_seed(0)
+        model = RewardEnsemble(4 * 84 * 84, 6, 3, obs_shape=(4, 84, 84), net=net,
+                               shared_trunk=shared, dropout=dropout, batchnorm=batchnorm)
+        model.precision = torch.bfloat16 if precision == "bf16" else None
+        obs = torch.randint(0, 255, (3, frames, 4 * 84 * 84), dtype=torch.uint8)
+        act = torch.eye(6)[torch.randint(0, 6, (3, frames))]
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
+        model.train()
+        for i in range(reps + 1):
+            if i == 1:
+                start = time.process_time()
+            optimizer.zero_grad()
+            model(obs, act).sum().backward()
+            optimizer.step()
+        train = (time.process_time() - start) / reps / frames / 3 * 1000
+        model.eval()
+        with torch.no_grad():
+            for i in range(reps + 1):
+                if i == 1:
+                    start = time.process_time()
+                model(obs[0], act[0])
+        score = (time.process_time() - start) / reps / frames * 1000
+        params = sum(p.numel() for p in model.parameters()) // 3
+        print(f"| {name} | {params:,} | {train:.3f} | {score:.3f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["dot", "pong", "commands"])
+    parser.add_argument("part", choices=["dot", "pong", "speed", "commands"])
     parser.add_argument("--variants", nargs="+", help="dot: a subset of "
                         + ", ".join(DOT_VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int)
@@ -380,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.part == "commands":
         print(COMMANDS)
+        return 0
+    if args.part == "speed":
+        speed_table(frames=800, reps=3)
         return 0
     if args.jobs < 1 or (args.steps is not None and args.steps < 1024):
         print("bench_drlhp: error: --jobs must be >= 1 and --steps >= 1024", file=sys.stderr)

@@ -10,6 +10,8 @@
     python scripts/bench_methods.py --protocol ppe --jobs 2          # PPE's Table 1 (walker_walk)
     python scripts/bench_methods.py --protocol ppe --record results/ppe_walker_walk.csv
                                      # + the seeds recorded by earlier sessions
+    python scripts/bench_methods.py --protocol ppe_window_open --methods pebble --seeds 0 \
+        --jobs 1 --threads 1 --record results/ppe_window_open.csv   # PPE's Meta-World row
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,
 ``method=``, ``max_feedback=``, ``seed=``), in ``OUT/clean/<env>/<budget>/<method>/seed<k>/``.
@@ -39,8 +41,13 @@ with the settings of its official walker_walk command (``PROTOCOLS`` below: B-Pr
 ``run_QPA.sh``), except the networks: 2×128 and batch 256 (``--sac-width``, ``--sac-batch``)
 where the paper has 2×1024 and batch 1024, which a 2-core CPU cannot run at 500k steps (2×256
 ran 105 steps/s per run, two runs at a time on the 2-core AMD EPYC: 80 min a run; 2×128 keeps
-one run near an hour). Its defaults (envs, steps, budgets, methods, domain) are the protocol's;
-flags given still win. Printed after the IQM table: Themis's mean ± std beside the paper's row.
+one run near an hour). ``--protocol ppe_window_open`` runs the same table's Meta-World
+window-open row at the papers' own SAC (3×256, batch 512): 500k steps, 400 queries in 40 rounds
+of 10 every 5000 steps, each method with its official Meta-World command, the final success
+rate in % (``PROTOCOLS``). A protocol's defaults (envs, steps, budgets, rounds, methods, domain,
+SAC size, metric) are its own; flags given still win. Printed after the IQM table: Themis's
+mean ± standard error beside the paper's (its std converted to a standard error), Welch's
+t-test per method and whether its p ≥ 0.05 ("inside": seeds can explain the gap).
 
 Printed last: per env and budget, each method's final true return as the interquartile mean
 over seeds with a 95 % bootstrap CI (``scripts/summarize.py``'s estimator) and its ratio to
@@ -84,15 +91,53 @@ PROTOCOLS = {
             "pebble": ["feed_type=1", "reward_update=50"],  # SURF's README, PEBBLE command
             "surf": ["reward_update=1000"],                  # SURF's README (mu 4, ratio 100)
             "rune": ["reward_update=50"],                    # B-Pref's schedule, RUNE's bonus
-            "qpa": ["reward_update=2000"],                   # run_QPA.sh (pool 10, aug 20, her 0.5)
+            # run_QPA.sh (pool 10, aug 20, her 0.5); qpa.iterations: train_QPA.py's reward
+            # training (since 2026-12-01), named so that earlier recorded runs stay apart
+            "qpa": ["reward_update=2000", "qpa.iterations=true"],
         },
-        # the published row: final return, mean ± std over 5 seeds (PPE, Table 1)
+        # the published row: final return, mean ± std over 5 seeds (PPE, Table 1); the std is
+        # the population std (ddof 0)
         "published": {"pebble": (453, 159), "surf": (661, 92), "rune": (415, 182),
                       "qpa": (796, 148)},
+        "published_seeds": 5, "published_ddof": 0,
         "source": "PPE (Zhu et al., NeurIPS 2025), Table 1, walker_walk, 100 queries",
     },
+    "ppe_window_open": {
+        "domain": "MetaWorld", "envs": ["window-open-v3"], "steps": 500_000, "budgets": [400],
+        "rounds": 40, "methods": ["pebble", "surf", "rune", "qpa", "sac"],
+        # B-Pref's Meta-World SAC (scripts/<task>/*/oracle/run_PEBBLE.sh, SURF's and RUNE's
+        # Meta-World commands): 3 layers of 256, batch 512, learning rates 3e-4, temperature
+        # 1e-4 (config/agent/sac.yaml), target every 2 steps; 9000 unsupervised steps; PPE's
+        # schedule: 10 queries every 5000 steps; fp32 as the official code (no bf16 products);
+        # the env as utils.make_metaworld_env builds it: a new goal and window position at
+        # every reset (_freeze_rand_vec = False), the goal hidden (the v2 class's default)
+        "sac_width": 256, "sac_batch": 512,
+        "extra": ["sac.hidden_depth=3", "sac.actor_lr=0.0003", "sac.critic_lr=0.0003",
+                  "sac.alpha_lr=0.0001", "sac.critic_target_update_frequency=2",
+                  "num_unsup_steps=9000", "num_interact=5000", "segment=50",
+                  "num_eval_episodes=10", "precision=fp32",
+                  "+env_kwargs.freeze_rand_vec=false", "+env_kwargs.partially_observable=true"],
+        "method_extra": {
+            "pebble": ["feed_type=1", "reward_update=10"],  # B-Pref, SURF's hammer PEBBLE
+            "surf": ["reward_update=20"],                    # SURF's README, hammer (ratio 10)
+            "rune": ["reward_update=10"],                    # rune scripts/window_close
+            # run_QPA.sh, Meta-World: learning rates 1e-4, reward_update=200 epochs with the
+            # 97 % stop, pool 30, no crops (config/method_domain/qpa/MetaWorld.yaml)
+            "qpa": ["sac.actor_lr=0.0001", "sac.critic_lr=0.0001", "reward_update=200",
+                    "qpa.iterations=false"],
+        },
+        # the published row: final success rate in %, mean ± std over 5 seeds (PPE, Table 1)
+        "published": {"pebble": (87.1, 17.1), "surf": (87.3, 27.0), "rune": (96.8, 4.1),
+                      "qpa": (90.2, 20.1)},
+        "published_seeds": 5, "published_ddof": 0,
+        "metric": "success_rate", "scale": 100.0, "unit": "success rate (%)",
+        "source": "PPE (Zhu et al., NeurIPS 2025), Table 1, Meta-World window-open, 400 queries",
+    },
 }
-"""Published protocols: their defaults, the overrides of every run and of each method's runs."""
+"""Published protocols: their defaults, the overrides of every run and of each method's runs,
+and the published row (mean ± std over ``published_seeds``; ``published_ddof`` 0: the
+population std). ``sac_width`` / ``sac_batch``: the protocol's SAC size (default 128 / 256);
+``metric`` and ``scale``: the ``eval.csv`` column tabled and its factor to the paper's unit."""
 
 
 def load_summarize():
@@ -180,28 +225,44 @@ def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
                                env={**os.environ, "THEMIS_THREADS": str(threads)})
 
 
-def published_table(table: pd.DataFrame, protocol: dict) -> None:
-    """Themis's final returns beside a paper's, as the paper reports them (mean ± std over
-    seeds): whether Themis's mean falls inside the paper's mean ± std, and both orderings."""
-    print(f"\nbeside {protocol['source']}: final return, mean ± std over seeds (population "
-          "std)\n")
-    print("| method | paper | Themis | seeds | Themis per seed | Themis's mean inside the "
-          "paper's mean ± std |")
-    print("|---|---|---|---|---|---|")
+def published_table(table: pd.DataFrame, protocol: dict, summarize) -> None:
+    """Themis's final values beside a paper's, both as mean ± standard error, with Welch's
+    t-test per method (``summarize.compare_with_published``; the paper's std converted as its
+    ``published_ddof`` says) and both orderings. ``inside``: Welch's p ≥ 0.05 (the two means
+    do not differ at the 5 % level: seed-to-seed variation can explain the gap)."""
+    scale, n_paper = protocol.get("scale", 1.0), protocol["published_seeds"]
+    ddof = protocol.get("published_ddof", 0)
+    digits = 1 if scale != 1.0 else 0
+
+    def num(value: float) -> str:
+        return "-" if not np.isfinite(value) else f"{value:.{digits}f}"
+
+    conversion = f"σ/√{n_paper - 1}" if ddof == 0 else f"s/√{n_paper}"
+    print(f"\nbeside {protocol['source']}: final {protocol.get('unit', 'return')}, mean ± "
+          f"standard error over seeds (Themis: sample std / √n; the paper's: its "
+          f"{'population' if ddof == 0 else 'sample'} std over {n_paper} seeds as "
+          f"{conversion}); Welch's t-test; inside: p ≥ 0.05, seeds can explain the gap\n")
+    print("| method | paper (mean ± std) | paper (mean ± SE) | Themis (mean ± SE) | seeds | "
+          "Themis per seed | gap / SE | Welch p | inside / outside |")
+    print("|---|---|---|---|---|---|---|---|---|")
     ours = {}
     for method, (mean, std) in protocol["published"].items():
-        runs = table[table["method"] == method]["final"].to_numpy()
+        runs = table[table["method"] == method]["final"].to_numpy(dtype=float) * scale
         if not len(runs):
-            print(f"| {method} | {mean} ± {std} | - | 0 | - | - |")
+            print(f"| {method} | {mean} ± {std} | - | - | 0 | - | - | - | - |")
             continue
-        ours[method] = runs.mean()
-        inside = "yes" if abs(runs.mean() - mean) <= std else "no"
-        print(f"| {method} | {mean} ± {std} | {runs.mean():.0f} ± {runs.std():.0f} | "
-              f"{len(runs)} | {', '.join(f'{v:.0f}' for v in runs)} | {inside} |")
-    sac = table[table["method"] == "sac"]["final"].to_numpy()
+        c = summarize.compare_with_published(runs, mean, std, n_paper, ddof)
+        ours[method] = c.mean
+        verdict = "-" if c.inside is None else "inside" if c.inside else "outside"
+        print(f"| {method} | {mean} ± {std} | {num(c.published_mean)} ± {num(c.published_se)} "
+              f"| {num(c.mean)} ± {num(c.se)} | {c.n} | {', '.join(num(v) for v in runs)} | "
+              f"{'-' if np.isnan(c.gap_se) else f'{c.gap_se:.2f}'} | "
+              f"{'-' if np.isnan(c.p) else f'{c.p:.3f}'} | {verdict} |")
+    sac = table[table["method"] == "sac"]["final"].to_numpy(dtype=float) * scale
     if len(sac):
-        print(f"| sac (true reward) | - | {sac.mean():.0f} ± {sac.std():.0f} | {len(sac)} | "
-              f"{', '.join(f'{v:.0f}' for v in sac)} | - |")
+        se = sac.std(ddof=1) / np.sqrt(len(sac)) if len(sac) > 1 else np.nan
+        print(f"| sac (true reward) | - | - | {num(sac.mean())} ± {num(se)} | {len(sac)} | "
+              f"{', '.join(num(v) for v in sac)} | - | - | - |")
     paper_order = sorted(protocol["published"], key=lambda m: -protocol["published"][m][0])
     print(f"\nordering, paper: {' > '.join(paper_order)}; Themis: "
           f"{' > '.join(sorted(ours, key=lambda m: -ours[m])) or '-'}")
@@ -211,10 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
                         help="a published protocol: its env, steps, budgets, methods, settings")
-    parser.add_argument("--sac-width", type=int, default=128,
-                        help="with --protocol: SAC's hidden width (the papers: 1024)")
-    parser.add_argument("--sac-batch", type=int, default=256,
-                        help="with --protocol: SAC's batch size (the papers: 1024)")
+    parser.add_argument("--sac-width", type=int, default=None,
+                        help="with --protocol: SAC's hidden width (default: the protocol's; "
+                        "ppe 128, where the paper has 1024; ppe_window_open 256)")
+    parser.add_argument("--sac-batch", type=int, default=None,
+                        help="with --protocol: SAC's batch size (default: the protocol's; ppe "
+                        "256, where the paper has 1024; ppe_window_open 512)")
     parser.add_argument("--domain", default=None, help="default Control")
     parser.add_argument("--envs", nargs="+", default=None,
                         help="default HalfCheetah-v5 Hopper-v5")
@@ -223,15 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", nargs="+", type=int, default=None, help="default 100 500")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="default 100000")
-    parser.add_argument("--rounds", type=int, default=10, help="feedback rounds per budget")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="feedback rounds per budget (default 10; a protocol's own)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0,
                         help="PyTorch threads per run (default: cores / jobs)")
     parser.add_argument("--noisy", metavar="ENV", help="also PEBBLE vs RIME with 30 %% "
                         "wrong labels on ENV")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_methods")
-    parser.add_argument("--metric", default="episode_reward",
-                        choices=["episode_reward", "success_rate"], help="eval.csv column tabled")
+    parser.add_argument("--metric", default=None, choices=["episode_reward", "success_rate"],
+                        help="eval.csv column tabled (default episode_reward; a protocol's own)")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--record", type=Path, metavar="CSV",
                         help="keep each finished run's final return and curve in CSV (merged, "
@@ -244,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol = PROTOCOLS.get(args.protocol or "", {})
     for key, default in (("domain", "Control"), ("envs", ["HalfCheetah-v5", "Hopper-v5"]),
                          ("methods", list(METHODS)), ("budgets", [100, 500]),
-                         ("steps", 100_000)):
+                         ("steps", 100_000), ("rounds", 10), ("metric", "episode_reward"),
+                         ("sac_width", 128), ("sac_batch", 256)):
         if getattr(args, key) is None:
             setattr(args, key, protocol.get(key, default))
     method_extra = protocol.get("method_extra", {})
@@ -353,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{fmt(iqm)} [{fmt(lo)}, {fmt(hi)}] | "
                   f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} |")
     if protocol.get("published"):
-        published_table(table[~table["noisy"]], protocol)
+        published_table(table[~table["noisy"]], protocol, summarize)
     noisy = table[table["noisy"]]
     if len(noisy):
         print(f"\nnoisy labels: mistake teacher, teacher_eps_mistake=0.3, {args.noisy}, "

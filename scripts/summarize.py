@@ -22,6 +22,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -96,6 +97,70 @@ def iqm_with_ci(scores: np.ndarray, reps: int, seed: int = 0) -> tuple[float, fl
                           n_resamples=reps, confidence_level=0.95, method="percentile",
                           rng=np.random.default_rng(seed))
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+class PublishedComparison(NamedTuple):
+    """Our seeds beside a published mean (:func:`compare_with_published`)."""
+
+    mean: float
+    se: float
+    """Standard error of our mean: sample std (ddof 1) / √n; NaN for one seed."""
+    n: int
+    published_mean: float
+    published_se: float
+    published_n: int
+    gap_se: float
+    """(mean − published_mean) / √(se² + published_se²): the gap in standard errors of the
+    difference (Welch's t statistic)."""
+    p: float
+    """Two-sided p of Welch's t-test (unequal variances); NaN for one seed."""
+    inside: bool | None
+    """``p >= alpha``: Welch's test does not reject equal means, so seed-to-seed variation
+    can explain the gap; ``None`` where there is no p (one seed)."""
+
+
+def compare_with_published(values: np.ndarray | list[float], published_mean: float,
+                           published_std: float, published_n: int, published_ddof: int = 0,
+                           alpha: float = 0.05) -> PublishedComparison:
+    """Our per-seed values against a published mean ± std over ``published_n`` seeds.
+
+    Both sides become mean ± standard error and go into Welch's t-test
+    (``scipy.stats.ttest_ind_from_stats(..., equal_var=False)``, which takes sample standard
+    deviations, ddof 1). A published population std σ (``published_ddof=0``: Σ(x − x̄)² / n,
+    NumPy's default, what PPE's tables report) is first made the sample std
+    s = σ · √(n / (n − 1)), so its standard error is s / √n = σ / √(n − 1) (σ / 2 over 5
+    seeds); with ``published_ddof=1`` the std is s already and its SE is s / √n.
+
+    Args:
+        values: our final values, one per seed ``(n,)``.
+        published_mean, published_std: the paper's mean ± std.
+        published_n: the paper's seeds.
+        published_ddof: 0 if the paper's std is the population std, 1 if the sample std.
+        alpha: the test's level: ``inside`` is ``p >= alpha``.
+
+    Returns:
+        The comparison (:class:`PublishedComparison`).
+
+    Raises:
+        ValueError: no values, or fewer than 2 published seeds.
+    """
+    ours = np.asarray(values, dtype=float)
+    if not len(ours) or published_n < 2:
+        raise ValueError("compare_with_published needs values and at least 2 published seeds")
+    # s² = Σ(x − x̄)² / (n − 1) = σ² · (n − ddof) / (n − 1)
+    sample_std = published_std * np.sqrt((published_n - published_ddof) / (published_n - 1))
+    published_se = float(sample_std / np.sqrt(published_n))
+    if len(ours) < 2:
+        return PublishedComparison(float(ours.mean()), float("nan"), 1, published_mean,
+                                   published_se, published_n, float("nan"), float("nan"),
+                                   None)
+    std = float(ours.std(ddof=1))
+    test = stats.ttest_ind_from_stats(ours.mean(), std, len(ours), published_mean,
+                                      sample_std, published_n, equal_var=False)
+    p = float(test.pvalue)
+    return PublishedComparison(float(ours.mean()), float(std / np.sqrt(len(ours))), len(ours),
+                               published_mean, published_se, published_n,
+                               float(test.statistic), p, p >= alpha)
 
 
 def summarize(runs: pd.DataFrame, reps: int) -> pd.DataFrame:

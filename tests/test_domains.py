@@ -212,6 +212,26 @@ def test_dmc_names_its_features_and_meta_world_keeps_one_goal_per_seed():
     assert not np.array_equal(goals[0], goals[2])  # ... and seeds differ
 
 
+def test_meta_world_as_the_bpref_lineage_draws_a_goal_every_reset_and_hides_it(compose):
+    # B-Pref / SURF / RUNE / QPA utils.make_metaworld_env: env._freeze_rand_vec = False on
+    # the v2 env class (goal hidden): a new window position at every reset
+    def positions(env, seeds):
+        return [env.reset(seed=s)[0] for s in seeds]
+
+    kwargs = {"freeze_rand_vec": False, "partially_observable": True}
+    env = make_env("MetaWorld", "window-open", seed=0, **kwargs)
+    first = positions(env, (1, 2, 3))
+    assert len({tuple(o[4:7].round(4)) for o in first}) == 3  # the window moves each reset
+    assert all((o[-3:] == 0).all() for o in first)  # the goal is not observed
+    again = positions(make_env("MetaWorld", "window-open", seed=0, **kwargs), (1, 2, 3))
+    np.testing.assert_array_equal(np.stack(first), np.stack(again))  # seeded resets repeat
+    fixed = positions(make_env("MetaWorld", "window-open", seed=0), (1, 2, 3))
+    assert len({tuple(o[4:7].round(4)) for o in fixed}) == 1 and (fixed[0][-3:] != 0).any()
+    cfg = compose(["domain=MetaWorld", "env=window-open-v3", "+env_kwargs.freeze_rand_vec=false",
+                   "+env_kwargs.partially_observable=true"])
+    assert dict(cfg.env_kwargs) == kwargs
+
+
 @pytest.mark.parametrize("domain,env_id", [("DMC", "walker_walk"), ("DMC", "cheetah_run")])
 def test_dmc_clips_follow_the_agent(domain, env_id):
     """Clips of DMC come from the suite's tracking camera: moved 3 m and 10 m along x, the

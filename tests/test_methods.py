@@ -16,7 +16,7 @@ from themis.cli.train import make_workspace
 from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MRN
-from themis.methods.qpa import HybridReplay, QPAConfig
+from themis.methods.qpa import QPA, HybridReplay, QPAConfig
 from themis.methods.registry import build_methods, find
 from themis.methods.rime import RIME, RIMEConfig, RobustLabelFilter
 from themis.methods.rune import RUNE, RUNEConfig, UncertaintyBonus
@@ -173,6 +173,12 @@ def test_surf_and_rune_defaults_are_those_of_the_published_runs(compose, overrid
     assert str(cfg.feed_type) == str(feed_type)
 
 
+def test_surf_on_meta_world_trains_20_reward_updates_as_its_hammer_run(compose):
+    # alinlab/SURF README, MetaWorld-v2 hammer: train_PEBBLE_semi_dataaug.py reward_update=20
+    assert compose(["method=surf", "domain=MetaWorld"]).reward_update == 20
+    assert compose(["method=surf", "domain=DMC"]).reward_update == 50  # Themis's default
+
+
 # ------------------------------------------------------------------------------- RUNE
 def test_rune_reward_is_mean_plus_decaying_beta_times_std():
     step = [0]
@@ -231,6 +237,90 @@ def test_qpa_on_meta_world_trains_without_crops_on_a_pool_of_30_episodes(compose
     assert make_crop(meta) is None
     assert (meta.query_pool_episodes, meta.reward_update) == (30, 200)
     assert make_crop(compose(["method=[surf,qpa]", "domain=MetaWorld"])).copies == 1  # SURF's
+
+
+class FlipModel(SumModel):
+    """:class:`SumModel` with the attributes the reward trainer reads: segment returns
+    ``scale × Σ obs``, so the sign of ``scale`` alone decides every predicted order."""
+
+    obs_shape = (1,)
+    device = torch.device("cpu")
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale.data.fill_(scale)
+
+
+def qpa_trainer(model, batch_size, lr, qpa_cfg):
+    from themis.reward import RewardTrainer
+
+    qpa = QPA(qpa_cfg, MethodContext(segment=2, obs_dim=1, action_dim=1))
+    trainer = RewardTrainer(model, lr, batch_size, np.random.default_rng(0), methods=[qpa],
+                            crop=None)
+    steps = []  # every gradient step, counted apart from the trainer's own count
+    trainer.between_batches = lambda: steps.append(1)
+    return trainer, steps
+
+
+def ordered_pairs(n, wrong=0):
+    """``n`` pairs whose second segment has the larger Σ obs; the first ``wrong`` labelled
+    the other way."""
+    from themis.reward import PreferenceDataset
+
+    obs = np.zeros((n, 2, 2, 1), np.float32)
+    obs[:, 1] = 1.0
+    labels = np.ones(n, np.float32)
+    labels[:wrong] = 0.0
+    data = PreferenceDataset(n, 2, 1, 1)
+    data.add(SegmentPairs(obs, np.zeros((n, 2, 2, 1), np.float32), obs.sum(-1),
+                          np.zeros((n, 2), np.int64)), labels)
+    return data
+
+
+@pytest.mark.parametrize(("labels", "reward_update", "steps"), [
+    (10, 2000, 157), (100, 2000, 1563), (1000, 2000, 15625), (3, 5, 1)])
+def test_qpa_counts_the_official_iterations_from_the_labels(labels, reward_update, steps):
+    # train_QPA.py learn_reward: num_iters = ceil(reward_update × labeled_feedback / 128)
+    qpa = QPA(QPAConfig(enabled=True), MethodContext(segment=50, obs_dim=2, action_dim=1))
+    assert qpa.round_steps(labels, reward_update, 128) == (steps, 0.98)
+    assert QPA(QPAConfig(enabled=True, iterations=False),
+               MethodContext(segment=50)).round_steps(labels, reward_update, 128) is None
+
+
+def test_qpa_trains_its_iterations_in_passes_of_fresh_permutations():
+    # 3 labels in batches of 2: ceil(5 × 3 / 2) = 8 steps = passes of 2 + 1 pairs, 4 passes;
+    # one label in three wrong: the round's accuracy stays at most 2/3, under 0.98
+    trainer, steps = qpa_trainer(FlipModel(1.0), batch_size=2, lr=1e-3,
+                                 qpa_cfg=QPAConfig(enabled=True, data_aug_ratio=0))
+    fit = trainer.train(ordered_pairs(3, wrong=1), max_epochs=5)
+    assert (fit.steps, len(steps), fit.epochs) == (8, 8, 4)
+
+
+def test_qpa_stops_once_the_accuracy_accumulated_over_the_round_reaches_098():
+    # Every pair in one batch. Before the first step scale = -0.5 orders every pair wrongly;
+    # Adam's first step (lr 1, |step| = lr) makes it +0.5 and every later prediction right:
+    # after step k the round's accuracy is (k - 1) / k, first >= 0.98 at k = 50 (49/50), where
+    # B-Pref's per-epoch rule (> 0.97) stops after step 2 and 157 steps were planned.
+    trainer, steps = qpa_trainer(FlipModel(-0.5), batch_size=8, lr=1.0,
+                                 qpa_cfg=QPAConfig(enabled=True, data_aug_ratio=0))
+    fit = trainer.train(ordered_pairs(8), max_epochs=2500)  # ceil(2500 × 8 / 8) = 2500 steps
+    assert fit.steps == len(steps) == fit.epochs == 50
+    assert fit.accuracy == 1.0
+    trainer, steps = qpa_trainer(FlipModel(-0.5), batch_size=8, lr=1.0, qpa_cfg=QPAConfig(
+        enabled=True, data_aug_ratio=0, iterations=False))  # Meta-World's rule
+    assert trainer.train(ordered_pairs(8), max_epochs=2500).steps == 2
+
+
+@pytest.mark.parametrize(("overrides", "iterations", "reward_update"), [
+    (["method=qpa"], True, 2000), (["method=qpa", "domain=DMC"], True, 2000),
+    (["method=qpa", "domain=MetaWorld"], False, 200)])
+def test_qpa_trains_as_train_qpa_py_on_each_domain(compose, overrides, iterations,
+                                                   reward_update):
+    # run_QPA.sh: reward_update=2000 on DMC, 200 on Meta-World; train_QPA.py: train_reward_iter
+    # (iterations, 0.98 stop) unless 'metaworld' in env (epochs, 97 % stop)
+    cfg = compose(overrides)
+    assert (cfg.qpa.iterations, cfg.reward_update, cfg.qpa.stop_accuracy) == (
+        iterations, reward_update, 0.98)
 
 
 # ------------------------------------------------------------------------------- RIME

@@ -263,9 +263,90 @@ def test_bench_methods_ppe_protocol_gives_each_method_its_official_walker_settin
             surf.feed_type) == (True, 4, 100, 1000, 1)
     assert rune.rune.enabled and rune.reward_update == 50 and rune.feed_type == 1
     assert (qpa.qpa.enabled, qpa.ensemble_size, qpa.reward_update, qpa.qpa.recent_episodes,
-            qpa.qpa.data_aug_ratio) == (True, 1, 2000, 10, 20)
+            qpa.qpa.data_aug_ratio, qpa.qpa.iterations) == (True, 1, 2000, 10, 20, True)
     assert (sac.learn_reward, sac.num_unsup_steps, sac.reset_update) == (False, 0, 0)
     assert sac.sac == pebble.sac and sac.num_eval_episodes == 10
+
+
+def test_bench_methods_window_open_protocol_runs_the_papers_meta_world_sac(compose):
+    """``--protocol ppe_window_open``: B-Pref's Meta-World SAC (3×256, batch 512, learning
+    rates 3e-4, QPA's 1e-4), PPE's schedule (400 queries, 10 every 5000 steps), each method's
+    official Meta-World settings, fp32; the table reads the success rate in %."""
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "scripts" / "bench_methods.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    wo = bench.PROTOCOLS["ppe_window_open"]
+    extra = [*wo["extra"], f"sac.hidden_dim={wo['sac_width']}",
+             f"sac.batch_size={wo['sac_batch']}"]
+
+    def cfg(method):
+        return compose(bench.overrides(wo["domain"], "window-open-v3", wo["steps"], 400, method,
+                                       0, wo["rounds"], 1, False, extra, wo["method_extra"]))
+
+    pebble, surf, rune, qpa, sac = (cfg(m) for m in ("pebble", "surf", "rune", "qpa", "sac"))
+    for run in (pebble, surf, rune, qpa, sac):
+        assert (run.domain, run.env, run.num_train_steps) == ("MetaWorld", "window-open-v3",
+                                                              500_000)
+        assert (run.sac.hidden_dim, run.sac.hidden_depth, run.sac.batch_size) == (256, 3, 512)
+        assert (run.sac.alpha_lr, run.sac.critic_target_update_frequency) == (1e-4, 2)
+        assert (run.precision, run.num_eval_episodes, run.eval_frequency) == ("fp32", 10, 50_000)
+        assert dict(run.env_kwargs) == {"freeze_rand_vec": False, "partially_observable": True}
+    for run in (pebble, surf, rune, qpa):
+        assert (run.max_feedback, run.reward_batch, run.num_interact, run.segment,
+                run.num_unsup_steps, run.num_seed_steps) == (400, 10, 5000, 50, 9000, 1000)
+    for run in (pebble, surf, rune, sac):
+        assert (run.sac.actor_lr, run.sac.critic_lr) == (3e-4, 3e-4)
+    assert (qpa.sac.actor_lr, qpa.sac.critic_lr) == (1e-4, 1e-4)  # run_QPA.sh, Meta-World
+    assert (pebble.feed_type, pebble.reward_update, pebble.ensemble_size) == (1, 10, 3)
+    assert (surf.reward_update, surf.surf.inv_label_ratio, surf.surf.mu) == (20, 10, 4)
+    assert rune.rune.enabled and rune.reward_update == 10 and rune.feed_type == 1
+    assert (qpa.reward_update, qpa.qpa.iterations, qpa.qpa.data_aug_ratio,
+            qpa.qpa.recent_episodes, qpa.ensemble_size) == (200, False, 0, 30, 1)
+    assert (sac.learn_reward, sac.num_unsup_steps) == (False, 0)
+    assert wo["metric"] == "success_rate" and wo["scale"] == 100.0
+
+
+def test_bench_methods_window_open_table_reads_success_in_percent(tmp_path):
+    clean = tmp_path / "clean" / "window-open-v3"
+    for name, final in (("400/pebble/seed0", 0.8), ("400/pebble/seed1", 1.0),
+                        ("400/pebble/seed2", 0.9)):
+        run = fake_run(clean, name, [], [250_000, 500_000], [0.0, 0.0])
+        curve = pd.read_csv(run / "eval.csv").assign(success_rate=[0.0, final])
+        curve.to_csv(run / "eval.csv", index=False)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+                           "--protocol", "ppe_window_open", "--methods", "pebble", "--seeds",
+                           "0", "1", "2", "--out", str(tmp_path), "--reps", "100",
+                           "--table-only"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    # 80, 100, 90 %: mean 90, SE 10 / √3 = 5.8; the paper's 87.1 ± 17.1 / 2 = 8.6
+    assert ("| pebble | 87.1 ± 17.1 | 87.1 ± 8.6 | 90.0 ± 5.8 | 3 | 80.0, 100.0, 90.0 | 0.28 |"
+            in proc.stdout)
+    assert "final success rate (%)" in proc.stdout
+
+
+def test_compare_with_published_against_a_hand_computation():
+    spec = importlib.util.spec_from_file_location("summarize", SUMMARIZE)
+    summ = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summ)
+    # ours 1, 2, 3: mean 2, sample std 1, SE 1/√3; paper 5 ± 2, population std over 5 seeds:
+    # sample std 2·√(5/4) = √5, SE √5/√5 = 2/√4 = 1. t = -3 / √(1/3 + 1) = -2.598;
+    # Welch df = (1/3 + 1)² / ((1/3)²/2 + 1²/4) = 64/11; p = 2·P[T_{64/11} > 2.598] = 0.0419
+    c = summ.compare_with_published([1.0, 2.0, 3.0], 5.0, 2.0, 5)
+    assert (c.mean, c.se, c.n, c.published_se, c.published_n) == pytest.approx(
+        (2.0, 1 / np.sqrt(3), 3, 1.0, 5))
+    assert c.gap_se == pytest.approx(-3 / np.sqrt(4 / 3))
+    from scipy import stats
+    assert c.p == pytest.approx(2 * stats.t.sf(3 / np.sqrt(4 / 3), 64 / 11))
+    assert c.p == pytest.approx(0.0419, abs=1e-4) and c.inside is False
+    sample = summ.compare_with_published([1.0, 2.0, 3.0], 5.0, 2.0, 5, published_ddof=1)
+    assert sample.published_se == pytest.approx(2 / np.sqrt(5))  # a sample std: s / √n
+    assert summ.compare_with_published([4.0, 5.0, 6.0], 5.0, 2.0, 5).inside is True  # p = 1
+    one = summ.compare_with_published([7.0], 5.0, 2.0, 5)
+    assert np.isnan(one.se) and np.isnan(one.p) and one.inside is None
+    with pytest.raises(ValueError, match="at least 2 published seeds"):
+        summ.compare_with_published([1.0, 2.0], 5.0, 2.0, 1)
 
 
 def test_bench_methods_ppe_table_sets_themis_beside_the_published_row(tmp_path):
@@ -281,10 +362,14 @@ def test_bench_methods_ppe_table_sets_themis_beside_the_published_row(tmp_path):
     assert "10 runs, 4 already done, 6 to go" in proc.stdout
     rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.split("beside PPE")[1]
             .splitlines() if line.startswith("| ")}
-    assert rows["pebble"] == "| pebble | 453 ± 159 | 400 ± 100 | 2 | 300, 500 | yes |"
-    assert rows["qpa"] == "| qpa | 796 ± 148 | 100 ± 0 | 1 | 100 | no |"
-    assert rows["surf"] == "| surf | 661 ± 92 | - | 0 | - | - |"
-    assert rows["sac (true reward)"].startswith("| sac (true reward) | - | 950 ± 0 | 1 |")
+    # pebble: SE 141.4 / √2 = 100 beside 159 / √4 = 79.5 (population std over 5 seeds);
+    # t = -53 / √(100² + 79.5²) = -0.41, Welch df 2.42, p 0.712
+    assert rows["pebble"] == ("| pebble | 453 ± 159 | 453 ± 80 | 400 ± 100 | 2 | 300, 500 | "
+                              "-0.41 | 0.712 | inside |")
+    assert rows["qpa"] == "| qpa | 796 ± 148 | 796 ± 74 | 100 ± - | 1 | 100 | - | - | - |"
+    assert rows["surf"] == "| surf | 661 ± 92 | - | - | 0 | - | - | - | - |"
+    assert rows["sac (true reward)"].startswith("| sac (true reward) | - | - | 950 ± - | 1 |")
+    assert "its population std over 5 seeds as σ/√4" in proc.stdout
     assert "ordering, paper: qpa > surf > pebble > rune; Themis: pebble > qpa" in proc.stdout
 
 
@@ -316,8 +401,8 @@ def test_bench_methods_record_keeps_finished_runs_for_a_later_session(tmp_path):
     proc = table(tmp_path / "new")  # a new checkout: no run folders, the record only
     assert proc.returncode == 0, proc.stderr
     assert "0 finished runs here, 2 from" in proc.stdout
-    assert "| pebble | 453 ± 159 | 300 ± 0 | 1 | 300 | yes |" in proc.stdout
-    assert "| qpa | 796 ± 148 | 700 ± 0 | 1 | 700 | yes |" in proc.stdout
+    assert "| pebble | 453 ± 159 | 453 ± 80 | 300 ± - | 1 | 300 |" in proc.stdout
+    assert "| qpa | 796 ± 148 | 796 ± 74 | 700 ± - | 1 | 700 |" in proc.stdout
     proc = table(tmp_path / "new", "--sac-width", "1024")  # other settings: not these runs
     assert "0 finished runs here, 0 from" in proc.stdout and proc.returncode == 1
 

@@ -98,12 +98,21 @@ def metaworld_ids() -> list[str]:
 
 
 class _FixedTask(gym.Wrapper):
-    """Meta-World MT1 with one goal for the whole run, chosen by the task seed (as the
-    preference-RL papers use it): the first reset samples a task, later resets keep it."""
+    """Meta-World MT1 with one task for the whole run, chosen by the task seed: the first
+    reset samples a task, later resets keep it.
 
-    def __init__(self, env: gym.Env, task_seed: int | None) -> None:
+    ``freeze_rand_vec=False`` and ``partially_observable=True`` make it the env the B-Pref
+    lineage trains on (B-Pref, SURF, RUNE, QPA ``utils.make_metaworld_env``: the v2 env class
+    built directly, ``env._freeze_rand_vec = False``): every reset draws a new goal and object
+    position (from the env's own generator, seeded by ``reset(seed=...)``) and the goal's three
+    entries of the observation are zeros.
+    """
+
+    def __init__(self, env: gym.Env, task_seed: int | None, freeze_rand_vec: bool = True,
+                 partially_observable: bool = False) -> None:
         super().__init__(env)
         self.task_seed, self._fixed = task_seed, False
+        self.freeze_rand_vec, self.partially_observable = freeze_rand_vec, partially_observable
         self.feature_names = METAWORLD_FEATURES
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape,
                                                 np.float32)
@@ -115,6 +124,12 @@ class _FixedTask(gym.Wrapper):
             while not hasattr(inner, "toggle_sample_tasks_on_reset"):
                 inner = inner.env
             inner.toggle_sample_tasks_on_reset(False)
+            base: Any = self.env.unwrapped
+            if not self.freeze_rand_vec:  # a new goal and object position at every reset
+                base._freeze_rand_vec, base.seeded_rand_vec = False, True
+            if self.partially_observable != base._partially_observable:  # goal hidden: zeros
+                base.__dict__.pop("sawyer_observation_space", None)  # a cached property
+                base._partially_observable = self.partially_observable
             self._fixed = True
         obs, info = self.env.reset(**kwargs)
         return obs.astype(np.float32), info
@@ -127,10 +142,19 @@ class _FixedTask(gym.Wrapper):
 def make_metaworld(name: str, render_mode: str | None, render_size: int,
                     task_seed: int | None, **kwargs: Any) -> gym.Env:
     """Meta-World v3 (``gym.make("Meta-World/MT1", env_name=...)``): 500-step episodes, one
-    goal per task seed, ``info["success"]``, frames from the ``corner`` camera."""
+    goal per task seed, ``info["success"]``, frames from the ``corner`` camera.
+
+    ``kwargs`` may hold ``freeze_rand_vec`` (default true; false: a new random goal and object
+    position at every reset) and ``partially_observable`` (default false; true: the goal hidden
+    from the observation), Meta-World's own attribute names (``+env_kwargs.freeze_rand_vec=
+    false +env_kwargs.partially_observable=true``: the B-Pref lineage's env, :class:`_FixedTask`);
+    the rest go to ``gym.make``.
+    """
     import metaworld  # noqa: F401  (registers Meta-World/*)
 
+    freeze = bool(kwargs.pop("freeze_rand_vec", True))
+    hidden = bool(kwargs.pop("partially_observable", False))
     options = {"camera_name": "corner", "width": render_size, "height": render_size, **kwargs}
     env = gym.make("Meta-World/MT1", env_name=name, seed=task_seed, render_mode=render_mode,
                    disable_env_checker=True, **options)  # its spaces trip gymnasium's checker
-    return _FixedTask(env, task_seed)
+    return _FixedTask(env, task_seed, freeze_rand_vec=freeze, partially_observable=hidden)

@@ -21,6 +21,8 @@ hook                        called
 ``stop_rule``               reward training: accuracy to stop above, least epochs
 ``round_epochs``            reward training: the epochs of this round (default: up to
                             ``reward_update``, stopped by ``stop_rule``)
+``round_steps``             reward training: the round in gradient steps instead, with a stop
+                            on the accuracy accumulated over them (replaces the two above)
 ``select_labels``           reward training, each epoch: keep / flip / leave out labels
 ``start_epoch``/``end_epoch``  reward training, around each epoch
 ``batch_loss``              reward training, each batch: an extra loss (e.g. pseudo-labels)
@@ -149,6 +151,20 @@ class Method:
         """The epochs of one round's reward training over ``labels`` labelled pairs in
         batches of ``batch_size``, given ``reward_update``; ``None``: up to ``reward_update``
         (B-Pref)."""
+        return None
+
+    def round_steps(self, labels: int, reward_update: int,
+                    batch_size: int) -> tuple[int, float] | None:
+        """One round's reward training counted in gradient steps: ``(steps, stop_accuracy)``
+        for ``labels`` labelled pairs in batches of ``batch_size``, given ``reward_update``.
+
+        The trainer walks each member's permutation of the labels ``batch_size`` at a time
+        (a fresh permutation when one is used up, the last batch of a pass the rest) for
+        ``steps`` steps, and stops after the first step at which the accuracy accumulated over
+        the round's steps so far (correct / counted predictions before each step, crops
+        included, every member) is at least ``stop_accuracy`` (``math.inf``: never). Replaces
+        :meth:`round_epochs` and :meth:`stop_rule` for the round; ``None``: epochs (default).
+        """
         return None
 
     def select_labels(self, model: Any, obs: torch.Tensor, act: torch.Tensor,

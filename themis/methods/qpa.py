@@ -14,17 +14,30 @@ with ``get_cropping_mask``), ``agent/sac.py`` (``update_onpolicy_sample``),
 - data augmentation: each labelled pair is tiled ``data_aug_ratio`` times, each copy cropped
   to H − 15 … H − 5 steps (:class:`themis.methods.crop.TemporalCrop`).
 
+**Reward training** (``train_QPA.py`` ``learn_reward`` lines 136–145, ``reward_model.py``
+``train_reward_iter``): off Meta-World (the official runs: DeepMind Control) each round takes
+``num_iters = ceil(reward_update × labels / 128)`` gradient steps, ``labels`` all labels so far,
+each a batch of 128 from a per-member permutation of the labels (reshuffled once walked, the
+last batch of a pass the rest of it), and stops after the first step at which the accuracy
+accumulated over the round's steps so far — correct / counted over every cropped copy and
+member, each batch's predictions taken before its step — is at least 0.98
+(``qpa.stop_accuracy``). With ``reward_update=2000`` (``run_QPA.sh``, DMC) that is 157 steps
+at 10 labels and 1563 at 100, until the stop. ``qpa.iterations=false`` trains as B-Pref instead
+(up to ``reward_update`` epochs, stopped at the first epoch above 97 %: what Themis did on every
+domain before 2026-12-01).
+
 The official runs use one reward network (``ensemble_size=1``); ``config/method/qpa.yaml`` sets
 that, the uniform sampler and the query pool. On Meta-World (``run_QPA.sh``; ``method=qpa
 domain=MetaWorld``, ``config/method_domain/qpa/MetaWorld.yaml``) the reward model trains
 without crops (``train_QPA.py`` calls ``train_reward``, not ``train_reward_iter``, for
 ``metaworld`` envs: ``data_aug_ratio=0`` here) for up to 200 epochs with the 97 % stop
-(``reward_update=200``), and the pool holds the last 30 episodes (``max_reward_buffer_size``
-30 for drawer-open and door-unlock, 60 for door-open).
+(``reward_update=200``, ``qpa.iterations=false``), and the pool holds the last 30 episodes
+(``max_reward_buffer_size`` 30 for drawer-open and door-unlock, 60 for door-open).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -51,6 +64,14 @@ class QPAConfig:
     data_aug_ratio: int = 20
     """Cropped copies of each labelled pair in reward training (0: no crops, as on
     Meta-World)."""
+    iterations: bool = True
+    """Reward training as ``train_QPA.py`` off Meta-World: ``ceil(reward_update × labels /
+    reward_train_batch)`` gradient steps a round, stopped once the accuracy accumulated over
+    the round reaches ``stop_accuracy``; false: B-Pref's epochs with the 97 % stop (as
+    ``train_QPA.py`` on Meta-World)."""
+    stop_accuracy: float = 0.98
+    """Accuracy accumulated over a round's steps at which its training stops (with
+    ``iterations``)."""
 
 
 class HybridReplay:
@@ -105,7 +126,8 @@ class QPA(Method):
     name, title, published = "qpa", "QPA", "2023-05"
     Config = QPAConfig
     RANGES: ClassVar[Mapping[str, Range]] = {
-        "recent_episodes": POSITIVE, "her_ratio": UNIT, "data_aug_ratio": NON_NEGATIVE}
+        "recent_episodes": POSITIVE, "her_ratio": UNIT, "data_aug_ratio": NON_NEGATIVE,
+        "stop_accuracy": UNIT}
     inside_agent = "mixes recent episodes into SAC's replay batches"
     augmentation_priority = 1  # with SURF: QPA's crops
 
@@ -123,6 +145,15 @@ class QPA(Method):
         if run_cfg.qpa.data_aug_ratio and run_cfg.segment <= 15:
             raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
                               f"segment={run_cfg.segment} is too short (at least 16)")
+
+    def round_steps(self, labels: int, reward_update: int,
+                    batch_size: int) -> tuple[int, float] | None:
+        """``(ceil(reward_update × labels / batch_size), stop_accuracy)`` with ``iterations``
+        (``train_QPA.py``: ``num_iters``, ``train_reward_iter``'s stop); ``None`` (B-Pref's
+        epochs) without."""
+        if not self.cfg.iterations or labels < 1:
+            return None
+        return math.ceil(reward_update * labels / batch_size), self.cfg.stop_accuracy
 
     def replay(self, buffer: Any, active: Callable[[], bool]) -> HybridReplay:
         return HybridReplay(buffer, self.cfg, active)

@@ -14,7 +14,13 @@ part ``p_t = s_t[position_dims]`` of each step (Meta-World's hand xyz, dims 0–
    kernel density (bandwidth ``bandwidth`` h) fitted on the segment's own T positions:
    log p̂_P(x) = logsumexp_j(−‖x − p_j‖² / 2h²) − log T − (d/2) log(2πh²). A low K is a spread
    of positions, a segment that moves. The ``reward_batch × r`` pairs of highest
-   1 / (K(σ⁰) + K(σ¹)) stay, r = max(1, int(``large_batch`` × ``sample_ratio``)).
+   1 / (K(σ⁰) + K(σ¹)) stay, r = max(1, int(``large_batch`` × ``sample_ratio``)), as the
+   official ``compute_quries_kde`` ranks them. That is the lowest summed log density only while
+   the sums K(σ⁰) + K(σ¹) are positive: a pair with a negative sum (segments that spread
+   most) ranks below every pair with a positive one. Each step's own kernel term bounds
+   log p̂ ≥ −log T − (d/2) log(2πh²), so K > 0 whenever T < (2πh²)^(−d/2): always on the
+   official settings (h = 0.05, d = 3: T < 508; segment 50), not for a wider bandwidth or more
+   steps (h = 0.5, d = 3: the bound is −log T + 0.68, negative from T = 2).
 2. **Distinction** (when r > 1): each segment's main direction v, the first principal
    component of its centred positions; the ``reward_batch`` pairs of largest angle
    arccos(v⁰ · v¹) are the queries: two clips that both move, in different directions.
@@ -35,6 +41,9 @@ Where Themis differs from the official code, each stated:
   global step, ≥ 10000 at its first use, so the bonus is below 1e-43: what it changes there is
   the replay mix alone. SENIOR runs on MRN in its repository; here it is a query selection that
   composes with any method (``method=[senior,mrn]`` runs both, as the official code).
+- SENIOR's published numbers come from the official code as it runs: queries that are
+  uniform in distribution (the mirror index above), on top of MRN (``train_SENIOR.py``), with
+  PGE's 70/30 replay mix; they measure that combination, not MDS as described alone.
 - The official runs are on Meta-World only (``run_SENIOR.sh``: ``segment`` 50,
   ``large_batch`` 10, ``sample_ratio`` 0.3, bandwidth 0.05); ``position_dims`` must name the
   position dims of other environments' observations.

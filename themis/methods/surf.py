@@ -23,7 +23,9 @@ official code's too): the pseudo-label from their sums, the loss from the croppe
 (the labels walked in a permutation) and never stops early; B-Pref's 97 % stop is commented out
 there. In Themis's epochs (one pass over the labels in batches of 128) that is
 ``ceil(steps / ceil(labels / 128))`` epochs: 79 at 10 labels and ``reward_update=1000`` (SURF's
-walker_walk command), 782 at 100. ``surf.early_stop=true`` trains as B-Pref does instead (up to
+walker_walk command), 782 at 100; on Meta-World ``reward_update=20`` (the hammer command,
+``config/method_domain/surf/MetaWorld.yaml``): 2 steps at 10 labels, 63 at 400 (16 epochs
+of 4 steps here: 64). ``surf.early_stop=true`` trains as B-Pref does instead (up to
 ``reward_update`` epochs, stopped at 97 % train accuracy: far fewer steps, what Themis did
 before issue 41; docs/guide/methods/index.md, History).
 """
@@ -62,7 +64,8 @@ class Returns(Protocol):
 class SURFConfig:
     """``surf.*`` keys (``method=surf`` sets ``enabled``); defaults: the published runs
     (alinlab/SURF README, walker_walk: ``threshold_u`` 0.99, ``mu`` 4, ``inv_label_ratio``
-    100; ``method=surf domain=MetaWorld``: ``inv_label_ratio`` 10, as its hammer run)."""
+    100; ``method=surf domain=MetaWorld``: ``inv_label_ratio`` 10 and ``reward_update=20``, as
+    its hammer run)."""
 
     enabled: bool = False
     """Switch SURF on (``method=surf``)."""

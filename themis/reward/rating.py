@@ -30,7 +30,7 @@ from themis.reward.preference_models import (
     rating_logits,
     rating_loss,
 )
-from themis.reward.trainer import RewardTrainer
+from themis.reward.trainer import RewardTrainer, StepBudget
 
 
 class RatingTrainer(RewardTrainer):
@@ -55,9 +55,16 @@ class RatingTrainer(RewardTrainer):
         super().__init__(model, lr, batch_size, rng)
         self.classes, self.k = classes, k
 
-    def train_epoch(self, dataset: PreferenceDataset,
-                    rows: np.ndarray | None = None) -> tuple[float, float]:
-        """One pass over the rated segments; returns (mean loss, mean accuracy) over members."""
+    def train_epoch(self, dataset: PreferenceDataset, rows: np.ndarray | None = None,
+                    budget: StepBudget | None = None) -> tuple[float, float]:
+        """One pass over the rated segments; returns (mean loss, mean accuracy) over members.
+
+        Raises:
+            ValueError: a ``budget`` (rating rounds are counted in epochs: no method counts
+                them in steps).
+        """
+        if budget is not None:
+            raise ValueError("rating feedback trains in epochs, not in a budget of steps")
         obs, act, ratings = dataset.tensors(self.model.device)
         picked = torch.arange(len(ratings), device=obs.device) if rows is None \
             else torch.as_tensor(rows, device=obs.device)

@@ -11,6 +11,7 @@ split, a bootstrap sample per member and an L2 coefficient adapted to the valida
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,11 +73,31 @@ def newest_mean(values: np.ndarray, mask: np.ndarray, most: int) -> np.ndarray:
 
 @dataclass
 class RewardTrainStats:
-    """Outcome of one call of :meth:`RewardTrainer.train`."""
+    """Outcome of one call of :meth:`RewardTrainer.train` (``epochs``: passes begun over the
+    labels; ``steps``: gradient steps taken)."""
 
     loss: float
     accuracy: float
     epochs: int
+    steps: int = 0
+
+
+@dataclass
+class StepBudget:
+    """A round counted in gradient steps (a method's ``round_steps``): the steps left and the
+    predictions of the round so far, which stop it once ``correct / counted`` reaches
+    ``stop_accuracy`` (huxiao09/QPA ``reward_model.py`` ``train_reward_iter``)."""
+
+    left: int
+    stop_accuracy: float
+    correct: float = 0.0
+    counted: float = 0.0
+
+    def reached(self, correct: float, counted: float) -> bool:
+        """Whether the round's accuracy, with ``correct`` of ``counted`` more predictions,
+        reaches :attr:`stop_accuracy`."""
+        total = self.counted + counted
+        return total > 0 and (self.correct + correct) / total >= self.stop_accuracy
 
 
 class RewardTrainer:
@@ -148,18 +169,23 @@ class RewardTrainer:
         self.crop = crop
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
+        self.steps_taken = 0
+        """Gradient steps taken by this trainer so far (every :meth:`train_epoch`)."""
         self.between_batches: Callable[[], None] | None = None
         """Called after every minibatch step of :meth:`train_epoch`, and between the gradient
         chunks of a pixel minibatch (``chunk_images``): a run taking turns on the cores with
         other runs gives its core to a waiting run there (:mod:`themis.run.core_turns`; a
         Breakout minibatch of 128 pairs through three CNNs took 3.6 s on one thread)."""
 
-    def train_epoch(self, dataset: PreferenceDataset,
-                    rows: np.ndarray | None = None) -> tuple[float, float]:
+    def train_epoch(self, dataset: PreferenceDataset, rows: np.ndarray | None = None,
+                    budget: StepBudget | None = None) -> tuple[float, float]:
         """One pass over the dataset; returns (mean loss, mean accuracy) over members.
 
         Accuracy counts pairs with a strict preference whose predicted order matches the label;
         NaN when every label is a tie (nothing was measured, so nothing reads as success).
+        With ``budget`` the pass ends early once its steps are spent or the round's
+        accumulated accuracy reaches its stop (the budget is updated; loss and accuracy are
+        then those of the batches taken).
         """
         obs, act, labels = dataset.tensors(self.model.device)
         picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
@@ -188,14 +214,25 @@ class RewardTrainer:
         for method in self.methods:
             method.start_epoch()
         sums = torch.zeros(3, device=obs.device)  # loss × pairs, correct, counted
+        seen = 0  # pairs of the batches taken
         for lo in range(0, n, self.batch_size):
-            self.minibatch_step(obs, act, labels, picked, perms[:, lo:lo + self.batch_size],
-                                sums)
+            if budget is not None and budget.left <= 0:
+                break
+            batch = perms[:, lo:lo + self.batch_size]  # (E, b)
+            seen += batch.shape[1]
+            self.minibatch_step(obs, act, labels, picked, batch, sums)
+            if budget is not None:  # official QPA: the round's accuracy after every step
+                budget.left -= 1
+                if budget.reached(sums[1].item(), sums[2].item()):
+                    budget.left = 0
         for method in self.methods:
             method.end_epoch()
         total_loss, correct, counted = sums.tolist()
+        if budget is not None:
+            budget.correct += correct
+            budget.counted += counted
         accuracy = correct / counted if counted else float("nan")
-        return total_loss / (n * ens), accuracy
+        return total_loss / (max(seen, 1) * ens), accuracy
 
     def minibatch_step(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
                        picked: torch.Tensor | None, batch: torch.Tensor,
@@ -239,6 +276,7 @@ class RewardTrainer:
             if extra is not None:
                 extra.backward()
         self.optimizer.step()
+        self.steps_taken += 1
         if self.between_batches is not None:
             self.between_batches()
 
@@ -267,7 +305,9 @@ class RewardTrainer:
         ``target_accuracy`` (default :attr:`target_accuracy`; BPref) after more than
         :attr:`min_epochs` epochs (a method's stop rule), or after one epoch when every label is
         a tie (accuracy NaN: no order to fit). ``target_accuracy > 1``: every epoch is run
-        (DRLHP's pretraining, :class:`themis.reward.schedule.LabelPassSchedule`).
+        (DRLHP's pretraining, :class:`themis.reward.schedule.LabelPassSchedule`). A method's
+        ``round_epochs`` sets the epochs; its ``round_steps`` counts the round in gradient
+        steps instead, stopped only by the accuracy accumulated over them (:class:`StepBudget`).
 
         ``rows``: the dataset rows to train on (default: all).
 
@@ -280,23 +320,32 @@ class RewardTrainer:
         loss, acc, epochs = float("nan"), 0.0, 0
         rows, val_rows = self.split(dataset, rows)
         labelled = len(dataset) if rows is None else len(rows)
+        budget = None
         for method in self.methods:  # a method's own length of a round (the first one's)
+            in_steps = method.round_steps(labelled, max_epochs, self.batch_size)
+            if in_steps is not None:  # gradient steps, stopped on the round's accuracy only
+                budget = StepBudget(int(in_steps[0]), float(in_steps[1]))
+                max_epochs, target = budget.left, math.inf  # every pass takes a step or more
+                break
             planned = method.round_epochs(labelled, max_epochs, self.batch_size)
             if planned is not None:
                 max_epochs = planned
                 break
+        first_step = self.steps_taken
         self.model.train()
         while epochs < max_epochs and (rows is None or len(rows)):
-            loss, acc = self.train_epoch(dataset, rows)
+            loss, acc = self.train_epoch(dataset, rows, budget)
             epochs += 1
             self.adapt_l2(dataset, rows, val_rows)
-            if np.isnan(acc) or (acc > target and epochs - 1 > self.min_epochs):
+            if np.isnan(acc) or (acc > target and epochs - 1 > self.min_epochs) or (
+                    budget is not None and budget.left <= 0):
                 break
         if epochs == 0:  # every label held out: nothing trained, nothing measured
             acc = float("nan")
         self.model.eval()  # queries, relabelling and the agent see the model in eval mode
         self.measure_validation(dataset, rows, val_rows)
-        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs)
+        return RewardTrainStats(loss=loss, accuracy=acc, epochs=epochs,
+                                steps=self.steps_taken - first_step)
 
     def split(self, dataset: PreferenceDataset, rows: np.ndarray | None,
               ) -> tuple[np.ndarray | None, np.ndarray]:
