@@ -34,6 +34,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
@@ -446,8 +447,13 @@ class LabelServer:
                              "create labeler tokens with labelers=N")
         self.host, self.port, self.run_dir = host, port, run_dir
         self.max_connections = max_connections or connection_cap()
+        # log_config=None: uvicorn's default calls logging.config.dictConfig, which binds
+        # its handlers to the sys.stderr of this moment (a test's captured stream, closed
+        # once the test ends) and resets every handler of the process; without it uvicorn's
+        # records propagate to the root logger (the console's last-resort handler in a run)
         config = uvicorn.Config(create_app(store, run_dir, allowed_hosts(host)), host=host,
                                 port=port, log_level="warning", access_log=False,
+                                log_config=None,
                                 http=guarded_h11(self.max_connections, request_timeout),
                                 ws="none", lifespan="off", timeout_keep_alive=KEEP_ALIVE,
                                 # asyncio accepts up to `backlog` sockets in a burst before
@@ -483,6 +489,7 @@ class LabelServer:
             RuntimeError: the server did not start (e.g. the port is taken).
         """
         self.thread.start()
+        _LIVE.add(self)
         deadline = time.time() + timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.time() > deadline:
@@ -503,11 +510,29 @@ class LabelServer:
             os.replace(tmp, info)
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and wait for the server's thread to end (at most ``timeout``
+        seconds for a graceful stop, then open connections are cut and it waits as long
+        again), so that nothing of the server writes after its owner has gone on."""
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            self.thread.join(timeout=timeout)
+        if self.thread.is_alive():  # connections that do not close: cut them
+            self.server.force_exit = True
+            self.thread.join(timeout=timeout)
+        _LIVE.discard(self)
         if self.run_dir is not None:
             (self.run_dir / "web" / "server.json").unlink(missing_ok=True)
+
+
+_LIVE: weakref.WeakSet[LabelServer] = weakref.WeakSet()
+"""Servers started and not stopped (tests stop what a test left running:
+:func:`live_servers`)."""
+
+
+def live_servers() -> list[LabelServer]:
+    """The label servers of this process that were started and not stopped."""
+    return [server for server in list(_LIVE) if server.thread.is_alive()]
 
 
 LABEL_PAGE = """<!doctype html>

@@ -162,7 +162,8 @@ def check_mlflow_run(client, run_dir: Path) -> str:
 
 
 @pytest.mark.slow
-def test_mlflow_local_store_gets_config_rows_files_and_resume_continues_the_run(tmp_path):
+def test_mlflow_local_store_gets_config_rows_files_and_resume_continues_the_run(
+        tmp_path, isolated_home):
     uri = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
     proc = launch("themis_train.sh", *TINY_PENDULUM, *CLIPS, "logger=mlflow",
@@ -236,7 +237,7 @@ class MlflowServer:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path):
+def mlflow_server(tmp_path, isolated_home):
     server = MlflowServer(tmp_path)
     yield server
     server.stop()
@@ -300,7 +301,8 @@ def history(records: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(tmp_path):
+def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(
+        tmp_path, isolated_home):
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "THEMIS_THREADS": "1",
            "WANDB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DATA_DIR": str(tmp_path / "data"),

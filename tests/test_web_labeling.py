@@ -299,6 +299,30 @@ def server_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if any(m in line for m in marks)]
 
 
+def test_a_server_started_under_a_captured_stream_leaves_no_handler_on_it(tmp_path, capfd):
+    """The quick tests died without a summary (I/O operation on closed file): uvicorn's own
+    logging config bound handlers to the sys.stderr of the moment (this test's captured
+    stream, closed when it ends) and reset the process's handlers. The server configures no
+    logging, its records go to the root logger, and stop() joins its thread."""
+    import logging
+
+    before = {name: list(logging.getLogger(name).handlers)
+              for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access")}
+    store, _ = posted_store(tmp_path)
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        assert httpx.get(server.url + "api/next", timeout=10).status_code == 200
+        after = {name: list(logging.getLogger(name).handlers) for name in before}
+        assert after == before
+        assert logging.getLogger("uvicorn").propagate
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
+    from lib.label_server import live_servers
+
+    assert server not in live_servers()
+
+
 def test_nan_and_infinity_in_a_body_get_422_and_no_traceback(tmp_path, capfd, caplog):
     store, _ = posted_store(tmp_path)
     server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
