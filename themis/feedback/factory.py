@@ -134,6 +134,10 @@ def make_dataset(ws: Any) -> PreferenceDataset:
     try:
         loaded = PreferenceDataset.load(cfg.prefs_path)
     except (FileNotFoundError, ValueError) as e:
+        labels = Path(str(cfg.prefs_path)) / "preferences"
+        if (labels / "meta.json").is_file():  # prefs_path=RUN_DIR: its labels are in a folder
+            raise ConfigError(f"prefs_path={cfg.prefs_path} is a run dir; its labels are in "
+                              f"{labels}: use prefs_path={labels}") from None
         raise ConfigError(f"prefs_path={cfg.prefs_path}: {e}") from None
     if (loaded.obs_dim, loaded.action_dim) != (ws.obs_dim, ws.action_dim):
         raise ConfigError(
