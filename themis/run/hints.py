@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-HELP = {"train_themis": "./themis_train.sh --help", "pretrain_themis": "./themis_pretrain.sh --help"}
+HELP = {"train_themis": "./themis_train.sh --help",
+        "pretrain_themis": "./themis_pretrain.sh --help"}
 """The command that lists the keys, per config (the launchers, not ``python -m``, which needs
 the venv's interpreter)."""
 
