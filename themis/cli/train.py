@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import difflib
 import os
 import sys
@@ -33,11 +34,19 @@ register_configs()
 
 
 
+RAISE_INSTEAD = contextvars.ContextVar("themis_fail_raises", default=False)
+"""Set by the Python API (:func:`themis.cli.api.train`): :func:`fail` raises
+:class:`themis.utils.ConfigError` with the line instead of ending the program."""
+
+
 def fail(message: str) -> None:
-    """End the program before any training: one line on stderr, exit code 2.
+    """End the program before any training: one line on stderr, exit code 2 (in the Python API,
+    :data:`RAISE_INSTEAD`: raise :class:`ConfigError` with the line).
 
     ``THEMIS_DEBUG=1`` also prints the traceback of the exception being handled, if any.
     """
+    if RAISE_INSTEAD.get():
+        raise ConfigError(message) from None
     if os.environ.get("THEMIS_DEBUG", "") not in ("", "0") and sys.exc_info()[0] is not None:
         traceback.print_exc()
     print(f"themis: error: {message}", file=sys.stderr)
