@@ -113,11 +113,12 @@ class TerminalChannel(AnswersAtOnce):
         clips: a ``lib.clips.ClipMaker`` (frames and explanation panels of queries).
         labeler: stored with each label (``human:NAME``).
         record: writes one answered pair to the dataset at once.
-        header: the totals shown in the prompt (round, queries so far).
+        header: the totals shown in the prompt (round, queries so far), a function of the
+            queries asked so far in the round (the prompt of each query calls it).
     """
 
     def __init__(self, teacher: Any, clips: Any, labeler: str, record: Record,
-                 header: Callable[[], str]) -> None:
+                 header: Callable[[int], str]) -> None:
         self.teacher, self.clips, self.labeler = teacher, clips, labeler
         self.record, self.header = record, header
 
@@ -131,7 +132,7 @@ class TerminalChannel(AnswersAtOnce):
                             self.labeler)
 
         with progress_bars_paused():  # no progress bar drawn over the question
-            result = self.teacher.ask(frames, answered, self.header(), panels)
+            result = self.teacher.ask(frames, answered, self.header, panels)
         keep = np.array(result.keep, dtype=bool)
         labels = np.array(result.labels, dtype=np.float32)[keep]
         self._answered = Gathered(queries.take(np.arange(result.asked)), keep, labels,

@@ -242,8 +242,8 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
             TerminalTeacher(clip_dir, reader, cfg.human_viewer, cfg.clip_fps, first_query=done)
         person.instructions = label_instructions(cfg)
 
-        def header() -> str:
-            return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
+        def header(asked: int = 0) -> str:  # asked: the queries of this round before it
+            return (f"round {learner.rounds + 1}, {learner.total_feedback + asked} of "
                     f"{cfg.max_feedback} queries asked before it")
 
         return TerminalChannel(person, clips, labeler, learner.record, header)
