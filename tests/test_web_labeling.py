@@ -983,6 +983,28 @@ def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_pa
     ws.logger.close()
 
 
+def test_web_skips_reach_reward_csvs_skipped_column(compose, tmp_path):
+    """A "can't tell" on the page counts as a skipped query in the round (reward.csv
+    ``skipped``, the eval rows' skip_fraction), as a terminal skip does."""
+    from themis.cli.train import make_workspace
+
+    ws = make_workspace(compose(WEB_RUN), tmp_path)
+    rng = np.random.default_rng(0)
+    n = 3
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 20, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 20, 1)).astype(np.float32),
+                         rng.normal(size=(n, 2, 20)).astype(np.float32), np.zeros((n, 2), np.int64))
+    ids = ws.label_store.post(1, pairs, [tmp_path / f"c{i}.mp4" for i in range(n)], 1)
+    ws.label_store.answer(ids[0], "local", 1.0)
+    ws.label_store.answer(ids[1], "local", None)  # can't tell
+    ws.label_store.answer(ids[2], "local", None)
+    report = ws.learner.round(None, 0, False, 0, [], [], ask=False)
+    assert (report.labeled_feedback, report.skipped) == (1, 2)
+    assert len(ws.learner.dataset) == 1
+    assert ws.learner.stats.as_dict()["skip_fraction"] == pytest.approx(2 / 3)
+    ws.logger.close()
+
+
 def test_web_labels_keep_the_time_the_person_answered(compose, tmp_path):
     from themis.cli.train import make_workspace
     from themis.reward import PreferenceDataset

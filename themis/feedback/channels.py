@@ -40,6 +40,8 @@ class Gathered:
         commit: web: called once the labels are saved (marks the queries used in the store).
         timestamps: web: ``(keep.sum(),)`` when each label was given (Unix seconds), kept in
             the dataset instead of the time it was gathered.
+        skipped: web: "can't tell" answers gathered besides ``pairs`` (they have no label and
+            no pair here; the round's ``skipped`` counts them with the ``keep`` False ones).
     """
 
     pairs: SegmentPairs
@@ -50,6 +52,7 @@ class Gathered:
     answer_ids: list[str] | None = None
     commit: Callable[[], None] | None = None
     timestamps: np.ndarray | None = None
+    skipped: int = 0
 
 
 def _empty_like(pairs: SegmentPairs) -> Gathered:
@@ -232,6 +235,7 @@ class WebChannel:
             self.store.mark_used(got.query_ids)
 
         if got.pairs is None:
-            return replace(_empty_like(template), commit=commit)
+            return replace(_empty_like(template), commit=commit, skipped=got.skipped)
         return Gathered(got.pairs, np.ones(len(got.labels), bool), got.labels, got.labelers,
-                        answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps)
+                        answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps,
+                        skipped=got.skipped)
