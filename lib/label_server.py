@@ -374,6 +374,18 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
         media = "video/mp4" if path.suffix == ".mp4" else "image/gif"
         return FileResponse(path, media_type=media)
 
+    @app.get("/api/posters/{query_id}", response_class=FileResponse)
+    def poster(query_id: int = PathParam(ge=1, le=2**62),
+               who: str = Depends(labeler)) -> FileResponse:
+        """The first frame of a query's clip (PNG), shown until the video paints."""
+        try:
+            path = store.servable_poster(query_id)  # inside web/clips/ only, as the clips
+        except UnknownQuery:
+            raise HTTPException(404, f"no query {query_id}") from None
+        except FileNotFoundError as e:
+            raise HTTPException(404, str(e)) from None
+        return FileResponse(path, media_type="image/png")
+
     @app.post("/api/answers", status_code=201)
     def answer(body: Answer, who: str = Depends(labeler)) -> dict[str, Any]:
         if not 1 <= body.query_id <= 2**62:
@@ -596,7 +608,9 @@ async function load() {
   document.getElementById("query").hidden = current === null;
   document.getElementById("empty").hidden = current !== null;
   if (current === null) { setTimeout(load, 3000); return; }
-  document.getElementById("clip").src = "api/clips/" + current + q;
+  const clip = document.getElementById("clip");
+  clip.poster = "api/posters/" + current + q;  // the first frame until the video paints
+  clip.src = "api/clips/" + current + q;
   document.body.dataset.query = current;
 }
 async function send(label, rating) {

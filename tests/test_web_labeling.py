@@ -661,6 +661,73 @@ def wait_until(page, expression: str, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
+def posters_store(run: Path) -> tuple[LabelStore, list[int]]:
+    """A store with two queries whose clips (and posters) ClipMaker wrote from colourful
+    frames, as a web round writes them."""
+    from lib.clips import ClipMaker
+    from themis.environments.frames import FrameStore
+
+    rng = np.random.default_rng(0)
+    ring = FrameStore(capacity=40, buffer_capacity=40, height=48)
+    for slot in range(40):  # a bright square moving over a dark background
+        frame = np.full((48, 48, 3), 30, np.uint8)
+        frame[10:30, slot % 28:slot % 28 + 20] = rng.integers(150, 255, 3, dtype=np.uint8)
+        ring.add(slot, frame)
+    n, horizon = 2, 10
+    queries = SegmentPairs(np.zeros((n, 2, horizon, 3), np.float32),
+                           np.zeros((n, 2, horizon, 1), np.float32),
+                           np.zeros((n, 2, horizon), np.float32),
+                           np.array([[0, 10], [20, 30]], np.int64))
+    paths = ClipMaker(ring, 40, run, fps=5).write_web_clips(queries, 1)
+    store = LabelStore(run / "labels.sqlite", run / "web")
+    return store, store.post(1, queries, paths, 1)
+
+
+def test_each_web_clip_has_its_first_frame_as_a_poster_served_by_id(tmp_path):
+    from PIL import Image
+
+    store, ids = posters_store(tmp_path)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    got = client.get(f"/api/posters/{ids[0]}")
+    assert got.status_code == 200 and got.headers["content-type"] == "image/png"
+    import io
+
+    poster = np.asarray(Image.open(io.BytesIO(got.content)))
+    assert poster.ndim == 3 and poster.std() > 10  # the clip's first frame, not a blank
+    assert client.get("/api/posters/999").status_code == 404
+    assert client.get("/api/posters/..%2Flabels.sqlite").status_code in (404, 422)
+    (tmp_path / "web" / "clips" / "round0001_001.png").unlink()  # an earlier run's clips
+    assert client.get(f"/api/posters/{ids[1]}").status_code == 404
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
+                    "(.ci/run installs it)")
+def test_the_clip_area_shows_the_poster_frame_in_headless_chromium(tmp_path):
+    """Headless Chromium paints no video into a screenshot (and a browser shows a grey box
+    until the video paints): the poster frame fills the clip area."""
+    import io
+
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    store, _ = posters_store(tmp_path)
+    for clip in (tmp_path / "web" / "clips").glob("*.mp4"):  # a video that has not painted
+        clip.write_bytes(b"\x00\x00\x00\x18ftypmp42")  # yet (still loading): poster only
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        with sync_playwright() as p:
+            browser, page = open_labeling_page(p, server.url)
+            wait_until(page, "document.getElementById('clip').src !== ''")
+            time.sleep(1.0)  # the poster image loads and paints
+            shot = np.asarray(Image.open(io.BytesIO(page.locator("#clip").screenshot()))
+                              .convert("RGB")).astype(float)
+            browser.close()
+    finally:
+        server.stop()
+    assert shot.shape[0] > 20 and shot.shape[1] > 20
+    assert shot.std() > 20, shot.std()  # not one grey: the frames' squares are in it
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
                     "(.ci/run installs it)")

@@ -328,6 +328,24 @@ class LabelStore:
             raise FileNotFoundError(f"the clip of query {query_id} is missing")
         return real
 
+    def servable_poster(self, query_id: int) -> Path:
+        """The poster frame of a query's clip (its first frame, the ``.png`` beside the clip),
+        under the rules of :meth:`servable_clip`: a regular file inside ``web/clips/``.
+
+        Raises:
+            UnknownQuery: no such query.
+            FileNotFoundError: no poster (clips of earlier versions have none), or not one of
+                this run's.
+        """
+        path = self.clip_path(query_id).with_suffix(".png")
+        clips = self.web_dir / "clips"
+        real = Path(os.path.realpath(path))
+        if (os.path.islink(self.web_dir) or os.path.islink(clips)
+                or not real.is_relative_to(os.path.realpath(clips))
+                or real.suffix != ".png" or not real.is_file()):
+            raise FileNotFoundError(f"the clip of query {query_id} has no poster frame")
+        return real
+
     def rating_classes(self, query_id: int) -> int:
         """0 for a pairwise query, ``n`` for a rating query.
 
