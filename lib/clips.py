@@ -67,22 +67,30 @@ class ClipMaker:
 
         return panels
 
-    def write(self, queries: SegmentPairs, paths: list[Path]) -> list[Path]:
-        """One side-by-side clip per query (segment 1 left), with panels if any."""
+    def write(self, queries: SegmentPairs, paths: list[Path],
+              posters: bool = False) -> list[Path]:
+        """One side-by-side clip per query (segment 1 left), with panels if any; ``posters``:
+        its first frame as a PNG beside it (:func:`poster_path`)."""
         frames = self.frames(queries)
         panels = self.panels(queries, frames)
         written = []
         for i, path in enumerate(paths):
             path.parent.mkdir(parents=True, exist_ok=True)
             extra = panels(i, path) if panels is not None else None
-            written.append(write_clip(query_clip(frames[i], extra), path, self.fps))
+            clip = query_clip(frames[i], extra)
+            written.append(write_clip(clip, path, self.fps))
+            if posters:
+                write_poster(clip[0], poster_path(written[-1]))
         return written
 
+
     def write_web_clips(self, queries: SegmentPairs, round_number: int) -> list[Path]:
-        """Clips of a web round: ``web/clips/roundRRRR_III.mp4``."""
+        """Clips of a web round: ``web/clips/roundRRRR_III.mp4``, each with its poster frame
+        beside it (``roundRRRR_III.png``, the clip's first frame: the page shows it until the
+        video paints)."""
         clip_dir = self.run_dir / "web" / "clips"
         return self.write(queries, [clip_dir / f"round{round_number:04d}_{i:03d}.mp4"
-                                    for i in range(len(queries))])
+                                    for i in range(len(queries))], posters=True)
 
     def save_explained(self, queries: SegmentPairs) -> list[Path]:
         """Synthetic teachers: the queries' explained clips and summary PNGs in ``queries/``
@@ -91,3 +99,22 @@ class ClipMaker:
                  for i in range(len(queries))]
         self.saved += len(paths)
         return self.write(queries, paths) if len(queries) else []
+
+
+def poster_path(clip: Path) -> Path:
+    """The poster frame of a clip: the PNG beside it (``round0001_000.mp4`` ->
+    ``round0001_000.png``)."""
+    return clip.with_suffix(".png")
+
+
+def write_poster(frame: np.ndarray, path: Path) -> Path:
+    """Write one frame ``(H, W, 3)`` uint8 as a PNG (Pillow), atomically (a page never gets
+    half a file)."""
+    import os
+
+    from PIL import Image
+
+    tmp = path.with_name(path.name + ".tmp")
+    Image.fromarray(np.ascontiguousarray(frame)).save(tmp, format="PNG")
+    os.replace(tmp, path)
+    return path

@@ -275,7 +275,7 @@ class TerminalTeacher:
         return key
 
     def ask(self, frames: np.ndarray, on_answer: Callable[[int, float | None], None],
-            header: str = "",
+            header: str | Callable[[int], str] = "",
             panels: Callable[[int, Path], tuple[np.ndarray, np.ndarray]] | None = None
             ) -> RoundAnswers:
         """Show each query's clip and read the person's answer.
@@ -285,7 +285,9 @@ class TerminalTeacher:
                 (``(n, 1, …)``: ratings, :class:`RatingTerminalTeacher`).
             on_answer: called with ``(query index, label)`` the moment an answer is given
                 (label ``None`` = skipped); it must make the answer durable.
-            header: totals shown in the prompt (round, queries so far).
+            header: totals shown in the prompt (round, queries so far), or a function of
+                the queries asked so far in this round that gives them (they advance as the
+                person answers).
             panels: optional ``(query index, clip path) -> (left panel, right panel)``:
                 explanation panels drawn under each side (see :mod:`lib.explain`).
 
@@ -304,7 +306,8 @@ class TerminalTeacher:
             clip = write_clip(query_clip(frames[i], extra), path, self.fps)
             self.show(clip)
             while True:
-                action = self.keys.get(self.prompt(i, n, header))
+                action = self.keys.get(self.prompt(i, n, header(i) if callable(header)
+                                                   else header))
                 if action == "replay":
                     self.show(clip)
                 elif action == "quit":

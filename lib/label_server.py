@@ -34,6 +34,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
@@ -373,6 +374,18 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
         media = "video/mp4" if path.suffix == ".mp4" else "image/gif"
         return FileResponse(path, media_type=media)
 
+    @app.get("/api/posters/{query_id}", response_class=FileResponse)
+    def poster(query_id: int = PathParam(ge=1, le=2**62),
+               who: str = Depends(labeler)) -> FileResponse:
+        """The first frame of a query's clip (PNG), shown until the video paints."""
+        try:
+            path = store.servable_poster(query_id)  # inside web/clips/ only, as the clips
+        except UnknownQuery:
+            raise HTTPException(404, f"no query {query_id}") from None
+        except FileNotFoundError as e:
+            raise HTTPException(404, str(e)) from None
+        return FileResponse(path, media_type="image/png")
+
     @app.post("/api/answers", status_code=201)
     def answer(body: Answer, who: str = Depends(labeler)) -> dict[str, Any]:
         if not 1 <= body.query_id <= 2**62:
@@ -446,8 +459,13 @@ class LabelServer:
                              "create labeler tokens with labelers=N")
         self.host, self.port, self.run_dir = host, port, run_dir
         self.max_connections = max_connections or connection_cap()
+        # log_config=None: uvicorn's default calls logging.config.dictConfig, which binds
+        # its handlers to the sys.stderr of this moment (a test's captured stream, closed
+        # once the test ends) and resets every handler of the process; without it uvicorn's
+        # records propagate to the root logger (the console's last-resort handler in a run)
         config = uvicorn.Config(create_app(store, run_dir, allowed_hosts(host)), host=host,
                                 port=port, log_level="warning", access_log=False,
+                                log_config=None,
                                 http=guarded_h11(self.max_connections, request_timeout),
                                 ws="none", lifespan="off", timeout_keep_alive=KEEP_ALIVE,
                                 # asyncio accepts up to `backlog` sockets in a burst before
@@ -483,6 +501,7 @@ class LabelServer:
             RuntimeError: the server did not start (e.g. the port is taken).
         """
         self.thread.start()
+        _LIVE.add(self)
         deadline = time.time() + timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.time() > deadline:
@@ -503,11 +522,29 @@ class LabelServer:
             os.replace(tmp, info)
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and wait for the server's thread to end (at most ``timeout``
+        seconds for a graceful stop, then open connections are cut and it waits as long
+        again), so that nothing of the server writes after its owner has gone on."""
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            self.thread.join(timeout=timeout)
+        if self.thread.is_alive():  # connections that do not close: cut them
+            self.server.force_exit = True
+            self.thread.join(timeout=timeout)
+        _LIVE.discard(self)
         if self.run_dir is not None:
             (self.run_dir / "web" / "server.json").unlink(missing_ok=True)
+
+
+_LIVE: weakref.WeakSet[LabelServer] = weakref.WeakSet()
+"""Servers started and not stopped (tests stop what a test left running:
+:func:`live_servers`)."""
+
+
+def live_servers() -> list[LabelServer]:
+    """The label servers of this process that were started and not stopped."""
+    return [server for server in list(_LIVE) if server.thread.is_alive()]
 
 
 LABEL_PAGE = """<!doctype html>
@@ -571,7 +608,9 @@ async function load() {
   document.getElementById("query").hidden = current === null;
   document.getElementById("empty").hidden = current !== null;
   if (current === null) { setTimeout(load, 3000); return; }
-  document.getElementById("clip").src = "api/clips/" + current + q;
+  const clip = document.getElementById("clip");
+  clip.poster = "api/posters/" + current + q;  // the first frame until the video paints
+  clip.src = "api/clips/" + current + q;
   document.body.dataset.query = current;
 }
 async function send(label, rating) {

@@ -28,6 +28,28 @@ def compose():
     return themis_compose
 
 
+SERVICE_STATE = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS",
+                 "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME",
+                 "WANDB_API_KEY", "WANDB_DIR", "WANDB_CONFIG_DIR")
+"""Environment variables through which a real service reads state of this account."""
+
+
+@pytest.fixture
+def isolated_home(tmp_path_factory, monkeypatch):
+    """A fresh ``HOME`` (and XDG folders) for a test that starts a real service (a Ray
+    cluster, MLflow, W&B), also for the processes it launches: what an earlier session of the
+    account left (``~/.ray/auth_token``, ``~/.netrc``, ``MLFLOW_TRACKING_URI``) does not reach
+    the test. Returns the new home."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"),
+                      ("XDG_DATA_HOME", ".local/share")):
+        monkeypatch.setenv(name, str(home / sub))
+    for name in SERVICE_STATE:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
 # Tiny settings for end-to-end runs on Pendulum (200-step episodes).
 TINY_PENDULUM = [
     "domain=Classic", "env=Pendulum-v1", "num_train_steps=1200", "num_seed_steps=200",
@@ -46,3 +68,57 @@ def launch(script: str, *overrides: str, timeout: int = 600,
         env["THEMIS_THREADS"] = threads
     return subprocess.run([str(ROOT / script), *overrides], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
+
+
+# ---------------------------------------------------------------- a failure is always named
+@pytest.fixture(autouse=True)
+def _no_label_server_left_running():
+    """A labeling server a test started (a workspace's, or its own) is stopped and its thread
+    joined when the test ends, passed or failed: nothing of it writes into the next test's
+    (or a closed) captured stream."""
+    yield
+    import sys
+
+    module = sys.modules.get("lib.label_server")
+    if module is not None:
+        for server in module.live_servers():
+            server.stop()
+
+
+def _usable(stream) -> bool:
+    return stream is not None and not getattr(stream, "closed", False)
+
+
+def _reopen_std_streams() -> None:
+    """``sys.stdout`` / ``sys.stderr`` closed or gone (a captured stream kept by a thread or a
+    handler): open the process's own descriptors again, so that what pytest writes next (the
+    failures' names, the summary) is seen."""
+    import sys
+
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        if not _usable(getattr(sys, name, None)):
+            setattr(sys, name, open(os.dup(fd), "w", buffering=1, closefd=True))
+
+
+def pytest_runtest_logreport(report):
+    """A failed test is named on the terminal when it fails (``FAILED node id``), not only in
+    the summary at the end: a session that cannot write its summary still names it."""
+    if not report.failed:
+        return
+    _reopen_std_streams()
+    line = f"\nFAILED {report.nodeid} ({report.when})\n"
+    try:
+        os.write(2, line.encode(errors="replace"))
+    except OSError:
+        pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """The summary reaches the terminal even when the stream pytest writes to was closed."""
+    _reopen_std_streams()
+    writer = terminalreporter._tw
+    if not _usable(getattr(writer, "_file", None)):
+        import sys
+
+        writer._file = sys.stdout

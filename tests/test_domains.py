@@ -430,3 +430,27 @@ def test_clips_without_an_opengl_backend_are_one_clear_error(monkeypatch, domain
     monkeypatch.setenv("MUJOCO_GL", "disable")
     with pytest.raises(ConfigError, match="MUJOCO_GL=disable: no libEGL"):
         make_env(domain, env, seed=0, render_mode="rgb_array")
+
+
+def test_dmc_and_meta_world_print_no_backend_or_version_lines_but_keep_warnings():
+    """dm_control's absl INFO lines ("MUJOCO_GL=osmesa, attempting to import specified OpenGL
+    backend.", "MuJoCo library version is: ...") reached the launchers' console (Hydra's
+    handler prints INFO) on every DMC and Meta-World launch; its warnings still do."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import logging, sys\n"
+            "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+            "from themis.environments.domains import make_env\n"
+            "make_env('DMC', 'walker_walk', seed=0).close()\n"
+            "make_env('MetaWorld', 'door-open-v3', seed=0).close()\n"
+            "logging.getLogger('absl').warning('a real warning')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**__import__("os").environ,
+                                                      "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "MUJOCO_GL=" not in out and "MuJoCo library version" not in out, out
+    assert "a real warning" in out

@@ -126,7 +126,8 @@ def test_the_trainer_never_trains_on_held_out_labels():
     trainer = RewardTrainer(RewardEnsemble(3, 1, 2, 8, 1), rng=rng, validation=split)
     seen: list[np.ndarray] = []
     epoch = trainer.train_epoch
-    trainer.train_epoch = lambda d, rows=None: (seen.append(rows), epoch(d, rows))[1]
+    trainer.train_epoch = lambda d, rows=None, budget=None: (  # type: ignore[method-assign]
+        seen.append(rows), epoch(d, rows, budget))[1]
     trainer.train(data, max_epochs=2)
     assert seen and all(not held[rows].any() for rows in seen)
     assert trainer.validation_stats["val_labels"] == held.sum()

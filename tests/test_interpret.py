@@ -382,6 +382,15 @@ def test_the_neural_preprocessing_command_on_rollouts(tmp_path):
     assert m["epic_to_reference_before"] == pytest.approx(0.0, abs=1e-6)
     assert m["objective_after"] < m["objective_before"]
     assert (tmp_path / "n" / "preprocess_curves.png").stat().st_size > 0
+    # the fields the gridworld analysis has (README: preprocessing.json), for vector envs too
+    grid_learned = {"support_mass_before", "support_mass_after", "epic_before", "epic_after",
+                    "direct_pearson_distance_before", "direct_pearson_distance_after"}
+    assert set(m["learned"]) == grid_learned
+    assert set(m["shaped_true"]) == grid_learned | {"objective_before", "objective_after"}
+    assert {"true_support_mass", "support_transitions", "epic_method"} <= set(m)
+    assert m["learned"]["epic_before"] == pytest.approx(m["epic_to_reference_before"])
+    assert 0 <= m["shaped_true"]["direct_pearson_distance_before"] <= 1
+    assert m["shaped_true"]["objective_after"] <= m["shaped_true"]["objective_before"]
 
 
 def test_the_feature_vis_command_end_to_end(tmp_path):

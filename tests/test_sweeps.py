@@ -527,10 +527,11 @@ def _listening_addresses(pids: set[int]) -> set[str]:
 
 
 @pytest.fixture
-def ray_head():
+def ray_head(isolated_home):
     """A real Ray cluster on this machine: ``ray start --head --block`` on 127.0.0.1 with 2
     CPUs, in its own process group; stopped (the group, then anything left of its session)
-    at the end."""
+    at the end. ``HOME`` is a fresh folder for the cluster and the test's launches alike
+    (no ``~/.ray/auth_token`` of an earlier Ray session)."""
     import socket
     import tempfile
     import time
@@ -679,3 +680,32 @@ def test_optuna_example_search_composes(compose):
     cfg = compose(["hydra/sweeper=reward_search"], return_hydra_config=True)
     assert cfg.hydra.sweeper._target_.endswith("ThemisOptunaSweeper")
     assert set(cfg.hydra.sweeper.params) == {"reward_lr", "segment", "reward_batch"}
+
+
+def test_ray_launcher_gives_one_line_when_the_cluster_refuses_its_token(monkeypatch, capsys):
+    """A ``~/.ray/auth_token`` of another cluster: Ray's AuthenticationError is one line
+    and exit code 2, not a traceback."""
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    from hydra_plugins.themis_ray_launcher.ray_launcher import ThemisRayLauncher
+
+    def refuse(**kwargs):
+        raise AuthenticationError("Authentication failed: InvalidAuthToken")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(SystemExit) as stop:
+        ThemisRayLauncher(address="127.0.0.1:6379").start_ray()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("themis: error: the Ray cluster at "
+                                                   "127.0.0.1:6379 refused"), err
+    assert "Traceback" not in err
+
+    def other(**kwargs):
+        raise ConnectionError("no cluster at 127.0.0.1:6379")
+
+    monkeypatch.setattr(ray, "init", other)  # other errors stay Ray's own
+    with pytest.raises(ConnectionError):
+        ThemisRayLauncher(address="127.0.0.1:6379").start_ray()

@@ -162,7 +162,8 @@ def check_mlflow_run(client, run_dir: Path) -> str:
 
 
 @pytest.mark.slow
-def test_mlflow_local_store_gets_config_rows_files_and_resume_continues_the_run(tmp_path):
+def test_mlflow_local_store_gets_config_rows_files_and_resume_continues_the_run(
+        tmp_path, isolated_home):
     uri = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
     proc = launch("themis_train.sh", *TINY_PENDULUM, *CLIPS, "logger=mlflow",
@@ -236,7 +237,7 @@ class MlflowServer:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path):
+def mlflow_server(tmp_path, isolated_home):
     server = MlflowServer(tmp_path)
     yield server
     server.stop()
@@ -300,7 +301,8 @@ def history(records: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(tmp_path):
+def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(
+        tmp_path, isolated_home):
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "THEMIS_THREADS": "1",
            "WANDB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DATA_DIR": str(tmp_path / "data"),
@@ -340,3 +342,22 @@ def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(t
     assert len(offline) == 2  # the same W&B run id: wandb sync appends it to the first
     resumed = wandb_records(offline[-1])
     assert [s for s, _ in history(resumed, "eval/episode_reward")] == [1800]
+
+
+def test_mlflow_defaults_to_an_sqlite_store_in_the_run_dir_and_says_how_to_open_it(
+        tmp_path, isolated_home):
+    """No logger.tracking_uri and no MLFLOW_TRACKING_URI: the run's own SQLite store (MLflow's
+    recommended store; the file store is deprecated), and the console says how to open it."""
+    from themis.tracking.hub import RunInfo
+    from themis.tracking.mlflow_backend import MlflowTracker
+    from themis.tracking.settings import LoggerConfig
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tracker = MlflowTracker(LoggerConfig(mlflow=True))
+    state = tracker.start(RunInfo(run_dir, {"env": "Pendulum-v1"}, "run"), None)
+    uri = f"sqlite:///{run_dir.resolve() / 'mlflow.db'}"
+    assert state["tracking_uri"] == uri and (run_dir / "mlflow.db").is_file()
+    assert f"mlflow ui --backend-store-uri {uri}" in tracker.describe()
+    assert not (tmp_path / "mlruns").exists() and not (isolated_home / "mlruns").exists()
+    assert mlflow_client(uri).get_run(state["run_id"]).data.params["env"] == "Pendulum-v1"

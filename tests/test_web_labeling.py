@@ -299,6 +299,30 @@ def server_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if any(m in line for m in marks)]
 
 
+def test_a_server_started_under_a_captured_stream_leaves_no_handler_on_it(tmp_path, capfd):
+    """The quick tests died without a summary (I/O operation on closed file): uvicorn's own
+    logging config bound handlers to the sys.stderr of the moment (this test's captured
+    stream, closed when it ends) and reset the process's handlers. The server configures no
+    logging, its records go to the root logger, and stop() joins its thread."""
+    import logging
+
+    before = {name: list(logging.getLogger(name).handlers)
+              for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access")}
+    store, _ = posted_store(tmp_path)
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        assert httpx.get(server.url + "api/next", timeout=10).status_code == 200
+        after = {name: list(logging.getLogger(name).handlers) for name in before}
+        assert after == before
+        assert logging.getLogger("uvicorn").propagate
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
+    from lib.label_server import live_servers
+
+    assert server not in live_servers()
+
+
 def test_nan_and_infinity_in_a_body_get_422_and_no_traceback(tmp_path, capfd, caplog):
     store, _ = posted_store(tmp_path)
     server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
@@ -637,6 +661,73 @@ def wait_until(page, expression: str, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
+def posters_store(run: Path) -> tuple[LabelStore, list[int]]:
+    """A store with two queries whose clips (and posters) ClipMaker wrote from colourful
+    frames, as a web round writes them."""
+    from lib.clips import ClipMaker
+    from themis.environments.frames import FrameStore
+
+    rng = np.random.default_rng(0)
+    ring = FrameStore(capacity=40, buffer_capacity=40, height=48)
+    for slot in range(40):  # a bright square moving over a dark background
+        frame = np.full((48, 48, 3), 30, np.uint8)
+        frame[10:30, slot % 28:slot % 28 + 20] = rng.integers(150, 255, 3, dtype=np.uint8)
+        ring.add(slot, frame)
+    n, horizon = 2, 10
+    queries = SegmentPairs(np.zeros((n, 2, horizon, 3), np.float32),
+                           np.zeros((n, 2, horizon, 1), np.float32),
+                           np.zeros((n, 2, horizon), np.float32),
+                           np.array([[0, 10], [20, 30]], np.int64))
+    paths = ClipMaker(ring, 40, run, fps=5).write_web_clips(queries, 1)
+    store = LabelStore(run / "labels.sqlite", run / "web")
+    return store, store.post(1, queries, paths, 1)
+
+
+def test_each_web_clip_has_its_first_frame_as_a_poster_served_by_id(tmp_path):
+    from PIL import Image
+
+    store, ids = posters_store(tmp_path)
+    client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
+    got = client.get(f"/api/posters/{ids[0]}")
+    assert got.status_code == 200 and got.headers["content-type"] == "image/png"
+    import io
+
+    poster = np.asarray(Image.open(io.BytesIO(got.content)))
+    assert poster.ndim == 3 and poster.std() > 10  # the clip's first frame, not a blank
+    assert client.get("/api/posters/999").status_code == 404
+    assert client.get("/api/posters/..%2Flabels.sqlite").status_code in (404, 422)
+    (tmp_path / "web" / "clips" / "round0001_001.png").unlink()  # an earlier run's clips
+    assert client.get(f"/api/posters/{ids[1]}").status_code == 404
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
+                    "(.ci/run installs it)")
+def test_the_clip_area_shows_the_poster_frame_in_headless_chromium(tmp_path):
+    """Headless Chromium paints no video into a screenshot (and a browser shows a grey box
+    until the video paints): the poster frame fills the clip area."""
+    import io
+
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    store, _ = posters_store(tmp_path)
+    for clip in (tmp_path / "web" / "clips").glob("*.mp4"):  # a video that has not painted
+        clip.write_bytes(b"\x00\x00\x00\x18ftypmp42")  # yet (still loading): poster only
+    server = LabelServer(store, "127.0.0.1", 0, tmp_path).start()
+    try:
+        with sync_playwright() as p:
+            browser, page = open_labeling_page(p, server.url)
+            wait_until(page, "document.getElementById('clip').src !== ''")
+            time.sleep(1.0)  # the poster image loads and paints
+            shot = np.asarray(Image.open(io.BytesIO(page.locator("#clip").screenshot()))
+                              .convert("RGB")).astype(float)
+            browser.close()
+    finally:
+        server.stop()
+    assert shot.shape[0] > 20 and shot.shape[1] > 20
+    assert shot.std() > 20, shot.std()  # not one grey: the frames' squares are in it
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed "
                     "(.ci/run installs it)")
@@ -956,6 +1047,28 @@ def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_pa
     assert learner.training_rows().tolist() == [0, 1]
     fit = learner.trainer.train(learner.dataset, 2, rows=learner.training_rows())
     assert fit.epochs >= 1
+    ws.logger.close()
+
+
+def test_web_skips_reach_reward_csvs_skipped_column(compose, tmp_path):
+    """A "can't tell" on the page counts as a skipped query in the round (reward.csv
+    ``skipped``, the eval rows' skip_fraction), as a terminal skip does."""
+    from themis.cli.train import make_workspace
+
+    ws = make_workspace(compose(WEB_RUN), tmp_path)
+    rng = np.random.default_rng(0)
+    n = 3
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 20, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 20, 1)).astype(np.float32),
+                         rng.normal(size=(n, 2, 20)).astype(np.float32), np.zeros((n, 2), np.int64))
+    ids = ws.label_store.post(1, pairs, [tmp_path / f"c{i}.mp4" for i in range(n)], 1)
+    ws.label_store.answer(ids[0], "local", 1.0)
+    ws.label_store.answer(ids[1], "local", None)  # can't tell
+    ws.label_store.answer(ids[2], "local", None)
+    report = ws.learner.round(None, 0, False, 0, [], [], ask=False)
+    assert (report.labeled_feedback, report.skipped) == (1, 2)
+    assert len(ws.learner.dataset) == 1
+    assert ws.learner.stats.as_dict()["skip_fraction"] == pytest.approx(2 / 3)
     ws.logger.close()
 
 

@@ -1,5 +1,9 @@
 """Themis: reinforcement learning from human preferences (PEBBLE, BPref) in PyTorch.
 
+Themis's own loop from Python: :func:`train` (``./themis_train.sh`` as a function: the same
+keys, validation and one-line errors, raised as :class:`TrainConfigError`) and
+:func:`load_run` (a run folder read back without unpickling; :mod:`themis.cli.api`).
+
 The public entry points for using preference learning outside Themis' own loop:
 :class:`PreferenceLearningWrapper` (any agent learns from preferences through the env; its
 vectorised forms are in :mod:`themis.online`), :class:`LearnedRewardWrapper` (a frozen learned
@@ -13,7 +17,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = ["LearnedRewardWrapper", "PreferenceDataset", "PreferenceLearningVectorEnv",
-           "PreferenceLearningWrapper", "RewardEnsemble", "__version__", "load_reward_model"]
+           "PreferenceLearningWrapper", "RewardEnsemble", "TrainConfigError", "__version__",
+           "load_reward_model", "load_run", "train"]
 
 _LAZY = {
     "LearnedRewardWrapper": "themis.reward.wrapper",
@@ -22,6 +27,9 @@ _LAZY = {
     "PreferenceLearningVectorEnv": "themis.online.wrapper",
     "RewardEnsemble": "themis.reward.ensemble",
     "load_reward_model": "themis.reward.ensemble",
+    "train": "themis.cli.api",
+    "load_run": "themis.cli.api",
+    "TrainConfigError": "themis.cli.api",
 }
 
 

@@ -17,6 +17,7 @@ runs on, so on several machines the sweep dir must be on storage they share.
 # where dataclasses cannot resolve string annotations.
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +114,13 @@ class ThemisRayLauncher(Launcher):
         if self.address is None:
             kwargs.setdefault("include_dashboard", False)
         log.info(f"Ray: connecting to {self.address or 'a new local instance'}")
-        ray.init(address=self.address, **kwargs)
+        try:
+            ray.init(address=self.address, **kwargs)
+        except Exception as e:  # a token the cluster refuses: one line, exit 2
+            if not is_token_refused(e):
+                raise
+            print(f"themis: error: {token_refused_line(self.address)}", file=sys.stderr)
+            sys.exit(2)
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
@@ -151,3 +158,26 @@ def _plain(node: Any) -> dict[str, Any]:
         assert isinstance(value, dict)
         return {str(k): v for k, v in value.items()}
     return dict(node)
+
+
+def is_token_refused(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what caused it) is Ray refusing this client's token: Ray's
+    ``AuthenticationError``, or a gRPC ``InvalidAuthToken`` / ``Unauthenticated`` status."""
+    seen = 0
+    while error is not None and seen < 8:
+        text = f"{type(error).__name__}: {error}"
+        if type(error).__name__ == "AuthenticationError" or "InvalidAuthToken" in text or \
+                "UNAUTHENTICATED" in text:
+            return True
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return False
+
+
+def token_refused_line(address: str | None) -> str:
+    """The one line for a Ray cluster that refused this client's token."""
+    where = f"the Ray cluster at {address}" if address else "the local Ray instance"
+    return (f"{where} refused this machine's authentication token (InvalidAuthToken): the "
+            "token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN is not the "
+            "cluster's; use the token the cluster was started with, or a clean HOME for a "
+            "cluster of your own (README: Sweeps on Ray)")

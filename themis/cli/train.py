@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import difflib
 import os
 import sys
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.online.online_reward import PreferenceLearnerError
 from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target, schema_keys
+from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
 from themis.run.snapshot import take_snapshot_schedule
 from themis.run.threads import parse_threads
 from themis.run.workspace import Workspace, query_rounds
@@ -32,18 +34,26 @@ register_configs()
 
 
 
+RAISE_INSTEAD = contextvars.ContextVar("themis_fail_raises", default=False)
+"""Set by the Python API (:func:`themis.cli.api.train`): :func:`fail` raises
+:class:`themis.utils.ConfigError` with the line instead of ending the program."""
+
+
 def fail(message: str) -> None:
-    """End the program before any training: one line on stderr, exit code 2.
+    """End the program before any training: one line on stderr, exit code 2 (in the Python API,
+    :data:`RAISE_INSTEAD`: raise :class:`ConfigError` with the line).
 
     ``THEMIS_DEBUG=1`` also prints the traceback of the exception being handled, if any.
     """
+    if RAISE_INSTEAD.get():
+        raise ConfigError(message) from None
     if os.environ.get("THEMIS_DEBUG", "") not in ("", "0") and sys.exc_info()[0] is not None:
         traceback.print_exc()
     print(f"themis: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def describe_composition_error(error: Exception) -> str:
+def describe_composition_error(error: Exception, config_name: str = "train_themis") -> str:
     """One line for a Hydra composition error: a key typo (with the closest key), a wrong type,
     an unknown config-group option (domain, teacher), or Hydra's own first line."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -55,8 +65,7 @@ def describe_composition_error(error: Exception) -> str:
         close = difflib.get_close_matches(key, schema_keys(),
                                           n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        return (f"{key} is not a Themis config key{hint}; python -m themis.cli.train --help "
-                "lists them")
+        return f"{key} is not a Themis config key{hint}; {help_command(config_name)} lists them"
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", "") or "a value"
         return f"{key}: {str(cause).splitlines()[0]}"
@@ -93,6 +102,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     flags = {a for a in argv if a.startswith("-")}
     overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
                                                       "~hydra"))]
+    if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())):
+        fail(hint)  # --num_train_steps 1000: a key written as a flag
     if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked
         for job in sweep_variants(overrides):
             check_overrides(job, config_name)
@@ -104,6 +115,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     if resume not in (None, "here") and not (Path(str(resume)) / "config.yaml").is_file():
         fail(f"resume={resume}: no Themis run there (config.yaml missing); point resume= at "
              "the run dir of the run to continue")
+    if resume not in (None, "here") and (problem := resume_problem(Path(str(resume)), overrides)):
+        fail(problem)  # a pretraining run, or one that had finished
     run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
                          None)
     target = Path(run_dir_value) if run_dir_value else Path.cwd()
@@ -125,13 +138,13 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
         cfg = compose(overrides, config_name)
         OmegaConf.to_object(cfg)
     except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
-        fail(describe_composition_error(e))
+        fail(composition_hint(e, overrides) or describe_composition_error(e, config_name))
     known = set(OmegaConf.structured(TrainConfig).keys())
     for name in map(str, cfg):
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            fail(f"{name} is not a Themis config key{hint}; python -m themis.cli.train --help "
+            fail(f"{name} is not a Themis config key{hint}; {help_command(config_name)} "
                  "lists them")
     return cfg
 

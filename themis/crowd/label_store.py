@@ -118,6 +118,9 @@ class Answers(NamedTuple):
         answer_ids: the answer IDs behind each label, ``;``-separated.
         timestamps: ``(n,)`` float64, when each label was given (Unix seconds; a label that
             aggregates several answers: the last of them).
+        skipped: "can't tell" answers among the gathered queries (gold ones not counted):
+            each skip under ``each``; a query answered only with skips under ``majority``
+            and ``model``. They give no label; ``reward.csv`` counts them (``skipped``).
     """
 
     query_ids: list[int]
@@ -126,6 +129,7 @@ class Answers(NamedTuple):
     labelers: list[str]
     answer_ids: list[str]
     timestamps: np.ndarray
+    skipped: int = 0
 
 
 def hash_token(token: str) -> str:
@@ -324,6 +328,24 @@ class LabelStore:
             raise FileNotFoundError(f"the clip of query {query_id} is missing")
         return real
 
+    def servable_poster(self, query_id: int) -> Path:
+        """The poster frame of a query's clip (its first frame, the ``.png`` beside the clip),
+        under the rules of :meth:`servable_clip`: a regular file inside ``web/clips/``.
+
+        Raises:
+            UnknownQuery: no such query.
+            FileNotFoundError: no poster (clips of earlier versions have none), or not one of
+                this run's.
+        """
+        path = self.clip_path(query_id).with_suffix(".png")
+        clips = self.web_dir / "clips"
+        real = Path(os.path.realpath(path))
+        if (os.path.islink(self.web_dir) or os.path.islink(clips)
+                or not real.is_relative_to(os.path.realpath(clips))
+                or real.suffix != ".png" or not real.is_file()):
+            raise FileNotFoundError(f"the clip of query {query_id} has no poster frame")
+        return real
+
     def rating_classes(self, query_id: int) -> int:
         """0 for a pairwise query, ``n`` for a rating query.
 
@@ -444,9 +466,14 @@ class LabelStore:
             gold = dict(db.execute("SELECT id, gold FROM queries WHERE gold IS NOT NULL"))
         model = crowd.dawid_skene(every, gold) if every else {}  # EM outside the write lock
         obs, act, true, labels, labelers, answer_ids, times = [], [], [], [], [], [], []
+        skipped = 0
         for qid in rows:
             given = [(str(aid), who, lab, when) for aid, who, lab, when in answers[int(qid)]
                      if lab is not None and who not in exclude]
+            skips = sum(1 for _, who, lab, _ in answers[int(qid)]
+                        if lab is None and who not in exclude)
+            skipped += skips if aggregate not in ("majority", "model") else int(
+                bool(skips) and not given)
             alone = [(str(aid), who, lab, when) for aid, who, lab, when in answers[int(qid)]
                      if lab is not None and who in exclude]
             if aggregate in ("majority", "model") and given:
@@ -468,11 +495,11 @@ class LabelStore:
                     answer_ids.append(aid)
                     times.append(float(when))
         if not labels:
-            return Answers(ids, None, np.zeros(0, np.float32), [], [], np.zeros(0))
+            return Answers(ids, None, np.zeros(0, np.float32), [], [], np.zeros(0), skipped)
         pairs = SegmentPairs(np.stack(obs), np.stack(act), np.stack(true),
                              np.zeros((len(labels), len(obs[0])), dtype=np.int64))
         return Answers(ids, pairs, np.array(labels, np.float32), labelers, answer_ids,
-                       np.array(times, np.float64))
+                       np.array(times, np.float64), skipped)
 
     def mark_used(self, query_ids: list[int]) -> None:
         """Mark gathered queries used (call once their labels are saved)."""

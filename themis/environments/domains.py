@@ -187,6 +187,14 @@ class Domain:
         short = [i.removeprefix(self.id_prefix) for i in ids]
         close = difflib.get_close_matches(spellings[-1].removeprefix(self.id_prefix), short, n=5,
                                           cutoff=0.5)
+        # an env of another domain: say which (walker_walk: DMC); the suites that import
+        # much (DMC, Meta-World, ...) only when the name is no typo of this domain's
+        home = domain_of(env, skip=self.name, cheap_only=bool(close))
+        if home is not None:
+            raise ConfigError(f"env={env} is not an environment of domain={self.name}: it is "
+                              f"{'a' if home != 'ALE' else 'an'} {home} "
+                              f"{'task' if home in ('DMC', 'MetaWorld') else 'env'}; add "
+                              f"domain={home}")
         hint = f"; close matches: {', '.join(close)}" if close else \
             f"; available: {', '.join(short[:12])}{', ...' if len(short) > 12 else ''}"
         raise ConfigError(f"env={env} is not an environment of domain={self.name}{hint}")
@@ -241,10 +249,39 @@ def get_domain(name: str) -> Domain:
         ConfigError: unknown domain (lists the known ones).
     """
     if name not in DOMAINS:
-        close = difflib.get_close_matches(name, list(DOMAINS), n=3)
+        same = [d for d in DOMAINS if d.lower() == name.lower()]  # domain=dmc: DMC
+        close = same or difflib.get_close_matches(name, list(DOMAINS), n=3)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"domain={name} is unknown{hint}; available: {', '.join(DOMAINS)}")
     return DOMAINS[name]
+
+
+HINT_ORDER = ("Classic", "Control", "Box2d", "DMC", "MetaWorld", "ALE", "Minigrid", "BabyAI",
+              "MovingDot")
+"""Domains asked, in this order, which one an env belongs to when it is not in the domain the
+user chose (seals and Gym repeat the others' ids)."""
+
+CHEAP_DOMAINS = ("Classic", "Control", "Box2d")
+"""Domains whose ids are in gymnasium's registry already (nothing to import to list them)."""
+
+
+def domain_of(env: str, skip: str = "", cheap_only: bool = False) -> str | None:
+    """The first domain of :data:`HINT_ORDER` (other than ``skip``; with ``cheap_only`` of
+    :data:`CHEAP_DOMAINS` only) that has ``env``, or None: for the error of an env given with
+    the wrong domain (``env=walker_walk`` with the default ``domain=Control`` is a DeepMind
+    Control task). A domain whose suite is not installed is passed over."""
+    for name in HINT_ORDER:
+        if name == skip or (cheap_only and name not in CHEAP_DOMAINS):
+            continue
+        dom = DOMAINS[name]
+        try:
+            ids = dom.env_ids()
+            spellings = [env, *(dom.aliases(env) if dom.aliases is not None else [])]
+        except Exception:  # a suite that is not installed or does not import here
+            continue
+        if any(c in ids for s in spellings for c in (s, dom.id_prefix + s)):
+            return name
+    return None
 
 
 def make_env(domain: str, env: str, seed: int | None = None,

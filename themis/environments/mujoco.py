@@ -60,11 +60,19 @@ def _mujoco_warning(message: str) -> None:
 
 def route_mujoco_warnings() -> None:
     """Send MuJoCo's warnings to logging, each distinct one once (instead of stderr on every
-    env and a ``MUJOCO_LOG.TXT`` in the working directory), and quiet PyOpenGL's INFO notes.
+    env and a ``MUJOCO_LOG.TXT`` in the working directory), and quiet the INFO notes of PyOpenGL
+    and of dm_control (absl's logger: its OpenGL backend and MuJoCo version lines).
     Called by every MuJoCo domain's ``setup``; a warning callback set by someone else wins."""
     # PyOpenGL (imported by MuJoCo's renderers) announces at INFO that an optional speed-up
     # module is missing; that is not news for a Themis user
     logging.getLogger("OpenGL").setLevel(logging.WARNING)
+    # dm_control announces at INFO, through absl's logger (which the launchers' console
+    # handler prints), which OpenGL backend it imports and MuJoCo's version: "MUJOCO_GL=osmesa,
+    # attempting to import ..." and "MuJoCo library version is: 3.3.0" on every DMC and
+    # Meta-World launch. Its warnings and errors still come through.
+    absl = logging.getLogger("absl")
+    if absl.level == logging.NOTSET or absl.level < logging.WARNING:
+        absl.setLevel(logging.WARNING)
     try:
         import mujoco
     except ImportError:  # pragma: no cover - MuJoCo is a dependency, but domains need not be

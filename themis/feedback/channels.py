@@ -40,6 +40,8 @@ class Gathered:
         commit: web: called once the labels are saved (marks the queries used in the store).
         timestamps: web: ``(keep.sum(),)`` when each label was given (Unix seconds), kept in
             the dataset instead of the time it was gathered.
+        skipped: web: "can't tell" answers gathered besides ``pairs`` (they have no label and
+            no pair here; the round's ``skipped`` counts them with the ``keep`` False ones).
     """
 
     pairs: SegmentPairs
@@ -50,6 +52,7 @@ class Gathered:
     answer_ids: list[str] | None = None
     commit: Callable[[], None] | None = None
     timestamps: np.ndarray | None = None
+    skipped: int = 0
 
 
 def _empty_like(pairs: SegmentPairs) -> Gathered:
@@ -113,11 +116,12 @@ class TerminalChannel(AnswersAtOnce):
         clips: a ``lib.clips.ClipMaker`` (frames and explanation panels of queries).
         labeler: stored with each label (``human:NAME``).
         record: writes one answered pair to the dataset at once.
-        header: the totals shown in the prompt (round, queries so far).
+        header: the totals shown in the prompt (round, queries so far), a function of the
+            queries asked so far in the round (the prompt of each query calls it).
     """
 
     def __init__(self, teacher: Any, clips: Any, labeler: str, record: Record,
-                 header: Callable[[], str]) -> None:
+                 header: Callable[[int], str]) -> None:
         self.teacher, self.clips, self.labeler = teacher, clips, labeler
         self.record, self.header = record, header
 
@@ -131,7 +135,7 @@ class TerminalChannel(AnswersAtOnce):
                             self.labeler)
 
         with progress_bars_paused():  # no progress bar drawn over the question
-            result = self.teacher.ask(frames, answered, self.header(), panels)
+            result = self.teacher.ask(frames, answered, self.header, panels)
         keep = np.array(result.keep, dtype=bool)
         labels = np.array(result.labels, dtype=np.float32)[keep]
         self._answered = Gathered(queries.take(np.arange(result.asked)), keep, labels,
@@ -231,6 +235,7 @@ class WebChannel:
             self.store.mark_used(got.query_ids)
 
         if got.pairs is None:
-            return replace(_empty_like(template), commit=commit)
+            return replace(_empty_like(template), commit=commit, skipped=got.skipped)
         return Gathered(got.pairs, np.ones(len(got.labels), bool), got.labels, got.labelers,
-                        answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps)
+                        answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps,
+                        skipped=got.skipped)

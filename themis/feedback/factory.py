@@ -138,6 +138,10 @@ def make_dataset(ws: Any) -> PreferenceDataset:
     try:
         loaded = PreferenceDataset.load(cfg.prefs_path)
     except (FileNotFoundError, ValueError) as e:
+        labels = Path(str(cfg.prefs_path)) / "preferences"
+        if (labels / "meta.json").is_file():  # prefs_path=RUN_DIR: its labels are in a folder
+            raise ConfigError(f"prefs_path={cfg.prefs_path} is a run dir; its labels are in "
+                              f"{labels}: use prefs_path={labels}") from None
         raise ConfigError(f"prefs_path={cfg.prefs_path}: {e}") from None
     if (loaded.obs_dim, loaded.action_dim) != (ws.obs_dim, ws.action_dim):
         raise ConfigError(
@@ -257,8 +261,8 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
             TerminalTeacher(clip_dir, reader, cfg.human_viewer, cfg.clip_fps, first_query=done)
         person.instructions = label_instructions(cfg)
 
-        def header() -> str:
-            return (f"round {learner.rounds + 1}, {learner.total_feedback} of "
+        def header(asked: int = 0) -> str:  # asked: the queries of this round before it
+            return (f"round {learner.rounds + 1}, {learner.total_feedback + asked} of "
                     f"{cfg.max_feedback} queries asked before it")
 
         return TerminalChannel(person, clips, labeler, learner.record, header)

@@ -298,8 +298,9 @@ class PreferenceLearner:
         self.labeled_feedback += int(got.keep.sum())
         oracle_labels = self.oracle_labels(got.pairs.true_rewards[got.keep])
         round_stats = TeacherStats()
+        asked = np.r_[got.keep, np.zeros(got.skipped, bool)]  # web skips: no pair, no label
         for stats in (round_stats, self.stats):
-            stats.update(got.keep, labels, oracle_labels)
+            stats.update(asked, labels, oracle_labels)
         if len(labels) and (labels == 0.5).all():
             self.info(f"step {step}: the teacher answered only ties this round ({len(labels)} "
                       "equal): no preference to learn from (a sparse reward gives equal "

@@ -249,6 +249,10 @@ def analyse_rollouts(model: RewardEnsemble, rollouts: Rollouts, out_dir: Path, o
                                 next_obs[samples_s], gamma, "reference")
         metrics["epic_to_reference_before"] = epic_ref["raw"]
         metrics["epic_to_reference_after"] = epic_ref["preprocessed"]
+    metrics.update(documented_fields(raw, pre, true, obs, next_obs, terminal, gamma, objective,
+                                     offset, ref, pairs, normalize, epochs, seed,
+                                     metrics.get("epic_to_reference_before"),
+                                     metrics.get("epic_to_reference_after")))
     out_dir.mkdir(parents=True, exist_ok=True)
     episodes = []
     for steps, _ in list(rollouts.episodes())[:3]:
@@ -268,6 +272,51 @@ def analyse_rollouts(model: RewardEnsemble, rollouts: Rollouts, out_dir: Path, o
     lines += [f"![reward curves]({_rel(out_dir, 'preprocess_curves.png')})", ""]
     (out_dir / "preprocess_curves.md").write_text("\n".join(lines))
     return metrics
+
+
+def documented_fields(raw: np.ndarray, pre: Preprocessed, true: np.ndarray, obs: np.ndarray,
+                      next_obs: np.ndarray, terminal: np.ndarray, gamma: float, objective: str,
+                      offset: bool, ref: np.ndarray | None, pairs: np.ndarray, normalize: str,
+                      epochs: int, seed: int, epic_before: float | None,
+                      epic_after: float | None) -> dict[str, Any]:
+    """The fields ``preprocessing.json`` has for gridworlds (README: Reward preprocessing), on
+    rollout transitions: for r̂ and for a copy of the true reward shaped by a random potential
+    (``Φ(s) = w·s / √d``, ``w ~ N(0, I)``), preprocessed the same way, the fraction of |r| on
+    the transitions the true reward rewards, the direct Pearson distance to the true reward,
+    and EPIC to it before and after. The true reward is known on the rollouts only, so EPIC
+    (which needs rewards of unseen transitions) is that to the ``--reference`` model when one
+    is given, else ``null``; the shaped copy's EPIC to the true reward is 0 by construction.
+    """
+    n = len(raw)
+    term = np.asarray(terminal, bool)
+    support = np.abs(true) > 1e-9
+    flat, flat_next = obs.reshape(n, -1).astype(np.float64), \
+        next_obs.reshape(n, -1).astype(np.float64)
+    w = np.random.default_rng(seed).normal(size=flat.shape[1]) / np.sqrt(flat.shape[1])
+    shaped_true = true + gamma * (flat_next @ w) * ~term - flat @ w
+    shaped = preprocess_neural(shaped_true, obs, next_obs, terminal, gamma, objective, offset,
+                               ref, pairs, normalize, epochs, seed=seed)
+    return {
+        "support_transitions": int(support.sum()),
+        "true_support_mass": support_mass(true, support),
+        "learned": {
+            "support_mass_before": support_mass(raw, support),
+            "support_mass_after": support_mass(pre.rewards, support),
+            "epic_before": epic_before, "epic_after": epic_after,
+            "direct_pearson_distance_before": pearson_distance(raw, true),
+            "direct_pearson_distance_after": pearson_distance(pre.rewards, true),
+        },
+        "shaped_true": {
+            "support_mass_before": support_mass(shaped_true, support),
+            "support_mass_after": support_mass(shaped.rewards, support),
+            "epic_before": 0.0, "epic_after": 0.0,
+            "direct_pearson_distance_before": pearson_distance(shaped_true, true),
+            "direct_pearson_distance_after": pearson_distance(shaped.rewards, true),
+            "objective_before": shaped.before, "objective_after": shaped.after,
+        },
+        "epic_method": "sampled, to the reference model (--reference)" if epic_before is not
+        None else "none: the true reward is known on the rollouts only (give --reference)",
+    }
 
 
 def _corr(a: np.ndarray, b: np.ndarray) -> float:

@@ -106,7 +106,7 @@ def _unknown(key: str) -> ConfigError:
         + list(GROUP_KEYS)
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return ConfigError(f"{key} is not a Themis config key{hint}; python -m themis.cli.train --help "
+    return ConfigError(f"{key} is not a Themis config key{hint}; ./themis_train.sh --help "
                        "lists them")
 
 

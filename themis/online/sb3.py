@@ -3,8 +3,10 @@
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import SubprocVecEnv
+    import torch
     from themis.online.sb3 import PreferenceLearningVecEnv
 
+    torch.set_num_threads(1)  # one thread for SB3's small networks (see below)
     venv = PreferenceLearningVecEnv(make_vec_env("CartPole-v1", 8, vec_env_cls=SubprocVecEnv),
                                     "runs/cartpole", max_feedback=300, segment=25)
     PPO("MlpPolicy", venv).learn(200_000)
@@ -14,6 +16,12 @@ SB3 resets a sub-env in the step that ends its episode (the last observation is 
 ``info["terminal_observation"]``): the step is recorded with the observation it was taken in,
 and the sub-env's next step starts a new episode. ``TimeLimit.truncated`` tells a time limit
 from a termination. ``infos[i]["true_reward"]`` holds the env's reward.
+
+One thread: Stable-Baselines3 runs on PyTorch's default intra-op threads (one per core). Its
+small MLP updates gain nothing from them, and on a machine whose cores are busy (other runs,
+the background learner) the threads wait on each other: the examples crawled at about 5
+steps/s. ``torch.set_num_threads(1)`` before the agent is built, as in the example, keeps it
+at its single-core speed (Themis's own runs choose this by ``torch_threads=auto``).
 """
 
 from __future__ import annotations

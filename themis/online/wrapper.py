@@ -1,7 +1,9 @@
 """Preference learning for any RL library: environment wrappers with a background learner.
 
+    import torch
     from themis import PreferenceLearningWrapper
 
+    torch.set_num_threads(1)  # SB3's small networks: one thread (see below)
     env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), "runs/pendulum",
                                     max_feedback=200, reward_batch=20, segment=25,
                                     num_seed_steps=500, num_interact=1000)
@@ -22,6 +24,12 @@ takes the newest one between two steps without waiting.
   that step: next-step and same-step);
 - :class:`themis.online.sb3.PreferenceLearningVecEnv`: a Stable-Baselines3 ``VecEnv`` (e.g.
   ``SubprocVecEnv(8)`` for PPO).
+
+One thread: Stable-Baselines3 runs on PyTorch's default intra-op threads (one per core). Its
+small MLP updates gain nothing from them, and on a machine whose cores are busy (other runs,
+the background learner) the threads wait on each other: the examples crawled at about 5
+steps/s. ``torch.set_num_threads(1)`` before the agent is built, as in the example, keeps it
+at its single-core speed (Themis's own runs choose this by ``torch_threads=auto``).
 """
 from __future__ import annotations
 
@@ -90,6 +98,10 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
     ``RUN_DIR/preferences/``, trains the reward ensemble, writes ``reward.csv`` and
     ``checkpoints/reward_model.pt`` and publishes the model; the wrapper takes the newest one
     without waiting.
+
+    Threads: call ``torch.set_num_threads(1)`` before building a Stable-Baselines3 agent on it
+    (PyTorch's default of one thread per core slows SB3's small networks on a busy machine to
+    a crawl; module docstring).
 
     Returned reward: r̂(s, a) of the transition ``(s, a, s')``, the ensemble mean, normalised to
     zero mean and unit variance with running statistics (DRLHP; ``normalize_reward=false``:

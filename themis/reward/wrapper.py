@@ -1,10 +1,18 @@
 """Use a learned reward anywhere: a gymnasium wrapper any RL library can train on.
 
+    import torch
     from themis import LearnedRewardWrapper, load_reward_model
     from themis.environments.domains import make_env
 
+    torch.set_num_threads(1)  # one thread for SB3's small networks (see below)
     env = LearnedRewardWrapper(make_env("Control", "HalfCheetah-v5"), load_reward_model(RUN_DIR))
     stable_baselines3.SAC("MlpPolicy", env).learn(100_000)   # never sees the true reward
+
+One thread: Stable-Baselines3 runs on PyTorch's default intra-op threads (one per core). Its
+small MLP updates gain nothing from them, and on a machine whose cores are busy (other runs,
+the background learner) the threads wait on each other: the examples crawled at about 5
+steps/s. ``torch.set_num_threads(1)`` before the agent is built, as in the example, keeps it
+at its single-core speed (Themis's own runs choose this by ``torch_threads=auto``).
 """
 
 from __future__ import annotations

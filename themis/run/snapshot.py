@@ -43,6 +43,13 @@ def agent_only(snap: dict[str, Any]) -> bool:
     return "agent" in snap and "buffer" not in snap
 
 
+def run_checkpoint(snap: dict[str, Any]) -> bool:
+    """Whether a file read by :func:`read_snapshot` is a run's ``checkpoints/state.pt``
+    (:meth:`Workspace.state_dict`: counters of a training run and its generators) rather than
+    a pretraining snapshot."""
+    return "pretraining_done" in snap and "num_unsup_steps" not in snap
+
+
 def take_snapshot_schedule(cfg: TrainConfig) -> str:
     """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
     ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
@@ -59,6 +66,12 @@ def take_snapshot_schedule(cfg: TrainConfig) -> str:
         return (f"pretrained_snapshot={path} is an agent checkpoint (agent.pt), not a "
                 "pretraining snapshot: the agent is loaded, nothing else (empty buffer, step 0, "
                 f"num_seed_steps={cfg.num_seed_steps}, num_unsup_steps={cfg.num_unsup_steps})")
+    if run_checkpoint(snap):  # a run's state.pt: no pretraining schedule to take from it
+        run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        raise ConfigError(f"pretrained_snapshot={path} is a training run's checkpoint "
+                          f"(checkpoints/state.pt), not a pretraining snapshot: continue that "
+                          f"run with resume={run}, or start a new run from its agent with "
+                          f"pretrained_snapshot={path.parent / 'agent.pt'}")
     step = int(snap["step"])
     seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
     unsup = int(snap.get("num_unsup_steps", step - seed))

@@ -187,6 +187,25 @@ def check_reward_training(cfg: Any) -> None:
     check_methods(cfg, where="async")  # a method inside the agent, or its own async rule
 
 
+def check_idle_keys(cfg: Any) -> None:
+    """Keys that do nothing without the key they serve, refused as ``prefs_path`` without
+    ``learn_reward`` is: ``teacher_ui=web`` without ``human_teacher=true`` (the synthetic
+    teacher answers; no page is served), ``xplain_action_dim`` without ``xplain_action=true``
+    (no action is explained).
+
+    Raises:
+        ConfigError: one line naming the key, the key it needs and the fix.
+    """
+    if cfg.teacher_ui == "web" and not cfg.human_teacher:
+        raise ConfigError("teacher_ui=web needs human_teacher=true (without it the synthetic "
+                          "teacher answers and no labeling page is served); add "
+                          "human_teacher=true or drop teacher_ui")
+    if cfg.xplain_action_dim != -1 and not cfg.xplain_action:
+        raise ConfigError(f"xplain_action_dim={cfg.xplain_action_dim} needs xplain_action=true "
+                          "(it chooses the action dimension explained); add xplain_action=true "
+                          "or drop xplain_action_dim")
+
+
 def validate(cfg: Any) -> None:
     """Check values and combinations Hydra's type checks cannot see.
 
@@ -273,3 +292,4 @@ def validate(cfg: Any) -> None:
                               "human_piped=true")
     if cfg.agent not in AGENTS:
         raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
+    check_idle_keys(cfg)

@@ -75,6 +75,11 @@ ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_
 ``round_*`` this round (the held-out numbers are on this round's new labels too)."""
 
 
+def plural(count: int, word: str) -> str:
+    """``1 round``, ``3 rounds``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def query_rounds(cfg: TrainConfig, agent: str) -> int:
     """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
     step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
@@ -312,6 +317,7 @@ class Workspace:
             self.label_server = start_label_server(self)
         if self.remote is not None:
             self.remote.start()
+        self.until = until  # the plan line of a pretraining run asks nothing
         try:
             self.driver.run(self, self.cfg.num_train_steps if until is None else until)
         finally:  # a core held in turn is held only while the loop runs
@@ -376,25 +382,32 @@ class Workspace:
         cfg = self.cfg
         if self.learner is None or cfg.max_feedback == 0:
             return None
+        until = getattr(self, "until", None)  # ./themis_pretrain.sh: ends before any round
+        if until is not None and until <= self.pretrain_end:
+            return None
         rounds = query_rounds(cfg, self.driver.NAME)
+        rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if self.driver.NAME == "ppo" else 1
+        first, every, _ = round_grid(cfg.num_train_steps, self.pretrain_end, cfg.num_interact,
+                                     rollout)  # PPO: rounds come after whole rollouts
+        spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1
+                                            else "")
         if self.learner.schedule is not None:  # query_schedule=decay
-            first, _, _ = round_grid(cfg.num_train_steps, self.pretrain_end, cfg.num_interact,
-                                     cfg.ppo.num_envs * cfg.ppo.num_steps
-                                     if self.driver.NAME == "ppo" else 1)
             plan = decaying_schedule(cfg, self.driver.NAME).plan(first, cfg.max_feedback,
                                                                  cfg.first_round_queries)
-            return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in {len(plan)} "
-                    f"rounds every {cfg.num_interact} steps from step {first}, decaying as "
+            return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in "
+                    f"{plural(len(plan), 'round')} {spacing} from step {first}, decaying as "
                     f"{cfg.query_decay_steps}/(T+{cfg.query_decay_steps}): "
                     f"{', '.join(map(str, plan[:3]))}{', ...' if len(plan) > 3 else ''} "
                     f"(query_schedule=decay)", "cyan")
-        asked = min(cfg.max_feedback, rounds * cfg.reward_batch)
-        used = -(-asked // cfg.reward_batch)
-        line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in {used} rounds of "
-                f"{cfg.reward_batch} (reward_batch), every {cfg.num_interact} steps from step "
-                f"{cfg.num_seed_steps + cfg.num_unsup_steps}")
+        first_round = cfg.first_round_queries or cfg.reward_batch  # DRLHP: 500 first
+        asked = min(cfg.max_feedback, first_round + max(0, rounds - 1) * cfg.reward_batch) \
+            if rounds else 0
+        used = min(rounds, 1 + -(-max(0, asked - first_round) // cfg.reward_batch))
+        line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in "
+                f"{plural(used, 'round')} of {cfg.reward_batch} (reward_batch), {spacing} from "
+                f"step {first}")
         if asked < cfg.max_feedback:
-            return (f"{line}: the run holds only {rounds} rounds, so "
+            return (f"{line}: the run holds only {plural(rounds, 'round')}, so "
                     f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
                     "num_train_steps or reward_batch, or lower num_interact", "yellow")
         return line, "cyan"

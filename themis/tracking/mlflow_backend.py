@@ -1,5 +1,9 @@
 """MLflow behind :class:`themis.tracking.hub.TrackingHub` (``logger=mlflow``).
 
+Without ``logger.tracking_uri`` (and ``MLFLOW_TRACKING_URI``) the run's own SQLite store,
+``sqlite:///RUN_DIR/mlflow.db`` (:func:`default_store`); open it with ``mlflow ui
+--backend-store-uri sqlite:///RUN_DIR/mlflow.db``.
+
 Any tracking URI MLflow takes: a local store (``sqlite:///PATH``, or ``file:PATH``, which
 MLflow 3 keeps in maintenance mode and refuses unless ``MLFLOW_ALLOW_FILE_STORE=true``: a
 ``file:`` URI given here sets that) or a server (``http://127.0.0.1:5000``). ``resume=``
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from themis.tracking.hub import RunFiles, RunInfo
@@ -37,6 +42,15 @@ def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def default_store(run_dir: Path) -> str:
+    """The store of a run without ``logger.tracking_uri`` and ``MLFLOW_TRACKING_URI``: an
+    SQLite database in the run dir, ``sqlite:///RUN_DIR/mlflow.db`` (the store MLflow
+    recommends; its file store is deprecated). One per run: parallel jobs of a sweep never
+    write one database at once. ``mlflow ui --backend-store-uri sqlite:///RUN_DIR/mlflow.db``
+    opens it."""
+    return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
+
+
 class MlflowTracker:
     """An MLflow run in the experiment ``logger.project``: parameters = the resolved config
     (flattened, ``sac.batch_size``), metrics = every CSV row at its step, tags = ``themis.*``,
@@ -61,7 +75,9 @@ class MlflowTracker:
         from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
-        self.uri = self.settings.tracking_uri or mlflow.get_tracking_uri()
+        self.uri = self.settings.tracking_uri or (
+            mlflow.get_tracking_uri() if os.environ.get("MLFLOW_TRACKING_URI")
+            else default_store(info.run_dir))
         if self.uri.startswith("file:"):  # asked for by name: MLflow 3 refuses it otherwise
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -108,4 +124,6 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status)
 
     def describe(self) -> str:
-        return f"MLflow run {self.run_id} in experiment {self.settings.project} at {self.uri}"
+        where = f"at {self.uri}" if not self.uri.startswith(("sqlite:", "file:")) else \
+            f"at {self.uri} (open it with: mlflow ui --backend-store-uri {self.uri})"
+        return f"MLflow run {self.run_id} in experiment {self.settings.project} {where}"

@@ -32,8 +32,9 @@ class LoggerConfig:
     entity: str | None = None
     """W&B entity (team or user); null: the account's default."""
     tracking_uri: str | None = None
-    """MLflow: file:PATH, sqlite:///PATH or http://HOST:PORT; null: MLFLOW_TRACKING_URI or
-    MLflow's local default."""
+    """MLflow: sqlite:///PATH, http://HOST:PORT or file:PATH (deprecated by MLflow); null:
+    MLFLOW_TRACKING_URI, else the run's own sqlite:///RUN_DIR/mlflow.db (open it with
+    ``mlflow ui --backend-store-uri sqlite:///RUN_DIR/mlflow.db``)."""
     clips: int = 3
     """Query clips (queries/, web/clips/) uploaded to the tracker at the end of the run."""
     report: bool = True
