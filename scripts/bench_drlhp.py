@@ -7,6 +7,7 @@ PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
     python scripts/bench_drlhp.py pong --steps 2000000       # Pong: the true score's curve
     python scripts/bench_drlhp.py dot --steps 4096 --seeds 0 --quick    # a smoke run
     python scripts/bench_drlhp.py speed                      # reward model: ms per frame
+    python scripts/bench_drlhp.py trunk --episodes 20        # shared trunk vs separate members
     python scripts/bench_drlhp.py commands                   # paper-scale and Enduro commands
 
 ``dot``: MovingDot (``domain=MovingDot``, themis/environments/moving_dot.py) at mrahtz's budget,
@@ -419,9 +420,84 @@ def speed_table(frames: int, reps: int) -> None:
         print(f"| {name} | {params:,} | {train:.3f} | {score:.3f} |", flush=True)
 
 
+def trunk_table(labels: int, heldout: int, epochs: int, seed: int) -> None:
+    """Separate members against one shared trunk with a head per member (``reward_net=drlhp``,
+    the recipe's trainer: bootstrap, 10 % random response, BN and dropout 0.5, Adam 2e-4,
+    batches of 32), trained ``epochs`` epochs on ``labels`` oracle-labelled pairs of 25-step
+    MovingDot segments from a random policy; on ``heldout`` other pairs: the ensemble's
+    accuracy, the members' disagreement (std of their P[σ² ≻ σ¹]) on all pairs and on the
+    ones it gets wrong against right (disagreement sampling needs the wrong ones to stand
+    out), training CPU seconds."""
+    import time
+
+    import torch
+
+    from themis.agents.buffers import SegmentPairs
+    from themis.environments.domains import make_env
+    from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+    from themis.reward.recipe import BootstrapCounts
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)
+    env = make_env("MovingDot", "MovingDotNoFrameskip-v0", seed=seed)
+    obs_dim = int(np.prod(env.observation_space.shape))
+    segs, rews, acts = [], [], []
+    while len(segs) < 2 * (labels + heldout):  # 25-step segments of random-policy episodes
+        obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+        o, r, a, done = [], [], [], False
+        while not done:
+            action = int(rng.integers(5))
+            o.append(obs.reshape(-1))
+            a.append(np.eye(5, dtype=np.float32)[action])
+            obs, reward, terminated, truncated, _ = env.step(action)
+            r.append(float(reward))
+            done = terminated or truncated
+        for lo in range(0, len(o) - 25 + 1, 25):
+            segs.append(np.stack(o[lo:lo + 25]))
+            acts.append(np.stack(a[lo:lo + 25]))
+            rews.append(np.array(r[lo:lo + 25], np.float32))
+    order = rng.permutation(len(segs))[: 2 * (labels + heldout)].reshape(-1, 2)
+    pairs = SegmentPairs(np.stack([[segs[i], segs[j]] for i, j in order]),
+                         np.stack([[acts[i], acts[j]] for i, j in order]),
+                         np.stack([[rews[i], rews[j]] for i, j in order]),
+                         np.zeros((len(order), 2), np.int64))
+    true = pairs.true_rewards.sum(-1)
+    y = (true[:, 1] > true[:, 0]).astype(np.float32) + 0.5 * (true[:, 1] == true[:, 0])
+    train_pairs, test_pairs = pairs.take(np.arange(labels)), pairs.take(
+        np.arange(labels, labels + heldout))
+    print(f"\nShared trunk against separate members: {labels} labelled pairs of 25-step "
+          f"MovingDot segments (random policy, oracle), {epochs} epochs, {heldout} held-out "
+          f"pairs, seed {seed}, one thread\n")
+    print("| reward model | parameters | held-out accuracy | disagreement (mean std of P) | "
+          "disagreement on wrong / right pairs | training CPU s |")
+    print("|---|---|---|---|---|---|")
+    for shared in (False, True):
+        torch.manual_seed(seed)
+        data = PreferenceDataset(labels, 25, obs_dim, 5, obs_dtype=np.uint8, frame_stack=1)
+        data.add(train_pairs, y[:labels])
+        model = RewardEnsemble(obs_dim, 5, 3, obs_shape=tuple(env.observation_space.shape),
+                               net="drlhp", dropout=0.5, batchnorm=True, shared_trunk=shared)
+        trainer = RewardTrainer(model, lr=2e-4, batch_size=32, rng=np.random.default_rng(seed),
+                                random_response=0.1, bootstrap=BootstrapCounts(3, seed),
+                                target_accuracy=np.inf)
+        start = time.process_time()
+        trainer.train(data, epochs)
+        spent = time.process_time() - start
+        p = model.eval().preference_probabilities(test_pairs.observations,
+                                                  test_pairs.actions)  # (E, n)
+        strict = y[labels:] != 0.5
+        wrong = ((p.mean(0) > 0.5) != (y[labels:] > 0.5)) & strict
+        spread = p.std(0)
+        ratio = spread[wrong].mean() / max(spread[strict & ~wrong].mean(), 1e-12)
+        print(f"| {'one shared trunk' if shared else 'separate members'} | "
+              f"{sum(q.numel() for q in model.parameters()):,} | "
+              f"{1 - wrong[strict].mean():.3f} | {spread.mean():.3f} | {ratio:.2f} | "
+              f"{spent:.0f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["dot", "pong", "speed", "commands"])
+    parser.add_argument("part", choices=["dot", "pong", "speed", "trunk", "commands"])
     parser.add_argument("--variants", nargs="+", help="dot: a subset of "
                         + ", ".join(DOT_VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int)
@@ -442,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.part == "speed":
         speed_table(frames=800, reps=3)
+        return 0
+    if args.part == "trunk":
+        trunk_table(labels=args.queries or 400, heldout=200, epochs=args.episodes,
+                    seed=(args.seeds or [0])[0])
         return 0
     if args.jobs < 1 or (args.steps is not None and args.steps < 1024):
         print("bench_drlhp: error: --jobs must be >= 1 and --steps >= 1024", file=sys.stderr)
