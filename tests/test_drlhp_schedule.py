@@ -185,3 +185,33 @@ def test_fast_dropout_zeroes_p_of_the_elements_scales_the_rest_and_passes_gradie
     torch.manual_seed(1)
     assert torch.equal(first, dropout_mask((64,), 0.5))  # the run's seed decides the masks
     assert torch.equal(drop.eval()(x), x)  # identity in eval mode
+
+
+def test_a_fixed_encoder_trains_on_features_encoded_once_with_the_same_result():
+    """drlhp_dot's encoder has no parameters: the trainer encodes each labelled frame once and
+    gets the same losses and gradient steps as from the frame stacks."""
+    rng = np.random.default_rng(0)
+    n, horizon, shape = 24, 5, (4, 44, 44)
+    data = PreferenceDataset(n, horizon, int(np.prod(shape)), 5, obs_dtype=np.uint8)
+    obs = np.zeros((n, 2, horizon, *shape), np.uint8)
+    where = rng.integers(0, 44, (n, 2, horizon, 2))
+    for i, j, t in np.ndindex(n, 2, horizon):
+        obs[i, j, t, -1, where[i, j, t, 0], where[i, j, t, 1]] = 255
+    true = -np.abs(where[..., 0] - 22).astype(np.float32)  # closer to the middle row: better
+    data.add(SegmentPairs(obs.reshape(n, 2, horizon, -1),
+                          np.eye(5, dtype=np.float32)[rng.integers(0, 5, (n, 2, horizon))],
+                          true, np.zeros((n, 2), np.int64)),
+             (true[:, 1].sum(-1) > true[:, 0].sum(-1)).astype(np.float32))
+    results = []
+    for encoded in (True, False):
+        torch.manual_seed(0)
+        model = RewardEnsemble(int(np.prod(shape)), 5, 2, obs_shape=shape, net="drlhp_dot")
+        trainer = RewardTrainer(model, batch_size=8, rng=np.random.default_rng(1))
+        if not encoded:  # the frame-stack path, as for a learned encoder
+            trainer.inputs = lambda d: (*d.tensors(model.device), False)  # type: ignore
+        fit = trainer.train(data, max_epochs=3, target_accuracy=2.0)
+        losses = trainer.pair_losses(data, np.arange(n))
+        results.append((fit.loss, losses))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    assert np.allclose(results[0][1], results[1][1], atol=1e-5)
+    assert trainer._encoded is None  # the frame-stack path kept no features

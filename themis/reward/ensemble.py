@@ -136,18 +136,48 @@ class RewardEnsemble(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        with autocast(self.precision, obs.device):
-            return self._forward(obs, action)
+    @property
+    def fixed_encoder(self) -> bool:
+        """Whether the observation encoder has no parameters (``drlhp_dot``: the dot's
+        position), so that a dataset's observations can be encoded once (:meth:`encode`) and
+        trained on as features (``encoded=True``)."""
+        return self.net_name == "drlhp_dot"
 
-    def _forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    @torch.no_grad()
+    def encode(self, obs: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """The fixed encoder's features of observations, ``(..., obs_dim) -> (..., F)``
+        float32, ``chunk`` at a time.
+
+        Raises:
+            ValueError: the encoder has parameters (:attr:`fixed_encoder` is false).
+        """
+        if not self.fixed_encoder or self.encoders is None:
+            raise ValueError(f"reward_net={self.net_name} learns its encoder: nothing to "
+                             "encode once")
+        flat = obs.reshape(-1, self.obs_dim)
+        encoder = self.encoders[0]
+        parts = [encoder(flat[lo:lo + chunk].reshape(-1, *self.obs_shape))
+                 for lo in range(0, len(flat), chunk)]
+        width = MovingDotFeatures.feature_dim
+        out = torch.cat(parts) if parts else torch.zeros((0, width), device=obs.device)
+        return out.reshape(*obs.shape[:-1], width)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor,
+                encoded: bool = False) -> torch.Tensor:
+        with autocast(self.precision, obs.device):
+            return self._forward(obs, action, encoded)
+
+    def _forward(self, obs: torch.Tensor, action: torch.Tensor,
+                 encoded: bool = False) -> torch.Tensor:
         action = action.float()
         if self.encoders is None:
             return self.net(torch.cat([obs.float(), action], dim=-1)).squeeze(-1)
         shared = obs.dim() == 2  # (B, obs_dim): every member sees the same batch
         batch = obs.shape[-2]
         ens = self.ensemble_size
-        if self.shared_trunk:  # one encoder: shared observations go through it once
+        if encoded:  # features of a fixed encoder (:meth:`encode`)
+            features = obs.float().expand(ens, batch, -1) if shared else obs.float()
+        elif self.shared_trunk:  # one encoder: shared observations go through it once
             trunk = self.encoders[0]
             if shared:
                 features = trunk(obs.reshape(batch, *self.obs_shape)).expand(ens, batch, -1)
@@ -166,25 +196,28 @@ class RewardEnsemble(nn.Module):
             action = action.expand(ens, *action.shape)
         return self.net(torch.cat([features, action], dim=-1)).squeeze(-1)
 
-    def segment_rewards(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def segment_rewards(self, obs: torch.Tensor, action: torch.Tensor,
+                        encoded: bool = False) -> torch.Tensor:
         """Predicted per-step rewards of segments for every member (one forward pass).
 
         Shapes: ``obs (E, n, H, obs_dim)`` (member-specific batches) or ``(n, H, obs_dim)``
-        (shared) -> ``(E, n, H)``.
+        (shared) -> ``(E, n, H)``; ``encoded``: ``obs`` holds :meth:`encode`'s features
+        (``F`` in place of ``obs_dim``).
         """
         *lead, horizon, _ = obs.shape
         flat_obs = obs.reshape(*lead[:-1], lead[-1] * horizon, -1)
         flat_act = action.reshape(*lead[:-1], lead[-1] * horizon, -1)
-        rewards = self(flat_obs, flat_act)  # (E, n*H)
+        rewards = self(flat_obs, flat_act, encoded)  # (E, n*H)
         return rewards.reshape(self.ensemble_size, lead[-1], horizon)
 
-    def segment_returns(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def segment_returns(self, obs: torch.Tensor, action: torch.Tensor,
+                        encoded: bool = False) -> torch.Tensor:
         """Predicted returns of segments for every member.
 
         Shapes: ``obs (E, n, H, obs_dim)`` (member-specific batches) or ``(n, H, obs_dim)``
-        (shared) -> ``(E, n)``.
+        (shared) -> ``(E, n)``; ``encoded`` as :meth:`segment_rewards`.
         """
-        return self.segment_rewards(obs, action).sum(-1)
+        return self.segment_rewards(obs, action, encoded).sum(-1)
 
     @property
     def chunk_rows(self) -> int:

@@ -170,6 +170,7 @@ class RewardTrainer:
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
         self.steps_taken = 0
+        self._encoded: tuple[PreferenceDataset, torch.Tensor] | None = None  # see inputs
         """Gradient steps taken by this trainer so far (every :meth:`train_epoch`)."""
         self.between_batches: Callable[[], None] | None = None
         """Called after every minibatch step of :meth:`train_epoch`, and between the gradient
@@ -187,7 +188,7 @@ class RewardTrainer:
         accumulated accuracy reaches its stop (the budget is updated; loss and accuracy are
         then those of the batches taken).
         """
-        obs, act, labels = dataset.tensors(self.model.device)
+        obs, act, labels, encoded = self.inputs(dataset)
         picked = None if rows is None else torch.as_tensor(rows, device=obs.device)
         if picked is not None:  # e.g. without the labels of flagged labelers
             labels = labels[picked]
@@ -220,7 +221,7 @@ class RewardTrainer:
                 break
             batch = perms[:, lo:lo + self.batch_size]  # (E, b)
             seen += batch.shape[1]
-            self.minibatch_step(obs, act, labels, picked, batch, sums)
+            self.minibatch_step(obs, act, labels, picked, batch, sums, encoded)
             if budget is not None:  # official QPA: the round's accuracy after every step
                 budget.left -= 1
                 if budget.reached(sums[1].item(), sums[2].item()):
@@ -236,11 +237,13 @@ class RewardTrainer:
 
     def minibatch_step(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
                        picked: torch.Tensor | None, batch: torch.Tensor,
-                       sums: torch.Tensor) -> None:
+                       sums: torch.Tensor, encoded: bool = False) -> None:
         """One Adam step of every member on its own minibatch.
 
         Args:
-            obs, act: the dataset's tensors, ``(N, 2, H, obs_dim)`` and ``(N, 2, H, a)``.
+            obs, act: the dataset's tensors, ``(N, 2, H, obs_dim)`` and ``(N, 2, H, a)``
+                (``encoded``: the fixed encoder's features in place of ``obs_dim``,
+                :meth:`inputs`).
             labels: ``(n,)`` the labels trained on (rows ``picked`` of the dataset, or all).
             picked: ``(n,)`` dataset rows of ``labels`` (``None``: row ``i`` is label ``i``).
             batch: ``(E, b)`` positions into ``labels``, one row per member.
@@ -248,16 +251,13 @@ class RewardTrainer:
                 strict labels, strict labels (kept on the device: no host sync per step).
         """
         ens = self.model.ensemble_size
-        horizon = obs.shape[2]
-        pixels = observation_kind(self.model.obs_shape) == "pixels"
-        step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
-            else self.batch_size  # pairs per forward pass
+        step = self.pairs_per_pass(obs.shape[2], encoded)
         self.optimizer.zero_grad(set_to_none=True)
         for c in range(0, batch.shape[1], step):  # gradients add up to the batch's
             idx = batch[:, c:c + step]
             rows_idx = idx if picked is None else picked[idx]
             o, a, y = obs[rows_idx], act[rows_idx], labels[idx]  # (E, b', 2, H, d), (E, b')
-            r1, r2, y = self.pair_returns(o, a, y)
+            r1, r2, y = self.pair_returns(o, a, y, encoded=encoded)
             loss = bradley_terry_loss(r1, r2, y, self.random_response).sum() * (
                 idx.shape[1] / batch.shape[1])
             loss.backward()
@@ -280,8 +280,35 @@ class RewardTrainer:
         if self.between_batches is not None:
             self.between_batches()
 
+    def inputs(self, dataset: PreferenceDataset,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        """The dataset's observations, actions and labels on the model's device, and whether
+        the observations are encoded: with a parameter-free encoder
+        (:attr:`RewardEnsemble.fixed_encoder`, ``reward_net=drlhp_dot``) and no method hooks,
+        each labelled frame is encoded once and kept (``(N, 2, H, F)``; new labels are
+        encoded as they arrive), so training gathers a few features per frame instead of the
+        whole frame stack."""
+        obs, act, labels = dataset.tensors(self.model.device)
+        if not self.model.fixed_encoder or self.methods:
+            return obs, act, labels, False
+        cached = self._encoded
+        if cached is None or cached[0] is not dataset or len(cached[1]) > len(obs):
+            cached = (dataset, self.model.encode(obs[:0]))
+        if len(cached[1]) < len(obs):
+            cached = (dataset, torch.cat([cached[1], self.model.encode(obs[len(cached[1]):])]))
+        self._encoded = cached
+        return cached[1], act, labels, True
+
+    def pairs_per_pass(self, horizon: int, encoded: bool = False) -> int:
+        """Pairs per forward pass: :attr:`chunk_images` // ``horizon`` for pixels (frame stacks
+        are large), the whole minibatch otherwise (vectors, encoded features)."""
+        pixels = observation_kind(self.model.obs_shape) == "pixels" and not encoded
+        return max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
+            else self.batch_size
+
     def pair_returns(self, obs: torch.Tensor, act: torch.Tensor, labels: torch.Tensor,
                      steps: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     encoded: bool = False,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Predicted returns of both segments of member-specific pairs, cropped with
         :attr:`crop` (then tiled ``copies`` times, labels too).
@@ -290,10 +317,11 @@ class RewardTrainer:
         ``(E, m)`` twice and ``(E, m)``, ``m = n`` (``n × copies`` with a crop). ``steps``:
         the per-step rewards ``(E, n, H)`` of both segments when a caller has them already
         (:meth:`RewardEnsemble.segment_rewards`); ``obs`` and ``act`` are then not read.
+        ``encoded``: ``obs`` holds the fixed encoder's features (:meth:`inputs`).
         """
         first, second = steps if steps is not None else (
-            self.model.segment_rewards(obs[:, :, 0], act[:, :, 0]),
-            self.model.segment_rewards(obs[:, :, 1], act[:, :, 1]))
+            self.model.segment_rewards(obs[:, :, 0], act[:, :, 0], encoded),
+            self.model.segment_rewards(obs[:, :, 1], act[:, :, 1], encoded))
         if self.crop is None:
             return first.sum(-1), second.sum(-1), labels
         return self.crop.returns(first, second, labels, self.rng)
@@ -423,17 +451,14 @@ class RewardTrainer:
         model is left in eval mode); ``with_accuracy``: also ``(E, m)`` whether each member
         orders the pair as its label, and ``(m,)`` whether the label is strict."""
         self.model.eval()
-        obs, act, labels = dataset.tensors(self.model.device)
-        horizon = obs.shape[2]
-        pixels = observation_kind(self.model.obs_shape) == "pixels"
-        step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
-            else self.batch_size
+        obs, act, labels, encoded = self.inputs(dataset)
+        step = self.pairs_per_pass(obs.shape[2], encoded)
         losses, right = [], []
         for lo in range(0, len(rows), step):
             idx = torch.as_tensor(rows[lo:lo + step], device=obs.device)
             o, a, y = obs[idx], act[idx], labels[idx]
-            r1 = self.model.segment_returns(o[:, 0], a[:, 0])  # (E, b)
-            r2 = self.model.segment_returns(o[:, 1], a[:, 1])
+            r1 = self.model.segment_returns(o[:, 0], a[:, 0], encoded)  # (E, b)
+            r2 = self.model.segment_returns(o[:, 1], a[:, 1], encoded)
             ys = y.expand(self.model.ensemble_size, -1)
             losses.append(bradley_terry_loss(r1[..., None], r2[..., None], ys[..., None],
                                              self.random_response))
@@ -461,7 +486,7 @@ class RewardTrainer:
         rows = np.arange(len(dataset)) if trained is None else trained
         if len(rows) == 0:
             raise ValueError("cannot train the reward model without labelled pairs")
-        obs, act, labels = dataset.tensors(self.model.device)
+        obs, act, labels, encoded = self.inputs(dataset)
         picked = torch.as_tensor(rows, device=obs.device)
         labels = labels[picked]
         ens, b = self.model.ensemble_size, self.batch_size
@@ -477,7 +502,7 @@ class RewardTrainer:
                 if weights is None or weights[e] is None else
                 self.rng.choice(len(rows), size=b, p=weights[e]) for e in range(ens)])
             self.minibatch_step(obs, act, labels, picked,
-                                torch.as_tensor(batch, device=obs.device), sums)
+                                torch.as_tensor(batch, device=obs.device), sums, encoded)
             if (k + 1) % adapt_every == 0:
                 self.adapt_l2(dataset, rows, val_rows)
         self.model.eval()
@@ -501,18 +526,15 @@ class RewardTrainer:
         if len(rows) == 0:
             return np.full(ens, np.nan), float("nan")
         self.model.eval()
-        obs, act, labels = dataset.tensors(self.model.device)
-        horizon = obs.shape[2]
-        pixels = observation_kind(self.model.obs_shape) == "pixels"
-        step = max(1, self.chunk_images // horizon) if pixels and self.chunk_images \
-            else self.batch_size
+        obs, act, labels, encoded = self.inputs(dataset)
+        step = self.pairs_per_pass(obs.shape[2], encoded)
         total = torch.zeros(ens, device=obs.device)
         correct = counted = 0
         for lo in range(0, len(rows), step):
             idx = torch.as_tensor(rows[lo:lo + step], device=obs.device)
             o, a, y = obs[idx], act[idx], labels[idx]
-            r1 = self.model.segment_returns(o[:, 0], a[:, 0])  # (E, b)
-            r2 = self.model.segment_returns(o[:, 1], a[:, 1])
+            r1 = self.model.segment_returns(o[:, 0], a[:, 0], encoded)  # (E, b)
+            r2 = self.model.segment_returns(o[:, 1], a[:, 1], encoded)
             total += bradley_terry_loss(r1, r2, y.expand(ens, -1), self.random_response) \
                 * len(idx)
             strict = y != 0.5
