@@ -208,7 +208,7 @@ def test_a_fixed_encoder_trains_on_features_encoded_once_with_the_same_result():
         model = RewardEnsemble(int(np.prod(shape)), 5, 2, obs_shape=shape, net="drlhp_dot")
         trainer = RewardTrainer(model, batch_size=8, rng=np.random.default_rng(1))
         if not encoded:  # the frame-stack path, as for a learned encoder
-            trainer.inputs = lambda d: (*d.tensors(model.device), False)  # type: ignore
+            trainer.inputs = lambda d: (*d.tensors("cpu"), False)  # type: ignore
         fit = trainer.train(data, max_epochs=3, target_accuracy=2.0)
         losses = trainer.pair_losses(data, np.arange(n))
         results.append((fit.loss, losses))
