@@ -148,6 +148,7 @@ def test_a_run_ends_at_its_episode_end_and_the_next_episode_gets_a_new_number():
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("keys, message", [
     ({"max_feedbak": 10}, "max_feedbak is not a Themis config key (did you mean max_feedback?)"),
+    ({"core_turns": False}, "core_turns was removed from Themis"),
     ({"segment": "long"}, "segment:"),
     ({"max_feedback": -1}, "max_feedback=-1 must be >= 0"),
     ({"sac": {"hidden_dim": 64}}, "sac.hidden_dim configures Themis's own training loop"),

@@ -8,7 +8,6 @@ observations each member first encodes the observation with its own CNN
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +79,6 @@ class RewardEnsemble(nn.Module):
         self.net = EnsembleMLP(ensemble_size, feature_dim + action_dim, hidden_dim, 1,
                                hidden_depth, activation=nn.LeakyReLU, output_activation=nn.Tanh,
                                dropout=dropout, batchnorm=batchnorm)
-        self.between_chunks: Callable[[], None] | None = None
-        """Called after every chunk of :meth:`predict_members` and
-        :meth:`preference_probabilities` (a run taking turns on the cores with other runs gives
-        its core to a waiting run there: :mod:`themis.run.core_turns`; scoring a query pool or
-        relabelling a store through CNNs takes seconds). Never pickled or saved: set it only
-        for the call that needs it."""
 
     @property
     def device(self) -> torch.device:
@@ -158,8 +151,6 @@ class RewardEnsemble(nn.Module):
             o = torch.as_tensor(obs[lo:lo + chunk_size], device=device)
             a = torch.as_tensor(action[lo:lo + chunk_size], dtype=torch.float32, device=device)
             out[:, lo:lo + chunk_size] = self(o, a)
-            if self.between_chunks is not None:
-                self.between_chunks()
         return out.cpu().numpy()
 
     @torch.no_grad()
@@ -181,8 +172,6 @@ class RewardEnsemble(nn.Module):
                                            a.reshape(-1, horizon, a.shape[-1]))  # (E, 2m)
             returns = returns.reshape(self.ensemble_size, -1, 2)
             out[:, lo:lo + pairs] = torch.sigmoid(returns[..., 1] - returns[..., 0])
-            if self.between_chunks is not None:
-                self.between_chunks()
         return out.cpu().numpy()
 
     def config(self) -> dict[str, Any]:

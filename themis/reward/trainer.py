@@ -11,7 +11,7 @@ split, a bootstrap sample per member and an L2 coefficient adapted to the valida
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,11 +127,6 @@ class RewardTrainer:
         self.crop = crop
         self.optimizer = make_adam(model.parameters(), lr)
         self.rng = rng if rng is not None else np.random.default_rng()
-        self.between_batches: Callable[[], None] | None = None
-        """Called after every minibatch step of :meth:`train_epoch`, and between the gradient
-        chunks of a pixel minibatch (``chunk_images``): a run taking turns on the cores with
-        other runs gives its core to a waiting run there (:mod:`themis.run.core_turns`; a
-        Breakout minibatch of 128 pairs through three CNNs took 3.6 s on one thread)."""
 
     def train_epoch(self, dataset: PreferenceDataset,
                     rows: np.ndarray | None = None) -> tuple[float, float]:
@@ -189,8 +184,6 @@ class RewardTrainer:
                     correct += (((r2 > r1) == (y > 0.5)) & strict).sum()
                     counted += strict.sum()
                     total_loss += loss.detach() * batch.shape[1]
-                if self.between_batches is not None and c + step < batch.shape[1]:
-                    self.between_batches()  # a pixel minibatch's chunks take seconds together
             if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
                 self.l2.penalty(member_weight_norms(self.model, ens)).backward()
             for method in self.methods:  # e.g. pseudo-labelled unlabelled pairs
@@ -199,8 +192,6 @@ class RewardTrainer:
                 if extra is not None:
                     extra.backward()
             self.optimizer.step()
-            if self.between_batches is not None:
-                self.between_batches()
         for method in self.methods:
             method.end_epoch()
         accuracy = correct.item() / counted.item() if counted.item() else float("nan")
