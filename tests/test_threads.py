@@ -140,3 +140,30 @@ def test_a_run_dir_of_an_earlier_version_with_core_turns_still_resumes(tmp_path)
     old.write_text("seed: 3\ncore_turns: true\n")
     loaded = load_received_config(old)
     assert loaded.seed == 3 and "core_turns" not in loaded
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("busy")  # starts six runs, two at a time, and times them
+def test_bench_contention_prints_the_table_for_this_code_and_code_before(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    tiny = ["domain=Classic", "env=Pendulum-v1", "num_seed_steps=50", "num_unsup_steps=50",
+            "num_interact=50", "max_feedback=10", "reward_batch=5", "segment=10",
+            "sac.hidden_dim=16", "sac.batch_size=16", "reward_hidden_dim=16", "reward_update=2",
+            "entropy_pool_size=64", "reset_update=2"]
+    proc = subprocess.run([sys.executable, "scripts/bench_contention.py", "--rows", "1:1,2:auto",
+                           "--steps", "120", "--before", str(ROOT), *tiny],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the 90 % target missed (a busy host)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert [row.split(" | ")[:3] for row in rows] == [
+        ["| this checkout", "1", "1"], ["| this checkout", "2", "auto"],
+        [f"| before ({ROOT.name})", "1", "1"], [f"| before ({ROOT.name})", "2", "auto"]]
+    assert rows[0].split(" | ")[5] == "100%"
+    assert "two default runs at once each keep" in proc.stdout
+    bad = subprocess.run([sys.executable, "scripts/bench_contention.py", "--rows", "2"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "bad row '2'" in bad.stderr

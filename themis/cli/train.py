@@ -211,7 +211,7 @@ def threads_per_job(cfg: DictConfig) -> int | str:
     cores = available_cores()
     n_jobs = int(hydra_cfg.launcher.get("n_jobs", -1))
     n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
-    if n_jobs > cores and hydra_cfg.job.get("num", 0) == 0:
+    if n_jobs > cores and getattr(hydra_cfg.job, "num", 0) == 0:
         print(f"themis: warning: hydra.launcher.n_jobs={n_jobs} runs up to {n_jobs} CPU runs at "
               f"once on {cores} cores, each slower than alone (the default, -1: one per core)",
               file=sys.stderr)
