@@ -467,6 +467,7 @@ def test_sigterm_of_the_agents_process_leaves_no_learner_process(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "state.pt").is_file()  # it saved on its way out
 
 
+@pytest.mark.xdist_group("busy")  # times the close
 def test_a_crash_of_the_learner_is_one_clear_error_at_the_agents_next_step(tmp_path):
     """The learner cannot write preferences/ (a file is in the way): the agent's next step
     raises one PreferenceLearnerError naming the cause and the traceback's file, every step
