@@ -18,7 +18,10 @@ choose_gl_backend()
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# pytest-xdist runs one worker per core (scripts/test.sh): one thread each, as runs have, so
+# that the workers' threads do not spin-wait for each other's cores
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
+                      min(2, torch.get_num_threads()))
 
 
 @pytest.fixture
