@@ -5,7 +5,7 @@
 #   scripts/test.sh                 # everything, slow end-to-end runs included
 #   scripts/test.sh -m "not slow"   # the quick unit tests only
 #   scripts/test.sh -n 0 tests/test_threads.py   # one process, no workers (e.g. for pdb)
-#   THEMIS_TEST_WORKERS=4 scripts/test.sh        # another worker count (default: nproc)
+#   THEMIS_TEST_WORKERS=4 scripts/test.sh        # another worker count (default: the cores)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -15,7 +15,9 @@ python="python3"
 source scripts/gl_backend.sh
 workers=()
 if "$python" -c "import xdist" 2>/dev/null; then  # pytest-xdist: the dev extras
-  workers=(-n "${THEMIS_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}" --dist loadgroup)
+  # nproc counts the cores this process may use, but reads OMP_NUM_THREADS too: not that
+  cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
+  workers=(-n "${THEMIS_TEST_WORKERS:-$cores}" --dist loadgroup)
 fi
 # a -n of the caller's comes later and wins
 exec "$python" -m pytest -q ${workers[@]+"${workers[@]}"} "$@"
