@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The Themis test suite (the README's test command; .ci/run calls it too).
+# The Themis test suite (the README's test command; .ci/run calls it too), one pytest-xdist
+# worker per core; tests that start several busy processes or time something share the
+# xdist group "busy" and run one after another (--dist loadgroup).
 #   scripts/test.sh                 # everything, slow end-to-end runs included
 #   scripts/test.sh -m "not slow"   # the quick unit tests only
+#   scripts/test.sh -n 0 tests/test_threads.py   # one process, no workers (e.g. for pdb)
+#   THEMIS_TEST_WORKERS=4 scripts/test.sh        # another worker count (default: the cores)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -9,4 +13,11 @@ python="python3"
 [ -x .venv/bin/python ] && python=.venv/bin/python
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa elsewhere, none without either.
 source scripts/gl_backend.sh
-exec "$python" -m pytest -q "$@"
+workers=()
+if "$python" -c "import xdist" 2>/dev/null; then  # pytest-xdist: the dev extras
+  # nproc counts the cores this process may use, but reads OMP_NUM_THREADS too: not that
+  cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)"
+  workers=(-n "${THEMIS_TEST_WORKERS:-$cores}" --dist loadgroup)
+fi
+# a -n of the caller's comes later and wins
+exec "$python" -m pytest -q ${workers[@]+"${workers[@]}"} "$@"

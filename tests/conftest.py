@@ -12,12 +12,16 @@ import torch
 from themis.environments.mujoco import choose_gl_backend
 
 choose_gl_backend()
-# Runs built inside the tests get one fixed thread (no thread governor switching threads in the
-# test process); tests/test_threads.py removes it to test torch_threads=auto itself.
+# Runs built inside the tests get one thread whatever the config says (a test's torch_threads=N
+# does not oversubscribe the cores that pytest-xdist's workers share); tests/test_threads.py
+# removes it to test torch_threads itself.
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# pytest-xdist runs one worker per core (scripts/test.sh): one thread each, as runs have, so
+# that the workers' threads do not spin-wait for each other's cores
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
+                      min(2, torch.get_num_threads()))
 
 
 @pytest.fixture

@@ -305,3 +305,73 @@ def test_the_launchers_import_neither_pandas_nor_scipy_before_they_are_used():
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------- no CPU scheduler
+MACHINE_WIDE = {"flock": "a lock shared with other processes", "lockf": "the same",
+                "mallopt": "glibc's allocator, set process-wide behind the user's back"}
+
+
+def machine_wide_uses(path: Path) -> list[str]:
+    """What a module does that couples it to other processes on the machine: reads of
+    ``/proc/stat`` (the machine's load) and the calls of :data:`MACHINE_WIDE` (docstrings and
+    comments do not count)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef |
+                                ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and "/proc/stat" in node.value and id(node) not in docstrings:
+            found.append(f"line {node.lineno}: reads /proc/stat")
+        name = node.attr if isinstance(node, ast.Attribute) else \
+            node.id if isinstance(node, ast.Name) else None
+        if name in MACHINE_WIDE:
+            found.append(f"line {node.lineno}: {name} ({MACHINE_WIDE[name]})")
+        if isinstance(node, ast.ImportFrom):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names
+                      if a.name in MACHINE_WIDE]
+    return found
+
+
+def test_no_module_reads_the_machines_load_or_takes_machine_wide_locks():
+    """A run's thread count and speed do not depend on what else runs (issue 62): nothing in
+    themis/ reads /proc/stat, takes a file lock or sets malloc's thresholds."""
+    found = {name: uses for name, path in source_modules().items()
+             if (uses := machine_wide_uses(path))}
+    assert found == {}
+
+
+def test_the_scan_sees_each_machine_wide_use(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Reads /proc/stat."""\nimport fcntl\nfrom fcntl import lockf\n'
+                   'open("/proc/stat")\nfcntl.flock(3, fcntl.LOCK_EX)\nlibc.mallopt(-1, 0)\n')
+    assert sorted(machine_wide_uses(bad)) == [  # the docstring does not count
+        "line 3: imports lockf", "line 4: reads /proc/stat",
+        "line 5: flock (a lock shared with other processes)",
+        "line 6: mallopt (glibc's allocator, set process-wide behind the user's back)"]
+
+
+def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeypatch):
+    """A run keeps its files in its run dir: no lock folder or pipe in $TMPDIR that would
+    couple it to other runs (and test runs) on the machine."""
+    import tempfile
+
+    from tests.conftest import TINY_PENDULUM
+    from themis.cli.train import make_workspace
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600"]), tmp_path / "run")
+    ws.run()  # seed steps, pretraining, a feedback round, SAC updates, an evaluation
+    ws.finish()
+    assert ws.step == 600 and ws.total_feedback > 0
+    # PyTorch's own cache folder (torch._inductor's default, made when torch.optim loads it)
+    # holds no lock and is PyTorch's; anything else is a run's
+    assert sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")) \
+        == []

@@ -114,8 +114,10 @@ def test_resume_of_an_async_run_is_refused_in_one_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("reward_training: async\n")
-    out = subprocess.run([sys.executable, "-m", "themis.cli.train", f"resume={run}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120,
+    # in tmp_path: Hydra's default run dir (runs/...) is not made in the repository, where
+    # parallel test workers would share it
+    out = subprocess.run([sys.executable, "-m", "themis.cli.train", f"resume={run}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0

@@ -19,6 +19,8 @@ from themis.utils import ConfigError
     ("+num_train_step=10", "num_train_step is not a Themis config key (did you mean "
                            "num_train_steps?)"),
     ("sac.hiden_dim=8", "sac.hiden_dim is not a Themis config key (did you mean sac.hidden_dim?)"),
+    ("core_turns=false", "core_turns was removed from Themis (runs no longer take turns"),
+    ("+core_turns=true", "core_turns was removed from Themis"),
     ("num_train_steps=abc", "num_train_steps: Value 'abc' of type 'str' could not be converted "
                             "to Integer"),
     ("domain=Atari", "domain=Atari is unknown; available: Control, ALE"),

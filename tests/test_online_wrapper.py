@@ -148,6 +148,7 @@ def test_a_run_ends_at_its_episode_end_and_the_next_episode_gets_a_new_number():
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("keys, message", [
     ({"max_feedbak": 10}, "max_feedbak is not a Themis config key (did you mean max_feedback?)"),
+    ({"core_turns": False}, "core_turns was removed from Themis"),
     ({"segment": "long"}, "segment:"),
     ({"max_feedback": -1}, "max_feedback=-1 must be >= 0"),
     ({"sac": {"hidden_dim": 64}}, "sac.hidden_dim configures Themis's own training loop"),
@@ -466,6 +467,7 @@ def test_sigterm_of_the_agents_process_leaves_no_learner_process(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "state.pt").is_file()  # it saved on its way out
 
 
+@pytest.mark.xdist_group("busy")  # times the close
 def test_a_crash_of_the_learner_is_one_clear_error_at_the_agents_next_step(tmp_path):
     """The learner cannot write preferences/ (a file is in the way): the agent's next step
     raises one PreferenceLearnerError naming the cause and the traceback's file, every step

@@ -118,6 +118,7 @@ def test_slurm_launcher_config_composes():
     assert default.hydra.launcher._target_.endswith("JoblibLauncher")
 
 
+@pytest.mark.xdist_group("busy")  # two sweep jobs at once
 @pytest.mark.slow
 def test_joblib_multirun_then_summarize(tmp_path):
     sweep = tmp_path / "sweep"
@@ -146,6 +147,7 @@ def test_joblib_multirun_then_summarize(tmp_path):
     assert "feed_type=uniform" in (sweep / "summary.md").read_text()
 
 
+@pytest.mark.xdist_group("busy")  # two sweep jobs at once
 @pytest.mark.slow
 def test_submitit_local_multirun(tmp_path):
     sweep = tmp_path / "sweep"
@@ -407,6 +409,7 @@ def test_bench_methods_record_keeps_finished_runs_for_a_later_session(tmp_path):
     assert "0 finished runs here, 0 from" in proc.stdout and proc.returncode == 1
 
 
+@pytest.mark.xdist_group("busy")  # runs two at a time
 @pytest.mark.slow
 def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
@@ -431,6 +434,7 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     assert again.returncode == 0 and "8 already done, 0 to go" in again.stdout
 
 
+@pytest.mark.xdist_group("busy")  # times its runs
 @pytest.mark.slow
 def test_bench_main_job_times_each_seed_prints_the_target_and_resumes(tmp_path):
     cmd = [sys.executable, str(ROOT / "scripts" / "bench_main_job.py"), "--seeds", "0",
@@ -569,6 +573,7 @@ def ray_head(isolated_home):
         log.close()
 
 
+@pytest.mark.xdist_group("busy")  # a Ray cluster, two jobs
 @pytest.mark.slow
 def test_ray_launcher_runs_a_two_job_sweep_on_a_local_cluster_then_summarize(tmp_path,
                                                                               ray_head):
@@ -634,6 +639,7 @@ def test_optuna_search_space_from_hydra_sweeps():
         ThemisOptunaSweeper().search_space(["x=glob(*)"])
 
 
+@pytest.mark.xdist_group("busy")  # two trials at once
 @pytest.mark.slow
 def test_optuna_sweeper_runs_a_two_trial_study_saved_in_the_sweep_dir_then_summarize(tmp_path):
     import optuna

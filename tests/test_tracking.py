@@ -63,6 +63,7 @@ def test_a_row_becomes_its_finite_numbers_at_its_step():
     assert metrics_of("train", {"episode": 1}) is None
 
 
+@pytest.mark.xdist_group("busy")  # times the close
 def test_a_tracker_that_fails_mid_run_costs_one_warning_and_nothing_else(tmp_path):
     warnings: list[str] = []
     tracker = FakeTracker(fail_after=2)
@@ -80,6 +81,7 @@ def test_a_tracker_that_fails_mid_run_costs_one_warning_and_nothing_else(tmp_pat
     assert read_state(tmp_path) == {"fake": {"run_id": "r1"}}
 
 
+@pytest.mark.xdist_group("busy")  # times the close
 def test_a_slow_tracker_is_left_behind_after_the_finish_timeout(tmp_path):
     warnings: list[str] = []
     hub = TrackingHub([FakeTracker(slow=3.0)], RunInfo(tmp_path, {}, "run"), warnings.append,

@@ -562,6 +562,7 @@ def test_eight_labelers_answering_at_once_lose_and_duplicate_nothing(tmp_path):
     assert store.pending_count() == 0
 
 
+@pytest.mark.xdist_group("busy")  # times a labeler's answers
 def test_a_thousand_idle_connections_do_not_stop_a_real_labeler(tmp_path):
     """1000 sockets opened and left idle (100 of them sending half a request, slowloris) at a
     server whose process may hold 512 files: it keeps serving a real labeler, and never holds
@@ -1283,6 +1284,7 @@ def test_a_sigkill_while_the_first_round_waits_for_people_loses_no_answer(tmp_pa
     assert pd.read_csv(run / "reward.csv")["total_feedback"].tolist() == [4, 8]
 
 
+@pytest.mark.xdist_group("busy")  # a run, bots and kills on a clock
 @pytest.mark.slow
 def test_random_sigkills_during_a_web_run_with_bot_labelers_lose_and_duplicate_nothing(
         tmp_path):

@@ -223,12 +223,6 @@ def make_adam(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
         return torch.optim.Adam(given, lr=lr, foreach=True)
 
 
-def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Convert a NumPy array to a tensor on ``device`` without copying on CPU when possible."""
-    tensor = torch.as_tensor(array)
-    return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
-
-
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Flush a directory's entries (a rename in it) to disk: after ``os.replace`` the new name
     survives a power loss only once its directory is synced (POSIX; a no-op where directories

@@ -12,7 +12,6 @@ learned reward or the true one), as in B-Pref's PrefPPO.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,9 +161,6 @@ class PPO:
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
-        self.between_minibatches: Callable[[], None] | None = None
-        """Called after every minibatch step of :meth:`update` (a run taking turns on the cores
-        with other runs gives its core to a waiting run there: :mod:`themis.run.core_turns`)."""
 
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -248,8 +244,6 @@ class PPO:
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
-                if self.between_minibatches is not None:
-                    self.between_minibatches()
                 with torch.no_grad():
                     stats["policy_loss"].append(float(policy_loss))
                     stats["value_loss"].append(float(value_loss))

@@ -22,10 +22,17 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.online.online_reward import PreferenceLearnerError
-from themis.run.config import CONFIG_DIR, TrainConfig, register_configs, resume_target, schema_keys
+from themis.run.config import (
+    CONFIG_DIR,
+    TrainConfig,
+    register_configs,
+    removed_key,
+    resume_target,
+    schema_keys,
+)
 from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
 from themis.run.snapshot import take_snapshot_schedule
-from themis.run.threads import parse_threads
+from themis.run.threads import available_cores, parse_threads
 from themis.run.workspace import Workspace, query_rounds
 from themis.utils import ConfigError
 
@@ -62,6 +69,8 @@ def describe_composition_error(error: Exception, config_name: str = "train_themi
     text, cause = str(error), error.__cause__
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and "not in" in str(cause):
         key = getattr(cause, "full_key", None) or str(cause).split("'")[1]
+        if (removed := removed_key(key)) is not None:
+            return removed
         close = difflib.get_close_matches(key, schema_keys(),
                                           n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -142,6 +151,8 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     known = set(OmegaConf.structured(TrainConfig).keys())
     for name in map(str, cfg):
         if name not in known:
+            if (removed := removed_key(name)) is not None:
+                fail(removed)
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             fail(f"{name} is not a Themis config key{hint}; {help_command(config_name)} "
@@ -191,9 +202,10 @@ def run_dir() -> Path:
 def threads_per_job(cfg: DictConfig) -> int | str:
     """``torch_threads`` for this job: as given, or a share of the cores in a joblib sweep.
 
-    ``-m`` sweeps run ``hydra.launcher.n_jobs`` jobs side by side on this machine (-1 = one per
-    core, joblib's convention); with ``torch_threads`` ``auto`` or ``0`` each job then gets
-    ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe the CPU;
+    ``-m`` sweeps run ``hydra.launcher.n_jobs`` jobs side by side on this machine (-1, the
+    default = one per core, joblib's convention); with ``torch_threads`` ``auto`` or ``0`` each
+    job then gets ``cores // n_jobs`` threads (at least 1) so parallel jobs do not oversubscribe
+    the CPU, and more jobs than cores, asked for on purpose, get one warning line (job 0's);
     with the Ray launcher (``hydra/launcher=ray``) each job gets the ``num_cpus`` Ray reserved.
     Single runs and SLURM jobs keep the key (``auto``: :func:`themis.run.threads.auto_threads`).
     """
@@ -209,9 +221,13 @@ def threads_per_job(cfg: DictConfig) -> int | str:
         return max(1, int(hydra_cfg.launcher.get("num_cpus", 1)))  # the CPUs Ray reserved
     if hydra_cfg.mode != RunMode.MULTIRUN or "joblib" not in target:
         return "auto" if fixed is None else fixed
-    cores = os.cpu_count() or 1
+    cores = available_cores()
     n_jobs = int(hydra_cfg.launcher.get("n_jobs", -1))
     n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
+    if n_jobs > cores and getattr(hydra_cfg.job, "num", 0) == 0:
+        print(f"themis: warning: hydra.launcher.n_jobs={n_jobs} runs up to {n_jobs} CPU runs at "
+              f"once on {cores} cores, each slower than alone (the default, -1: one per core)",
+              file=sys.stderr)
     return max(1, cores // n_jobs)
 
 

@@ -7,7 +7,5 @@ another package of ``themis/``.
   code from them (PyTorch files as plain data, configs as values);
 - :mod:`themis.core.console`: the run's progress bars, paused while a person answers in the
   terminal;
-- :mod:`themis.core.figures`: plots written to files (matplotlib's ``Agg`` backend);
-- :mod:`themis.core.allocator`: glibc's malloc thresholds, so that a feedback round's epochs
-  reuse the memory the last one freed instead of faulting it in again.
+- :mod:`themis.core.figures`: plots written to files (matplotlib's ``Agg`` backend).
 """

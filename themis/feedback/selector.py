@@ -147,9 +147,6 @@ class QuerySelector:
         self.sampler, self.segment, self.large_batch = sampler, segment, large_batch
         self.rng, self.encoder, self.obs_shape = rng, encoder, obs_shape
         self.methods: list[Method] = []
-        self.between_chunks: Callable[[], None] | None = None
-        """Called after every encoder call of :meth:`pair_features` (as
-        :attr:`themis.reward.RewardEnsemble.between_chunks`)."""
 
     def select(self, store: object, n_queries: int, reward_model: RewardEnsemble,
                labelled_observations: np.ndarray, first: bool, min_episode: int,
@@ -208,6 +205,4 @@ class QuerySelector:
             with torch.no_grad():
                 feats = self.encoder(frames)
             out[lo:lo + m] = feats.reshape(m, 2, horizon, -1).mean(2).reshape(m, -1).cpu().numpy()
-            if self.between_chunks is not None:
-                self.between_chunks()
         return out

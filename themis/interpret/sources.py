@@ -84,11 +84,6 @@ def load_reward_source(path: str | Path, domain: str | None = None,
     return RewardSource(model, domain, env, run_dir, file, extra)
 
 
-def reward_members(model: RewardEnsemble, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """``(E, n)`` per-member rewards of flattened observations and action vectors."""
-    return model.predict_members(obs.reshape(len(obs), -1), actions)
-
-
 # ---------------------------------------------------------------------- policies
 @dataclass
 class PolicySource:

@@ -123,9 +123,8 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
     if ws.learner is not None:
         if cfg.prefs_path and cfg.max_feedback:  # saved labels first, then more queries
             ws.learner.fit_saved_labels(cfg.prefs_path)
-        with ws.round_threads():
-            ws.feedback_round(first=True)
-            relabel(ws)
+        ws.feedback_round(first=True)
+        relabel(ws)
     if cfg.reset_critic:  # PEBBLE; a method with a warm-started r̂ may keep the critic
         agent.reset_critic()
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
@@ -155,14 +154,9 @@ def run(ws: Workspace, until: int) -> None:
     last_log_time, last_log_step = time.time(), ws.step
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
-    governor, turns = ws.thread_governor, ws.core_turns
     modal_actor = mode_dependent(agent.actor)  # SAC's MLP actor: eval mode changes nothing
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
-        if governor is not None:  # one thread while other processes use the cores
-            governor.poll()
-        if turns is not None:  # more runs than cores: turns of 0.5 s
-            turns.poll()
         ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act
         if ws.step < cfg.num_seed_steps:
@@ -180,9 +174,8 @@ def run(ws: Workspace, until: int) -> None:
                 unsupervised_update(ws, agent)
             else:
                 if ws.feedback_due():
-                    with ws.round_threads():
-                        if ws.feedback_round() is not None:
-                            relabel(ws)
+                    if ws.feedback_round() is not None:
+                        relabel(ws)
                     ws.maybe_checkpoint(force=True)
                 elif remote is None and ws.learner is not None and \
                         ws.step % PASSES_EVERY == 0 and \

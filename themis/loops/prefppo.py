@@ -119,8 +119,7 @@ def end_pretraining(ws: Workspace) -> None:
     if ws.learner is not None:
         if ws.cfg.prefs_path and ws.cfg.max_feedback:  # saved labels first, then more queries
             ws.learner.fit_saved_labels(ws.cfg.prefs_path)
-        with ws.round_threads():  # no core held in turn while a person may answer
-            ws.feedback_round(first=True)
+        ws.feedback_round(first=True)
     ws.pretraining_done = True
     ws.interact_count = 0
     ws.logger.info(f"step {ws.step}: " + (
@@ -205,19 +204,12 @@ def run(ws: Workspace, until: int) -> None:
     dones = np.zeros((horizon, n_envs), dtype=np.float32)
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
     last_log_time, last_log_step = time.time(), ws.step
-    governor, turns = ws.thread_governor, ws.core_turns
-    if turns is not None:  # an update of a pixel rollout holds the core for seconds
-        agent.between_minibatches = turns.poll
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
         # ------------------------------------------------------------ collect a rollout
         bootstrap[:] = 0.0
-        if governor is not None:  # one thread while other processes use the cores
-            governor.poll()
         for t in range(horizon):
-            if turns is not None:  # more runs than cores: turns of 0.5 s
-                turns.poll()
             with eval_mode(agent.net):
                 act, logp, val = agent.step(obs)
             next_obs, reward, terminated, truncated, info = envs.step(act)
@@ -275,8 +267,7 @@ def run(ws: Workspace, until: int) -> None:
             end_pretraining(ws)
             checkpoint_now = True
         elif ws.pretraining_done and ws.feedback_due():
-            with ws.round_threads():  # no core held in turn while a person may answer
-                ws.feedback_round()
+            ws.feedback_round()
             checkpoint_now = True
         if remote is None and ws.learner is not None and phase == "reward":
             ws.learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from themis.methods.registry import check_methods, refuse_inside_agent
-from themis.run.config import TrainConfig, compose, schema_keys
+from themis.run.config import TrainConfig, compose, removed_key, schema_keys
 from themis.run.validation import validate
 from themis.utils import NON_NEGATIVE, ConfigError, Range
 
@@ -102,6 +102,8 @@ ONLINE_KEYS = tuple(f.name for f in dataclasses.fields(OnlineKeys))
 
 
 def _unknown(key: str) -> ConfigError:
+    if (removed := removed_key(key)) is not None:
+        return ConfigError(removed)
     names = schema_keys() + list(ONLINE_KEYS) \
         + list(GROUP_KEYS)
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)

@@ -43,7 +43,6 @@ import numpy as np
 import torch
 
 from themis.agents.buffers import EpisodeStore
-from themis.core.allocator import keep_freed_memory
 from themis.feedback.learner import PreferenceLearner, RoundReport
 from themis.online.segments import Run, add_run
 from themis.online.weights import SharedWeights
@@ -504,7 +503,6 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the agent's process
     torch.set_num_threads(threads)
-    keep_freed_memory()  # the rounds' activations stay mapped between epochs
     if stdin_of is not None:  # the terminal teacher reads the agent's terminal
         try:
             sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")

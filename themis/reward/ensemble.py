@@ -10,7 +10,6 @@ observations each member first encodes the observation with its own CNN
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +114,6 @@ class RewardEnsemble(nn.Module):
             inputs = feature_dim + (1 if self.uses_action else 0)
             self.net = EnsembleMLP(ensemble_size, inputs, hidden_dim, 1, hidden_depth,
                                    activation=nn.LeakyReLU)  # α = 0.01
-        self.between_chunks: Callable[[], None] | None = None
-        """Called after every chunk of :meth:`predict_members` and
-        :meth:`preference_probabilities` (a run taking turns on the cores with other runs gives
-        its core to a waiting run there: :mod:`themis.run.core_turns`; scoring a query pool or
-        relabelling a store through CNNs takes seconds). Never pickled or saved: set it only
-        for the call that needs it."""
 
     def _encoder(self, net: str, dropout: float, batchnorm: bool) -> Encoder:
         """One member's (or the shared) observation encoder for ``reward_net``."""
@@ -249,8 +242,6 @@ class RewardEnsemble(nn.Module):
             o = torch.as_tensor(obs[lo:lo + chunk_size], device=device)
             a = torch.as_tensor(action[lo:lo + chunk_size], dtype=torch.float32, device=device)
             out[:, lo:lo + chunk_size] = self(o, a)
-            if self.between_chunks is not None:
-                self.between_chunks()
         return out.cpu().numpy()
 
     @torch.no_grad()
@@ -272,8 +263,6 @@ class RewardEnsemble(nn.Module):
                                            a.reshape(-1, horizon, a.shape[-1]))  # (E, 2m)
             returns = returns.reshape(self.ensemble_size, -1, 2)
             out[:, lo:lo + pairs] = torch.sigmoid(returns[..., 1] - returns[..., 0])
-            if self.between_chunks is not None:
-                self.between_chunks()
         return out.cpu().numpy()
 
     def config(self) -> dict[str, Any]:

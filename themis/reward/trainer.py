@@ -12,7 +12,7 @@ split, a bootstrap sample per member and an L2 coefficient adapted to the valida
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,11 +172,6 @@ class RewardTrainer:
         self.steps_taken = 0
         self._encoded: tuple[PreferenceDataset, torch.Tensor] | None = None  # see inputs
         """Gradient steps taken by this trainer so far (every :meth:`train_epoch`)."""
-        self.between_batches: Callable[[], None] | None = None
-        """Called after every minibatch step of :meth:`train_epoch`, and between the gradient
-        chunks of a pixel minibatch (``chunk_images``): a run taking turns on the cores with
-        other runs gives its core to a waiting run there (:mod:`themis.run.core_turns`; a
-        Breakout minibatch of 128 pairs through three CNNs took 3.6 s on one thread)."""
 
     def train_epoch(self, dataset: PreferenceDataset, rows: np.ndarray | None = None,
                     budget: StepBudget | None = None) -> tuple[float, float]:
@@ -266,8 +261,6 @@ class RewardTrainer:
                 sums[0] += loss.detach() * batch.shape[1]
                 sums[1] += (((r2 > r1) == (y > 0.5)) & strict).sum()
                 sums[2] += strict.sum()
-            if self.between_batches is not None and c + step < batch.shape[1]:
-                self.between_batches()  # a pixel minibatch's chunks take seconds together
         if self.l2 is not None and self.l2.coef.any():  # DRLHP: Σ_e λ_e ‖θ_e‖²
             self.l2.penalty(member_weight_norms(self.model, ens)).backward()
         for method in self.methods:  # e.g. pseudo-labelled unlabelled pairs
@@ -277,8 +270,6 @@ class RewardTrainer:
                 extra.backward()
         self.optimizer.step()
         self.steps_taken += 1
-        if self.between_batches is not None:
-            self.between_batches()
 
     def inputs(self, dataset: PreferenceDataset,
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:

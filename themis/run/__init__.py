@@ -7,8 +7,8 @@
 - :mod:`themis.run.config` / :mod:`themis.run.config_help`: the schema of every key, its
   validation and ``--help``;
 - :mod:`themis.run.checkpoint`, :mod:`themis.run.logger`, :mod:`themis.run.evaluation`,
-  :mod:`themis.run.threads`: checkpoints, CSV/console logging, evaluation episodes and thread
-  budgets.
+  :mod:`themis.run.threads`: checkpoints, CSV/console logging, evaluation episodes and PyTorch's
+  thread count.
 
 The entry points (``./themis_train.sh``, ``./themis_pretrain.sh``) are in :mod:`themis.cli`.
 """

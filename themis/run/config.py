@@ -47,14 +47,10 @@ class BaseTrainConfig:
     autocast, float32 output layers) or ``auto`` (bf16 on CPUs with bf16 instructions);
     :mod:`themis.core.precision`."""
     torch_threads: Any = "auto"
-    """PyTorch intra-op threads: ``auto`` (Themis's measured rule, :mod:`themis.run.threads`: one
-    thread for small vector networks, more for CNNs and wide networks, one while other processes
-    use the cores), ``0`` (PyTorch's default: all cores) or a fixed count. In a local ``-m``
-    sweep ``auto`` and ``0`` mean ``cores // n_jobs``."""
-    core_turns: bool = True
-    """CPU runs with one thread in their loop take turns on the cores with the other Themis
-    runs of this user on this machine when there are more runs than cores, in slices of 0.5 s
-    instead of the kernel's few milliseconds (:mod:`themis.run.core_turns`); ``false``: never."""
+    """PyTorch intra-op threads: ``auto`` (one thread, :mod:`themis.run.threads`; the banner
+    names a larger count for CNNs and wide networks that have the cores to themselves), ``0``
+    (PyTorch's default: all cores) or a fixed count. In a local ``-m`` sweep ``auto`` and ``0``
+    mean ``cores // n_jobs``."""
 
     # --- schedule (environment steps)
     num_train_steps: int = 80_000
@@ -319,6 +315,19 @@ def frame_capacity(cfg: Any) -> int:
     """``human_frame_capacity``, or its default: 5000 frames at 256 px and more, else 10000
     (about 1 GB and 0.5 GB of square RGB frames)."""
     return int(cfg.human_frame_capacity or (5_000 if frame_size(cfg) >= 256 else 10_000))
+
+
+REMOVED_KEYS = {
+    "core_turns": "runs no longer take turns on the cores: each run has one thread "
+                  "(torch_threads), and a local sweep runs at most one job per core",
+}
+"""Keys earlier Themis versions had -> why they went (:func:`removed_key`)."""
+
+
+def removed_key(key: str) -> str | None:
+    """The one line that refuses a key Themis removed (:data:`REMOVED_KEYS`), or ``None``."""
+    why = REMOVED_KEYS.get(key.lstrip("+~"))
+    return f"{key.lstrip('+~')} was removed from Themis ({why}); drop it" if why else None
 
 
 def job_prefix() -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from themis.core.safe_loading import check_no_resolvers
-from themis.run.config import TrainConfig
+from themis.run.config import REMOVED_KEYS, TrainConfig
 from themis.utils import ConfigError
 
 
@@ -65,6 +65,8 @@ def load_received_config(path: str | Path) -> DictConfig:
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
     check_no_resolvers(raw, path)
+    for key in REMOVED_KEYS:  # a run of an earlier version: the key changed nothing it saved
+        raw.pop(key, None)
     if isinstance(raw.get("logger"), ListConfig):  # runs before the logger group: [csv, ...]
         raw.logger = {"tensorboard": "tensorboard" in list(raw.logger)}
     try:

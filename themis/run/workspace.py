@@ -11,16 +11,13 @@ and its store and calls it to run. A checkpoint is the list of the components' `
 from __future__ import annotations
 
 import collections
-import contextlib
-import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
@@ -28,7 +25,6 @@ from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.agents.sb3 import load_sb3_policy
-from themis.core.allocator import keep_freed_memory
 from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
 from themis.core.safe_loading import MALFORMED, describe
@@ -37,7 +33,6 @@ from themis.environments.domains import episode_limit, frame_stack_size, get_dom
 from themis.environments.frames import FrameStore
 from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
-from themis.feedback.channels import SyntheticChannel
 from themis.feedback.factory import (
     make_label_store,
     make_learner,
@@ -46,7 +41,6 @@ from themis.feedback.factory import (
     teacher_description,
     teacher_name,
 )
-from themis.feedback.rating import SyntheticRatingChannel
 from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_grid
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.reward.recipe import RewardNormaliser
@@ -60,11 +54,10 @@ from themis.run.checkpoint import (
     truncate_csv,
 )
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
-from themis.run.core_turns import CoreTurns
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.snapshot import SNAPSHOT_VERSION, agent_only, read_snapshot
-from themis.run.threads import ThreadGovernor, apply_threads, choose_threads, round_threads
+from themis.run.threads import apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
 
@@ -194,8 +187,7 @@ class Workspace:
                               f"dimension of {self.env_id} (0 … {self.action_dim - 1}, or -1 "
                               "for the norm of the action)")
 
-        # --- PyTorch threads (themis/run/threads.py: the measured rule, 1 while the cores are
-        # shared)
+        # --- PyTorch threads (themis/run/threads.py: one per run unless the config says more)
         net = cfg.sac if driver.NAME == "sac" else cfg.ppo
         batch = cfg.sac.batch_size if driver.NAME == "sac" else \
             cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
@@ -205,17 +197,7 @@ class Workspace:
                 device=self.device.type, hidden_dim=net.hidden_dim, batch_size=batch)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if not cfg.learn_reward:  # no feedback rounds
-            self.thread_choice = dataclasses.replace(self.thread_choice, round_threads=0)
-        self.thread_governor: ThreadGovernor | None = apply_threads(self.thread_choice)
-        keep_freed_memory()  # the feedback rounds' activations stay mapped between epochs
-        self.core_turns: CoreTurns | None = None  # more runs than cores: turns
-        # one-thread runs, and runs whose governor drops them to one thread next to others
-        if cfg.core_turns and self.device.type == "cpu" and (
-                self.thread_choice.threads == 1 or self.thread_choice.adaptive):
-            with contextlib.suppress(OSError):  # no lock directory: the kernel's slices
-                self.core_turns = CoreTurns()
-        self._loop_threads = max(1, self.thread_choice.threads)  # the loop's, before a round
+        apply_threads(self.thread_choice)
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
         # --- agent, store, intrinsic reward
@@ -318,11 +300,7 @@ class Workspace:
         if self.remote is not None:
             self.remote.start()
         self.until = until  # the plan line of a pretraining run asks nothing
-        try:
-            self.driver.run(self, self.cfg.num_train_steps if until is None else until)
-        finally:  # a core held in turn is held only while the loop runs
-            if self.core_turns is not None:
-                self.core_turns.release()
+        self.driver.run(self, self.cfg.num_train_steps if until is None else until)
 
     def logger_info(self, message: str, colour: str = "") -> None:
         """A console line (also for the learner and channels, built before the logger)."""
@@ -421,67 +399,6 @@ class Workspace:
     def agent_reason(self) -> str:
         return f"{'auto' if self.cfg.agent == 'auto' else 'agent=' + self.cfg.agent}: " \
             f"{type(self.env.action_space).__name__} action space"
-
-    def round_threads(self) -> contextlib.AbstractContextManager[int]:
-        """Around a feedback round: ``round_threads`` of the run's :class:`ThreadChoice` while
-        the other cores are free (:func:`themis.run.threads.round_threads`). A run taking
-        turns on the cores with other runs (:mod:`themis.run.core_turns`) gives its core up
-        first when a person may answer (for minutes; the loop's next
-        :meth:`themis.run.core_turns.CoreTurns.poll` takes one again); with a synthetic teacher
-        it keeps the core and takes turns between the reward model's minibatch steps and the
-        chunks of query scoring and relabelling (given up,
-        the round computed beside the two runs that took the cores, time-sliced by the kernel:
-        four main-job runs on two cores did 3–4 % fewer steps together than two, README
-        "Threads")."""
-        if self.core_turns is not None:
-            learner = self.learner
-            channel = getattr(learner, "channel", None)
-            if self.remote is None and learner is not None and isinstance(
-                    channel, (SyntheticChannel, SyntheticRatingChannel)):
-                learner.trainer.between_batches = self._between_batches
-                return self._round_threads_in_turns()
-            self.core_turns.release()
-        return round_threads(self.thread_choice)
-
-    @contextlib.contextmanager
-    def _round_threads_in_turns(self) -> Iterator[int]:
-        """A round that keeps its core: ``round_threads`` only on the cores this run can take
-        from the other runs' turns (:meth:`themis.run.core_turns.CoreTurns.take_more`: none
-        while another run steps on one or waits), and while other programs leave them free."""
-        turns = self.core_turns
-        assert turns is not None
-        outside_run = not turns.holding  # e.g. the last round of ``finish``: a core for it
-        if outside_run:
-            turns.poll()
-        before = torch.get_num_threads()
-        self._loop_threads = before  # a governed run's may be 1 beside other runs
-        wanted = self.thread_choice.round_threads
-        learner = self.learner
-        assert learner is not None
-        # scoring the query pool and relabelling the store take turns too (seconds on CNNs)
-        learner.model.between_chunks = learner.selector.between_chunks = self._between_batches
-        try:
-            if wanted <= before or not turns.take_more(wanted - before):
-                yield before
-                return
-            with round_threads(self.thread_choice) as used:
-                if used == before:  # other programs' load: the cores are not needed
-                    turns.give_more_back()
-                yield used
-        finally:
-            learner.model.between_chunks = learner.selector.between_chunks = None
-            turns.give_more_back()
-            if outside_run:
-                turns.release()
-
-    def _between_batches(self) -> None:
-        """Between the reward model's minibatch steps: take turns with the waiting runs; back to
-        the loop's threads if the round's extra cores were given up for them."""
-        turns = self.core_turns
-        assert turns is not None
-        turns.poll()
-        if turns.more == 0 and torch.get_num_threads() > self._loop_threads:
-            torch.set_num_threads(self._loop_threads)
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
@@ -757,7 +674,7 @@ class Workspace:
         self.logger.info(f"loaded {loaded} from {path}", "cyan")
 
     def stopped(self, launcher: str) -> str:
-        """After Ctrl-C: stop the labeling server and the thread governor, close the logs,
+        """After Ctrl-C: stop the labeling server, close the logs,
         envs and progress bar, and return the one line to print — the step reached, the last
         checkpoint and the command that continues from it (``launcher resume=RUN_DIR``).
 
@@ -768,10 +685,6 @@ class Workspace:
         if self.label_server is not None:
             self.label_server.stop()
             self.label_server = None
-        if self.thread_governor is not None:
-            self.thread_governor.stop()
-        if self.core_turns is not None:
-            self.core_turns.close()
         self.logger.close()
         if self.tracking is not None:
             self.tracking.close("KILLED")
@@ -811,10 +724,6 @@ class Workspace:
         self.save_checkpoints()
         self.maybe_checkpoint(force=True)
         self.logger.close()
-        if self.thread_governor is not None:
-            self.thread_governor.stop()
-        if self.core_turns is not None:
-            self.core_turns.close()
         for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
             env.close()
         eval_csv = self.run_dir / "eval.csv"
