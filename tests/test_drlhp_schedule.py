@@ -58,9 +58,9 @@ def test_train_passes_takes_the_steps_owed_and_each_member_never_trains_on_its_o
     seen: list[np.ndarray] = []
     step = trainer.minibatch_step
 
-    def spy(obs, act, labels, picked, batch, sums):
+    def spy(obs, act, labels, picked, batch, sums, *rest):
         seen.append(picked[batch].cpu().numpy())  # (E, b) dataset rows
-        return step(obs, act, labels, picked, batch, sums)
+        return step(obs, act, labels, picked, batch, sums, *rest)
 
     trainer.minibatch_step = spy  # type: ignore[method-assign]
     rows = np.arange(50, 200)  # the newest 150
