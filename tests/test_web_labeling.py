@@ -268,8 +268,7 @@ def test_a_received_store_cannot_make_the_server_serve_files_other_than_clips(tm
     secret.write_bytes(b"the receiver's private file")
     (tmp_path / "web" / "clips" / "link.mp4").symlink_to(secret)
     (tmp_path / "web" / "clips" / "inside.mp4").symlink_to(tmp_path / "web" / "clips" / "c3.mp4")
-    planted = {"token": "planted"}
-    store.db.execute("INSERT INTO labelers VALUES ('eve', ?, 0)", (hash_token("planted"),))
+    planted = {"token": store.add_labelers(1)[0][1]}  # (a planted hash opens nothing at all)
     client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
 
     def served(clip: str) -> int:
@@ -373,11 +372,14 @@ def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
     (_, renewed), = store.add_labelers(1, renew=True)
     assert renewed and store.labeler_for_token(token) is None
     assert store.labeler_for_token(renewed) == name
-    # a store of an earlier version, tokens in clear, is migrated when opened
-    store.db.execute("UPDATE labelers SET token='old-clear-token'")
+    # a store of an earlier version, tokens in clear, is migrated when opened; such a token
+    # has no issuer mark (anyone holding the file knows it): it opens nothing until re-issued
+    store.db.execute("UPDATE labelers SET token='old-clear-token', issuer=NULL")
     again = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
-    assert again.labeler_for_token("old-clear-token") == name
+    assert again.labeler_for_token("old-clear-token") is None
     assert again.db.execute("SELECT token FROM labelers").fetchone()[0].startswith("sha256:")
+    (_, reissued), = again.add_labelers(1)
+    assert reissued and again.labeler_for_token(reissued) == name
 
 
 def test_labels_csv_and_query_segments_are_readable_by_their_owner_only(tmp_path):
