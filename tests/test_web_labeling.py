@@ -28,7 +28,6 @@ from themis.crowd.label_store import (
     LabelStore,
     QueryFull,
     UnknownQuery,
-    hash_token,
 )
 from themis.reward import PreferenceDataset
 
