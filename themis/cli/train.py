@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import sys
@@ -324,9 +323,13 @@ def remove_if_unused(run: Path) -> None:
             path = run / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else \
                 path.unlink(missing_ok=True)
-    if Path(os.path.abspath(run.parent)) in CREATED_DIRS:
-        with contextlib.suppress(OSError):  # runs/DATE/ too, when this was its only run
-            run.parent.rmdir()
+    for parent in Path(os.path.abspath(run)).parents:  # runs/DATE/ too, if this run made it
+        if parent not in CREATED_DIRS:
+            break
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: another run's
+            break
 
 
 RESULTS = ("train.csv", "eval.csv", "reward.csv", "checkpoints")

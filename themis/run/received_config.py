@@ -150,7 +150,7 @@ def check_received_settings(cfg: Any, where: str | Path, given: Collection[str] 
     ``label_instructions`` is text rather than a file name, and when a path lies inside the run.
 
     Raises:
-        ConfigError: the first refused setting, and the two ways to pass it explicitly.
+        ConfigError: every refused setting in one line, and the two ways to pass them.
     """
     from omegaconf import OmegaConf
 
@@ -158,6 +158,7 @@ def check_received_settings(cfg: Any, where: str | Path, given: Collection[str] 
         return
     run = Path(where).parent
     defaults = OmegaConf.structured(TrainConfig)
+    refused: list[tuple[str, Any, str, str]] = []
     for key, what in RECEIVED_SETTINGS.items():
         value = OmegaConf.select(cfg, key, default=None)
         default = OmegaConf.select(defaults, key, default=None)
@@ -169,8 +170,13 @@ def check_received_settings(cfg: Any, where: str | Path, given: Collection[str] 
         if isinstance(value, str) and what.startswith("a path") and _inside(value, run):
             continue
         shown = "null" if default is None else str(default).lower() \
-            if isinstance(default, bool) else repr(default) if default == "" else default
+            if isinstance(default, bool) else "''" if default == "" else str(default)
+        refused.append((key, value, what, shown))
+    if refused:
+        settings = ", ".join(f"{key}={value} ({what})" for key, value, what, _ in refused)
+        keep = " ".join(f"{key}={value}" for key, value, _, _ in refused)
+        reset = " ".join(f"{key}={shown}" for key, _, _, shown in refused)
         raise ConfigError(
-            f"{where} sets {key}={value}: {what}, chosen by a run folder that is not yours "
-            f"(received, or its config.yaml edited: no mark of yours in {MARK_FILE}); "
-            f"pass {key}={value} on the command line to keep it, or {key}={shown}")
+            f"{where} sets {settings}: chosen by a run folder that is not yours (received, or "
+            f"its config.yaml edited: no mark of yours in {MARK_FILE}); pass them on the "
+            f"command line to keep them ({keep}) or to use the defaults ({reset})")

@@ -1,0 +1,280 @@
+"""A received run folder is data (issue 65): resume, the label store, the label server, the store
+tools and the Optuna sweeper take nothing dangerous from a folder someone sent. Every folder and
+store here is crafted in the test; servers listen on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, launch
+from fastapi.testclient import TestClient
+
+from lib.label_server import create_app
+from themis.agents.buffers import SegmentPairs
+from themis.crowd.label_store import LabelStore, UnsafeStoreError, hash_token
+from themis.utils import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def receiver(tmp_path, monkeypatch) -> Path:
+    """This test's user: an owner key of their own (the sender has another one)."""
+    key = tmp_path / "keys" / "receiver.key"
+    monkeypatch.setenv("THEMIS_OWNER_KEY", str(key))
+    return key
+
+
+def as_sender(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("THEMIS_OWNER_KEY", str(tmp_path / "keys" / "sender.key"))
+
+
+def as_receiver(monkeypatch, receiver) -> None:
+    monkeypatch.setenv("THEMIS_OWNER_KEY", str(receiver))
+
+
+def posted(run: Path, n: int = 3) -> tuple[LabelStore, list[int]]:
+    store = LabelStore(run / "labels.sqlite", run / "web")
+    rng = np.random.default_rng(0)
+    pairs = SegmentPairs(rng.normal(size=(n, 2, 5, 3)).astype(np.float32),
+                         rng.uniform(-1, 1, (n, 2, 5, 1)).astype(np.float32),
+                         rng.normal(size=(n, 2, 5)).astype(np.float32),
+                         np.zeros((n, 2), dtype=np.int64))
+    clips = []
+    for i in range(n):
+        clip = run / "web" / "clips" / f"c{i}.mp4"
+        clip.parent.mkdir(parents=True, exist_ok=True)
+        clip.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes([i]))
+        clips.append(clip)
+    return store, store.post(1, pairs, clips)
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
+        (proc.returncode, proc.stderr[-2000:])
+    return lines[0]
+
+
+# ------------------------------------------------------------------ item 1: tokens
+def test_tokens_of_a_received_store_open_nothing_until_the_owner_issues_new_ones(
+        tmp_path, monkeypatch, receiver):
+    run = tmp_path / "run"
+    as_sender(monkeypatch, tmp_path)  # the sender's web run: their labeler and owner tokens
+    store, ids = posted(run)
+    (_, token), = store.add_labelers(1)
+    owner = store.owner_token()
+    assert store.labeler_for_token(token) == "labeler1" and store.is_owner_token(owner)
+    store.db.execute("INSERT INTO labelers (name, token, created) VALUES ('eve', ?, 0)",
+                     (hash_token("planted"),))  # and a hash planted without any mark
+
+    as_receiver(monkeypatch, receiver)  # the folder arrives; the receiver opens it
+    received = LabelStore(run / "labels.sqlite", run / "web")
+    for given in (token, "planted"):
+        assert received.labeler_for_token(given) is None
+    assert not received.is_owner_token(owner)
+    client = TestClient(create_app(received, run), base_url="http://127.0.0.1")
+    for given in (token, "planted", owner):
+        assert client.get("/api/next", headers={"X-Themis-Token": given}).status_code == 401
+        assert client.post("/api/answers", json={"query_id": ids[0], "label": "left"},
+                           headers={"X-Themis-Token": given}).status_code == 401
+        assert client.get("/api/status", params={"token": given}).status_code == 401
+    assert received.db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+    # the receiver's run re-issues the labelers it asks for; the new links work
+    (name, fresh), = received.add_labelers(1)
+    assert fresh and fresh != token and received.labeler_for_token(fresh) == name
+    new_owner = received.owner_token()
+    assert new_owner and received.is_owner_token(new_owner)
+    assert received.add_labelers(1) == [(name, None)]  # issued here now: kept on the next run
+    assert client.get("/api/next", headers={"X-Themis-Token": fresh}).status_code == 200
+
+
+def test_tokens_issued_in_another_folder_are_not_valid_in_a_copy(tmp_path):
+    store, _ = posted(tmp_path / "run")
+    (_, token), = store.add_labelers(1)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "labels.sqlite").write_bytes((tmp_path / "run" / "labels.sqlite").read_bytes())
+    assert LabelStore(copy / "labels.sqlite").labeler_for_token(token) is None
+    assert LabelStore(tmp_path / "run" / "labels.sqlite").labeler_for_token(token) == "labeler1"
+
+
+# ------------------------------------------------------------------ item 1 and 2: resume
+def received_run(tmp_path: Path, **settings: str) -> Path:
+    """A copied web run folder: its config.yaml (no mark of the receiver's) with ``settings``."""
+    run = tmp_path / "received"
+    run.mkdir(parents=True)
+    lines = ["domain: Classic", "env: Pendulum-v1", "human_teacher: true", "teacher_ui: web",
+             *(f"{k}: {v}" for k, v in settings.items())]
+    (run / "config.yaml").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_check_received_settings_refuses_addresses_paths_and_trackers_of_a_received_config(
+        tmp_path):
+    from themis.run.received_config import (
+        check_received_settings,
+        load_received_config,
+        mark_config,
+    )
+
+    secret = tmp_path / "receivers_notes.txt"
+    secret.write_text("the receiver's private notes")
+    cases = {
+        "label_host": ("0.0.0.0", "label_host=0.0.0.0"),
+        "label_port": ("9999", "label_port=9999"),
+        "label_instructions": (str(secret), "label_instructions="),
+        "logger": ("{mlflow: true, tracking_uri: 'http://127.0.0.1:9/'}", "logger.mlflow=True"),
+        "prefs_path": ("/elsewhere/prefs", "prefs_path=/elsewhere/prefs"),
+    }
+    for key, (value, said) in cases.items():
+        run = received_run(tmp_path / key, **{key: value})
+        cfg = load_received_config(run / "config.yaml")
+        with pytest.raises(ConfigError, match="not yours") as e:
+            check_received_settings(cfg, run / "config.yaml")
+        assert said in str(e.value) and "on the command line" in str(e.value)
+        check_received_settings(cfg, run / "config.yaml", given=[key])  # your own choice
+    tracking = received_run(tmp_path / "file_uri", logger=f"{{tracking_uri: 'file:{tmp_path}'}}")
+    with pytest.raises(ConfigError, match=r"logger\.tracking_uri"):
+        check_received_settings(load_received_config(tracking / "config.yaml"),
+                                tracking / "config.yaml")
+    # data, not settings: instructions as text, defaults, a path inside the run
+    run = received_run(tmp_path / "data", label_instructions="'Prefer the upright one.'")
+    (run / "gold").mkdir()
+    (run / "config.yaml").write_text((run / "config.yaml").read_text() +
+                                     f"gold_path: {run / 'gold'}\nlabel_host: 127.0.0.1\n")
+    check_received_settings(load_received_config(run / "config.yaml"), run / "config.yaml")
+    # the receiver's own run (marked when written) keeps its settings; an edit drops the mark
+    own = received_run(tmp_path / "own", label_host="0.0.0.0")
+    mark_config(own)
+    check_received_settings(load_received_config(own / "config.yaml"), own / "config.yaml")
+    (own / "config.yaml").write_text((own / "config.yaml").read_text() + "label_port: 1\n")
+    with pytest.raises(ConfigError, match=r"label_host=0\.0\.0\.0"):
+        check_received_settings(load_received_config(own / "config.yaml"), own / "config.yaml")
+
+
+def test_resuming_a_received_web_run_does_not_listen_beyond_loopback_or_serve_a_local_file(
+        tmp_path, monkeypatch, receiver):
+    """The attack of issue 65 item 1: a copied run whose config says label_host 0.0.0.0 and
+    label_instructions names a file of the receiver's, a token hash planted in its store."""
+    secret = tmp_path / "receivers_notes.txt"
+    secret.write_text("the receiver's private notes")
+    run = received_run(tmp_path, label_host="0.0.0.0", label_port="0", labelers="1",
+                       label_instructions=str(secret))
+    as_sender(monkeypatch, tmp_path)
+    store, _ = posted(run)
+    store.add_labelers(1)
+    as_receiver(monkeypatch, receiver)
+    proc = launch("themis_train.sh", f"resume={run}", timeout=300)
+    line = one_line(proc)
+    assert "label_host=0.0.0.0" in line and "label_host=127.0.0.1" in line, line
+    assert f"label_instructions={secret}" in line and "label_port=0" in line, line
+    assert not (run / "web" / "server.json").exists()  # no server was started
+    proc = launch("themis_train.sh", f"resume={run}", "label_host=127.0.0.1", timeout=300)
+    line = one_line(proc)  # passed explicitly: no longer refused, the others still are
+    assert "label_host" not in line and "label_instructions=" in line, line
+
+
+def test_resuming_a_received_run_does_not_send_your_tracking_token_to_its_server(tmp_path):
+    run = received_run(tmp_path, logger="{mlflow: true, tracking_uri: 'http://127.0.0.1:9/'}")
+    line = one_line(launch("themis_train.sh", f"resume={run}", timeout=300))
+    assert "logger.mlflow=True" in line and "logger.mlflow=false" in line, line
+
+
+# ------------------------------------------------------------------ item 3: no SQL runs
+ATTACKS = {
+    "trigger deleting answers": "CREATE TRIGGER wipe AFTER INSERT ON answers "
+                                "BEGIN DELETE FROM answers; END",
+    "trigger flipping labels": "CREATE TRIGGER flip AFTER INSERT ON answers "
+                               "BEGIN UPDATE answers SET label = 1 - label WHERE id = new.id; END",
+    "view": "CREATE VIEW every_answer AS SELECT * FROM answers",
+    "extra table": "CREATE TABLE notes (x TEXT)",
+    "expression index": "CREATE INDEX flipped ON answers (1 - label)",
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_a_store_with_sql_of_its_own_is_refused_by_the_run_the_server_and_the_tools(
+        tmp_path, attack):
+    run = tmp_path / "run"
+    store, ids = posted(run)
+    store.answer(ids[0], "local", 0.0)
+    db = sqlite3.connect(run / "labels.sqlite")
+    db.execute(ATTACKS[attack])
+    db.commit()
+    db.close()
+    with pytest.raises(UnsafeStoreError, match="may not run SQL"):
+        LabelStore(run / "labels.sqlite", run / "web")
+    line = one_line(run_script("store_to_prefs.py", str(run), str(tmp_path / "out")))
+    assert "may not run SQL" in line and not (tmp_path / "out" / "meta.json").exists()
+    assert "may not run SQL" in one_line(run_script("label_server.py", str(run), "--port", "0"))
+    from themis.crowd.audit import load_answers
+
+    with pytest.raises(UnsafeStoreError):
+        load_answers(run / "labels.sqlite")
+    labels = sqlite3.connect(run / "labels.sqlite").execute("SELECT label FROM answers")
+    assert [r[0] for r in labels] == [0.0]  # nothing ran on the stored answer
+
+
+def test_a_table_redefined_to_replace_answers_on_conflict_is_refused(tmp_path):
+    """``UNIQUE ... ON CONFLICT REPLACE`` would let a new answer delete an accepted one."""
+    path = tmp_path / "labels.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""CREATE TABLE answers (id INTEGER PRIMARY KEY, query_id INTEGER NOT NULL,
+        labeler TEXT NOT NULL, label REAL, created REAL NOT NULL,
+        UNIQUE (query_id) ON CONFLICT REPLACE);""")
+    db.close()
+    with pytest.raises(UnsafeStoreError, match=r"table 'answers'.*not as Themis defines it"):
+        LabelStore(path)
+
+
+def test_a_web_run_on_a_store_with_a_trigger_ends_with_one_line(compose, tmp_path):
+    from types import SimpleNamespace
+
+    from themis.feedback.factory import make_label_store
+
+    store, _ = posted(tmp_path)
+    store.db.execute(ATTACKS["trigger deleting answers"])
+    cfg = compose(["human_teacher=true", "teacher_ui=web"])
+    with pytest.raises(ConfigError, match="trigger 'wipe'"):
+        make_label_store(SimpleNamespace(cfg=cfg, run_dir=tmp_path))
+
+
+def test_stores_of_every_earlier_schema_still_open(tmp_path):
+    """A store of the first version (no gold, oracle, rating_classes, issuer columns) and one
+    of the last: both are Themis's own and open (and get the new columns)."""
+    from themis.crowd.label_store import SCHEMA
+
+    old = tmp_path / "old.sqlite"
+    db = sqlite3.connect(old)
+    db.executescript(SCHEMA)
+    db.close()
+    store = LabelStore(old)
+    columns = {r[1] for r in store.db.execute("PRAGMA table_info(queries)")}
+    assert {"gold", "oracle", "rating_classes"} <= columns
+    LabelStore(old)  # and again, migrated
+
+
+# ------------------------------------------------------------------ item 9
+def test_a_refused_run_removes_only_the_folders_it_created(tmp_path):
+    mine = tmp_path / "mine"  # the user's folders, made beforehand and empty
+    mine.mkdir()
+    empty_run = tmp_path / "empty_run"
+    empty_run.mkdir()
+    bad = ["domain=Classic", "env=Pendulum-v1", "max_feedback=-1"]
+    assert "max_feedback" in one_line(launch("themis_train.sh", *bad,
+                                             f"hydra.run.dir={mine / 'run'}", timeout=300))
+    assert mine.is_dir() and not (mine / "run").exists()  # the run's own folder went
+    one_line(launch("themis_train.sh", *bad, f"hydra.run.dir={empty_run}", timeout=300))
+    assert empty_run.is_dir() and not any(empty_run.iterdir())  # kept, without Hydra's files
+    new = tmp_path / "new" / "deeper" / "run"
+    one_line(launch("themis_train.sh", *bad, f"hydra.run.dir={new}", timeout=300))
+    assert not (tmp_path / "new").exists()  # created by the run: removed
