@@ -278,3 +278,103 @@ def test_a_refused_run_removes_only_the_folders_it_created(tmp_path):
     new = tmp_path / "new" / "deeper" / "run"
     one_line(launch("themis_train.sh", *bad, f"hydra.run.dir={new}", timeout=300))
     assert not (tmp_path / "new").exists()  # created by the run: removed
+
+
+# ------------------------------------------------------------------ item 4: Optuna sweeps
+class FakeLauncher:
+    """Records the jobs a sweeper launches; each returns ``value``."""
+
+    def __init__(self, value: float = 1.0) -> None:
+        self.jobs: list[list[str]] = []
+        self.value = value
+
+    def launch(self, jobs, initial_job_idx):
+        from types import SimpleNamespace
+
+        self.jobs += [list(j) for j in jobs]
+        return [SimpleNamespace(return_value=self.value) for _ in jobs]
+
+
+def sweeper_in(sweep: Path, **kwargs):
+    import optuna
+    from omegaconf import OmegaConf
+
+    optuna.logging.disable_default_handler()  # its stream would be an earlier test's stderr
+
+    from hydra_plugins.themis_optuna_sweeper.optuna_sweeper import ThemisOptunaSweeper
+
+    sweeper = ThemisOptunaSweeper(n_trials=kwargs.pop("n_trials", 2), n_jobs=1, **kwargs)
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    sweeper.launcher = FakeLauncher()
+    return sweeper
+
+
+SEARCH = ["reward_lr=interval(0.0001, 0.003)"]
+
+
+def study_in(sweep: Path, direction: str = "maximize"):
+    import optuna
+
+    sweep.mkdir(parents=True, exist_ok=True)
+    return optuna.create_study(study_name="themis", direction=direction,
+                               storage=f"sqlite:///{sweep / 'optuna.db'}", load_if_exists=True)
+
+
+def refused(sweeper, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        sweeper.sweep(SEARCH)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("themis: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err  # (and Optuna's own log lines)
+    return lines[0]
+
+
+def test_an_enqueued_trial_outside_the_search_space_is_refused_before_any_job(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    study_in(sweep).enqueue_trial({"reward_lr": 1e6})  # planted in the received optuna.db
+    sweeper = sweeper_in(sweep)
+    line = refused(sweeper, capsys)
+    assert "enqueued trial #0" in line and "reward_lr=1000000.0" in line, line
+    assert sweeper.launcher.jobs == []
+    ok = tmp_path / "ok"
+    study_in(ok).enqueue_trial({"reward_lr": 0.001})  # inside: the user's own enqueued trial
+    sweeper = sweeper_in(ok)
+    sweeper.sweep(SEARCH)
+    assert sweeper.launcher.jobs[0] == ["reward_lr=0.001"] and len(sweeper.launcher.jobs) == 2
+
+
+def test_a_stored_trial_outside_the_space_or_another_direction_is_refused(tmp_path, capsys):
+    import optuna
+
+    sweep = tmp_path / "sweep"
+    study = study_in(sweep)
+    study.add_trial(optuna.trial.create_trial(  # a fake "best" trial far outside the space
+        params={"reward_lr": 5.0}, distributions={
+            "reward_lr": optuna.distributions.FloatDistribution(1.0, 10.0)}, value=1e9))
+    assert "stored trial #0" in refused(sweeper_in(sweep), capsys)
+    minimize = tmp_path / "minimize"
+    study_in(minimize, "minimize")
+    line = refused(sweeper_in(minimize), capsys)
+    assert "stored to minimize, not to maximize" in line, line
+    sweeper = sweeper_in(minimize, direction="minimize")  # said explicitly: continued
+    sweeper.sweep(SEARCH)
+    assert len(sweeper.launcher.jobs) == 2
+
+
+def test_a_symlinked_job_folder_is_refused(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (sweep / "0").symlink_to(outside)
+    sweeper = sweeper_in(sweep)
+    assert "0 is a symlink" in refused(sweeper, capsys)
+    assert sweeper.launcher.jobs == [] and not any(outside.iterdir())
+
+
+def test_an_optuna_db_that_is_not_sqlite_is_one_line(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "optuna.db").write_bytes(b"not a database at all" * 100)
+    assert "not an Optuna study" in refused(sweeper_in(sweep), capsys)
