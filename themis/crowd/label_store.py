@@ -64,6 +64,7 @@ import numpy as np
 
 from themis.agents.buffers import SegmentPairs
 from themis.core.owner import is_owned, owner_mark
+from themis.core.safe_loading import check_npz
 from themis.crowd import aggregation as crowd
 from themis.reward.preference_models import true_preference
 from themis.utils import fsync_dir, open_private
@@ -562,6 +563,7 @@ class LabelStore:
             if not given:
                 continue
             with np.load(self.segments_path(qid), allow_pickle=False) as data:
+                check_npz(data, self.segments_path(qid))  # a received run's file: no bomb
                 for aid, who, lab, when in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])

@@ -278,10 +278,21 @@ def load_rollouts(path: str | Path) -> Rollouts:
 
 
 def _open_npz(path: Path) -> Any:
+    from themis.core.safe_loading import UnsafeFileError, check_npy_file, check_npz
+
     try:
+        with open(path, "rb") as f:
+            single = f.read(6) == b"\x93NUMPY"
+        if single:  # its header first: it may announce 10¹² elements
+            check_npy_file(path)
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise RolloutFormatError(f"{path} is not an npz file ({str(e).splitlines()[0]})"
+        if hasattr(data, "files"):
+            check_npz(data, path)
+    except UnsafeFileError as e:
+        raise RolloutFormatError(str(e)) from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, MemoryError) as e:
+        raise RolloutFormatError(f"{path} is not an npz file "
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
                                  ) from None
     if not hasattr(data, "files"):
         raise RolloutFormatError(f"{path} is a single array, not an npz file of rollouts")
@@ -308,6 +319,9 @@ def _load_themis(folder: Path) -> Rollouts:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RolloutFormatError(f"{meta_path} is not JSON ({e})") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise RolloutFormatError(f"{meta_path} is nested too deeply to be a {FORMAT} file"
+                                 ) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RolloutFormatError(f"{meta_path} is not a {FORMAT} file")
     version = meta.get("format_version")
