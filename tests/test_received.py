@@ -378,3 +378,255 @@ def test_an_optuna_db_that_is_not_sqlite_is_one_line(tmp_path, capsys):
     sweep.mkdir()
     (sweep / "optuna.db").write_bytes(b"not a database at all" * 100)
     assert "not an Optuna study" in refused(sweeper_in(sweep), capsys)
+
+
+# ------------------------------------------------------------------ items 6-8: received files
+def reannounce(npz: Path, member: str, shape: tuple[int, ...]) -> None:
+    """Rewrite ``member``'s ``.npy`` header in ``npz`` to announce ``shape`` (data unchanged)."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(npz) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    raw = io.BytesIO(members[member])
+    version = np.lib.format.read_magic(raw)
+    header = np.lib.format.read_array_header_1_0(raw) if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0(raw)
+    out = io.BytesIO()
+    np.lib.format.write_array_header_2_0(out, {"descr": np.lib.format.dtype_to_descr(header[2]),
+                                               "fortran_order": header[1], "shape": shape})
+    members[member] = out.getvalue() + raw.read()
+    with zipfile.ZipFile(npz, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+def sb3_zip(path: Path, state: dict, data: bytes = b"{}", compression: int = 0) -> Path:
+    import io
+    import zipfile
+
+    import torch
+
+    blob = io.BytesIO()
+    torch.save(state, blob)
+    with zipfile.ZipFile(path, "w", compression) as z:
+        z.writestr("data", data)
+        z.writestr("policy.pth", blob.getvalue())
+    return path
+
+
+def sac_state(**override) -> dict:
+    import torch
+
+    state = {"actor.latent_pi.0.weight": torch.zeros(8, 3), "actor.latent_pi.0.bias":
+             torch.zeros(8), "actor.mu.weight": torch.zeros(1, 8), "actor.mu.bias": torch.zeros(1),
+             "critic.qf0.0.weight": torch.zeros(8, 4)}
+    return {**state, **override}
+
+
+def patch_zip(path: Path, name: bytes, offset_local: int, offset_central: int,
+              value: bytes) -> None:
+    """Overwrite a field of ``name``'s local header and central-directory entry."""
+    raw = bytearray(path.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", offset_local), (b"PK\x01\x02", offset_central)):
+        at = 0
+        while (at := raw.find(signature, at)) >= 0:
+            name_at = at + (30 if signature == b"PK\x03\x04" else 46)
+            if raw[name_at:name_at + len(name)] == name:
+                raw[at + offset:at + offset + len(value)] = value
+            at += 4
+    path.write_bytes(bytes(raw))
+
+
+def test_crafted_sb3_zips_are_one_line_errors(tmp_path):
+    import torch
+
+    from themis.agents.sb3 import read_sb3_zip
+
+    assert read_sb3_zip(sb3_zip(tmp_path / "ok.zip", sac_state())).algorithm == "TD3/DDPG"
+    encrypted = sb3_zip(tmp_path / "encrypted.zip", sac_state())
+    patch_zip(encrypted, b"policy.pth", 6, 8, b"\x01\x00")  # general-purpose flag: encrypted
+    method99 = sb3_zip(tmp_path / "method99.zip", sac_state())
+    patch_zip(method99, b"policy.pth", 8, 10, b"\x63\x00")  # compression method 99 (AES)
+    corrupt = sb3_zip(tmp_path / "corrupt.zip", sac_state(), compression=8)
+    raw = bytearray(corrupt.read_bytes())
+    start = raw.find(b"policy.pth") + len(b"policy.pth") + 40
+    raw[start:start + 64] = bytes(64)  # the deflate stream, zeroed in the middle
+    corrupt.write_bytes(bytes(raw))
+    nan = sb3_zip(tmp_path / "nan.zip", sac_state(**{"actor.mu.weight":
+                                                      torch.full((1, 8), float("nan"))}))
+    stride0 = sb3_zip(tmp_path / "stride0.zip", sac_state(**{
+        "actor.latent_pi.0.weight": torch.zeros(1).expand(30000, 30000)}))
+    assert stride0.stat().st_size < 10_000  # a small file announcing 3.6 GB of weights
+    for path, words in ((encrypted, "encrypted"), (method99, "compression"),
+                        (corrupt, "readable"), (nan, "NaN"), (stride0, "stride 0")):
+        with pytest.raises(ValueError, match=words) as e:
+            read_sb3_zip(path)
+        assert "\n" not in str(e.value)
+    deep = sb3_zip(tmp_path / "deep.zip", sac_state(), data=b"[" * 200_000 + b"]" * 200_000)
+    assert read_sb3_zip(deep).data == {}  # JSON nested too deep: plain data ignored
+
+
+def test_a_small_reward_model_file_with_stride_0_weights_is_refused_before_expanding(tmp_path):
+    import torch
+
+    from themis.core.safe_loading import UnsafeFileError, safe_load
+    from themis.reward import load_reward_model
+
+    path = tmp_path / "reward_model.pt"
+    torch.save({"config": {"obs_dim": 3}, "state_dict": {
+        "0.weight": torch.zeros(1).expand(40000, 40000)}}, path)
+    assert path.stat().st_size < 10_000
+    with pytest.raises(UnsafeFileError, match="stride 0"):
+        safe_load(path)
+    with pytest.raises(ValueError, match="stride 0"):
+        load_reward_model(str(path))
+
+
+def tiny_rollouts(folder: Path, obs: np.ndarray | None = None) -> Path:
+    from themis.interpret.rollouts import Rollouts, save_rollouts
+
+    rng = np.random.default_rng(0)
+    lengths = np.array([5, 5])
+    rollouts = Rollouts(rng.normal(size=(12, 3)).astype(np.float32) if obs is None else obs,
+                        rng.normal(size=(10, 1)).astype(np.float32),
+                        rng.normal(size=10).astype(np.float32), np.zeros(10, bool),
+                        np.zeros(10, bool), lengths, np.zeros(2, np.int64),
+                        np.zeros(2, np.int64), {}, {"env": "Pendulum-v1",
+                                                    "action_space": {"type": "Box",
+                                                                     "shape": [1]}})
+    save_rollouts(rollouts, folder)
+    return folder
+
+
+def test_crafted_rollouts_are_one_line_errors(tmp_path):
+    import json
+    import zipfile
+
+    from themis.interpret.rollouts import RolloutFormatError, load_rollouts, save_rollouts
+
+    bomb = tiny_rollouts(tmp_path / "bomb")
+    reannounce(bomb / "rollouts.npz", "obs.npy", (10**12, 3))
+    zero_d = tiny_rollouts(tmp_path / "zero_d")
+    with zipfile.ZipFile(zero_d / "rollouts.npz") as z:
+        arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist()}
+    np.savez(zero_d / "rollouts.npz", **{**arrays, "rews": np.float32(1.0)})
+    deep = tiny_rollouts(tmp_path / "deep")
+    (deep / "meta.json").write_text("[" * 200_000 + "]" * 200_000)
+    space = tiny_rollouts(tmp_path / "space")
+    meta = json.loads((space / "meta.json").read_text())
+    (space / "meta.json").write_text(json.dumps({**meta, "action_space": "Discrete(3)"}))
+    single = tmp_path / "single.npy"
+    np.save(single, np.zeros(4, np.float32))
+    raw = bytearray(single.read_bytes())
+    single.write_bytes(bytes(raw).replace(b"(4,)", b"(1000000000000,)", 1))
+    for folder, words in ((bomb, "refused before allocating"), (zero_d, "0-d"),
+                          (deep, "nested too deeply"), (space, "action_space"),
+                          (single, "refused before allocating")):
+        with pytest.raises(RolloutFormatError, match=words) as e:
+            load_rollouts(folder)
+        assert "\n" not in str(e.value)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        save_rollouts(load_rollouts(tiny_rollouts(tmp_path / "fine")), tmp_path / "a_file")
+    nan_obs = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
+    nan_obs[3, 1] = np.nan
+    line = one_line(run_script("supervised_reward.py", str(tiny_rollouts(tmp_path / "nan",
+                                                                         nan_obs)),
+                               str(tmp_path / "out"), "--epochs", "1"))
+    assert "NaN" in line and not (tmp_path / "out").exists()
+    assert "action_space" in one_line(run_script("supervised_reward.py", str(space),
+                                                 str(tmp_path / "out2")))
+
+
+def test_store_to_prefs_refuses_an_npy_header_bomb_and_nan_segments(tmp_path):
+    run = tmp_path / "run"
+    store, ids = posted(run, n=2)
+    for qid in ids:
+        store.answer(qid, "local", 1.0)
+    segments = run / "web" / "queries" / f"q_{ids[0]:06d}.npz"
+    reannounce(segments, "observations.npy", (10**12, 5, 3))
+    assert "refused before allocating" in one_line(run_script("store_to_prefs.py", str(run),
+                                                              str(tmp_path / "out")))
+    with np.load(run / "web" / "queries" / f"q_{ids[1]:06d}.npz") as data:
+        arrays = dict(data)
+    arrays["observations"][0, 0, 0] = np.nan
+    np.savez(segments, **arrays)  # the first query now holds NaN observations
+    assert "NaN" in one_line(run_script("store_to_prefs.py", str(run), str(tmp_path / "out")))
+    assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def saved_prefs(folder: Path, **meta) -> Path:
+    import json
+
+    from themis.reward import PreferenceDataset
+
+    rng = np.random.default_rng(0)
+    data = PreferenceDataset(4, 5, 3, 1)
+    data.add(SegmentPairs(rng.normal(size=(4, 2, 5, 3)).astype(np.float32),
+                          rng.normal(size=(4, 2, 5, 1)).astype(np.float32),
+                          rng.normal(size=(4, 2, 5)).astype(np.float32),
+                          np.zeros((4, 2), np.int64)), np.array([0, 1, 0, 1], np.float32))
+    data.save(folder)
+    if meta:
+        saved = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**saved, **meta}))
+    return folder
+
+
+def test_train_reward_refuses_a_bad_obs_shape_and_a_file_as_output_in_one_line(tmp_path):
+    from themis.online.offline import train_reward_model
+
+    for shape in ("abc", 3, [2, 2]):
+        prefs = saved_prefs(tmp_path / f"prefs_{shape}", obs_shape=shape)
+        with pytest.raises(ConfigError, match="obs_shape"):
+            train_reward_model(prefs, tmp_path / "out")
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot be the output folder"):
+        train_reward_model(saved_prefs(tmp_path / "prefs"), tmp_path / "a_file")
+
+
+def test_a_shard_list_that_reads_one_file_many_times_is_refused(tmp_path):
+    from themis.reward import PreferenceDataset
+
+    prefs = saved_prefs(tmp_path / "prefs", num_pairs=4000,
+                        shards=[["segments.npz", 4 * i, 4 * i + 4] for i in range(1000)])
+    with pytest.raises(ValueError, match="cover the pairs once"):
+        PreferenceDataset.load(prefs)
+
+
+def test_summarize_refuses_a_yaml_tag_in_one_line(tmp_path):
+    import pandas as pd
+
+    run = tmp_path / "sweep" / "0"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- !!python/object/apply:os.system ['true']\n")
+    pd.DataFrame({"step": [1], "episode_reward": [0.0], "total_feedback": [0]}).to_csv(
+        run / "eval.csv", index=False)
+    assert "not plain YAML" in one_line(run_script("summarize.py", str(tmp_path / "sweep")))
+
+
+def test_the_wrapper_refuses_a_received_run_s_settings_a_yaml_tag_and_an_unwritable_run_dir(
+        tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from themis import PreferenceLearningWrapper
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("segment: 20\nlabel_host: 0.0.0.0\n")
+    (run / "online.yaml").write_text("warmup_reward: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ConfigError, match="not readable as plain YAML"):
+        PreferenceLearningWrapper(gym.make("Pendulum-v1"), run, resume=True)
+    (run / "online.yaml").write_text("warmup_reward: zero\n")
+    with pytest.raises(ConfigError, match=r"label_host=0\.0\.0\.0.*not yours"):
+        PreferenceLearningWrapper(gym.make("Pendulum-v1"), run, resume=True)
+
+    def unwritable(self):
+        raise PermissionError(13, "Permission denied")
+
+    from themis.online.online_reward import OnlineReward
+
+    monkeypatch.setattr(OnlineReward, "write_config", unwritable)
+    with pytest.raises(ConfigError, match="cannot be written"):
+        PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "new")
