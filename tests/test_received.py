@@ -100,10 +100,11 @@ def test_tokens_of_a_received_store_open_nothing_until_the_owner_issues_new_ones
 def test_tokens_issued_in_another_folder_are_not_valid_in_a_copy(tmp_path):
     store, _ = posted(tmp_path / "run")
     (_, token), = store.add_labelers(1)
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    (copy / "labels.sqlite").write_bytes((tmp_path / "run" / "labels.sqlite").read_bytes())
-    assert LabelStore(copy / "labels.sqlite").labeler_for_token(token) is None
+    import shutil
+
+    copy = Path(shutil.copytree(tmp_path / "run", tmp_path / "copy"))  # with its -wal file
+    copied = LabelStore(copy / "labels.sqlite")
+    assert copied.has_labelers() and copied.labeler_for_token(token) is None
     assert LabelStore(tmp_path / "run" / "labels.sqlite").labeler_for_token(token) == "labeler1"
 
 
