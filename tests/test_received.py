@@ -460,7 +460,7 @@ def test_crafted_sb3_zips_are_one_line_errors(tmp_path):
         "actor.latent_pi.0.weight": torch.zeros(1).expand(30000, 30000)}))
     assert stride0.stat().st_size < 10_000  # a small file announcing 3.6 GB of weights
     for path, words in ((encrypted, "encrypted"), (method99, "compression"),
-                        (corrupt, "readable"), (nan, "NaN"), (stride0, "stride 0")):
+                        (corrupt, "Stable-Baselines3"), (nan, "NaN"), (stride0, "stride 0")):
         with pytest.raises(ValueError, match=words) as e:
             read_sb3_zip(path)
         assert "\n" not in str(e.value)

@@ -130,7 +130,7 @@ def read_sb3_zip(path: str | Path) -> SB3Model:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
             RuntimeError, NotImplementedError) as e:  # encrypted, compression 99, bad deflate
         text = str(e).strip().splitlines()
-        raise ValueError(f"not a readable Stable-Baselines3 .zip "
+        raise ValueError(f"not a Stable-Baselines3 .zip "
                          f"({text[0] if text else type(e).__name__})") from None
     state = _tensors(policy, "policy.pth")
     data: dict[str, Any] = {}
