@@ -585,6 +585,13 @@ def test_train_reward_refuses_a_bad_obs_shape_and_a_file_as_output_in_one_line(t
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ConfigError, match="cannot be the output folder"):
         train_reward_model(saved_prefs(tmp_path / "prefs"), tmp_path / "a_file")
+    strings = saved_prefs(tmp_path / "strings")
+    with np.load(strings / "segments.npz") as data:
+        arrays = dict(data)
+    arrays["observations"] = np.full(arrays["observations"].shape, "a")
+    np.savez(strings / "segments.npz", **arrays)
+    with pytest.raises(ConfigError, match="not numbers"):
+        train_reward_model(strings, tmp_path / "out")
 
 
 def test_a_shard_list_that_reads_one_file_many_times_is_refused(tmp_path):
