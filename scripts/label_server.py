@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from lib.label_server import LabelServer
-from themis.crowd.label_store import OWNER, LabelStore
+from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"label_server: error: {db} not found; start the run with human_teacher=true "
               "teacher_ui=web", file=sys.stderr)
         return 2
-    store = LabelStore(db, args.run_dir / "web")
+    try:
+        store = LabelStore(db, args.run_dir / "web")
+    except UnsafeStoreError as e:  # a received store's triggers or views: nothing runs
+        print(f"label_server: error: {e}", file=sys.stderr)
+        return 2
     tokens = store.add_labelers(args.labelers, renew=args.new_tokens) if args.labelers else []
     owner = store.owner_token(renew=args.new_tokens) if args.labelers else None
     try:

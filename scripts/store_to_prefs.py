@@ -64,6 +64,12 @@ def store_to_prefs(store_path: Path, out: Path, aggregate: str = "each") -> Pref
     if len(classes) != 1:
         raise ValueError(f"{db} mixes pairs and ratings; this tool writes one kind")
     pairs = got.pairs
+    for field in ("observations", "actions", "true_rewards"):  # prefs_path= would refuse it
+        array = getattr(pairs, field)
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            row = int(np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))[0])
+            raise ValueError(f"{db}: the {field} of label {row} (answer {got.answer_ids[row]}) "
+                             "hold NaN or infinite values; nothing written")
     n, width, horizon = pairs.true_rewards.shape
     obs = pairs.observations.reshape(n, width, horizon, -1)
     data = PreferenceDataset(n, horizon, obs.shape[-1], pairs.actions.shape[-1],

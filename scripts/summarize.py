@@ -22,7 +22,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -45,8 +45,10 @@ def find_runs(sweep_dir: Path) -> pd.DataFrame:
     for eval_csv in sorted(sweep_dir.rglob("eval.csv")):
         run_dir = eval_csv.parent
         overrides_file = run_dir / ".hydra" / "overrides.yaml"
-        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
-        pairs = dict(o.split("=", 1) for o in overrides or [] if "=" in o)
+        overrides = plain_yaml(overrides_file) if overrides_file.exists() else []
+        if not isinstance(overrides, list | type(None)):
+            raise ValueError(f"{overrides_file} is not a list of overrides")
+        pairs = dict(str(o).split("=", 1) for o in overrides or [] if "=" in str(o))
         curve = pd.read_csv(eval_csv)
         if not curve.empty:
             found.append((run_dir, pairs, curve))
@@ -69,13 +71,28 @@ def find_runs(sweep_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def plain_yaml(path: Path) -> Any:
+    """A run's YAML file as plain values (``yaml.safe_load``: a tag such as ``!!python/...``
+    is refused, nothing is constructed).
+
+    Raises:
+        ValueError: one line naming the file (a tag, broken YAML, not text).
+    """
+    try:
+        return yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not plain YAML ({first})") from None
+
+
 def target_steps(run_dir: Path, overrides: dict[str, str]) -> int:
     """The ``num_train_steps`` a run was started with (its ``config.yaml``, else its
     overrides); 0 when neither says (the run then counts as finished)."""
     config = run_dir / "config.yaml"
     value = overrides.get("num_train_steps")
     if config.is_file():
-        value = (yaml.safe_load(config.read_text()) or {}).get("num_train_steps", value)
+        saved = plain_yaml(config) or {}
+        value = saved.get("num_train_steps", value) if isinstance(saved, dict) else value
     try:
         return int(value) if value is not None else 0
     except (TypeError, ValueError):
@@ -288,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         runs = find_runs(args.sweep_dir)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"summarize: {e}", file=sys.stderr)
         return 2
     out = args.out or args.sweep_dir

@@ -447,7 +447,7 @@ def _announce_elements(npz: Path, count: int) -> None:
     (lambda f: _edit_meta(f, shards=[["segments.npz", [0], 4]]), "shards must be a list of"),
     (lambda f: _edit_meta(f, shards=[["segments.npz", 0, 4], "segments.npz"]),
      "shards must be a list of"),
-    (lambda f: _announce_elements(f / "segments.npz", 10**12), "GiB of memory, more than"),
+    (lambda f: _announce_elements(f / "segments.npz", 10**12), "refused before allocating"),
 ], ids=["nan-label", "label-7", "shard-outside", "shards-type", "no-num_pairs",
         "obs_dim", "truncated-zip", "not-a-zip", "bad-json", "version-list", "version-1e999",
         "deep-json", "no-label-column", "no-labeler-column", "shard-list-in-row",

@@ -28,7 +28,6 @@ from themis.crowd.label_store import (
     LabelStore,
     QueryFull,
     UnknownQuery,
-    hash_token,
 )
 from themis.reward import PreferenceDataset
 
@@ -268,8 +267,7 @@ def test_a_received_store_cannot_make_the_server_serve_files_other_than_clips(tm
     secret.write_bytes(b"the receiver's private file")
     (tmp_path / "web" / "clips" / "link.mp4").symlink_to(secret)
     (tmp_path / "web" / "clips" / "inside.mp4").symlink_to(tmp_path / "web" / "clips" / "c3.mp4")
-    planted = {"token": "planted"}
-    store.db.execute("INSERT INTO labelers VALUES ('eve', ?, 0)", (hash_token("planted"),))
+    planted = {"token": store.add_labelers(1)[0][1]}  # (a planted hash opens nothing at all)
     client = TestClient(create_app(store, tmp_path), base_url="http://127.0.0.1")
 
     def served(clip: str) -> int:
@@ -397,11 +395,14 @@ def test_labels_sqlite_keeps_token_hashes_only_readable_by_its_owner(tmp_path):
     (_, renewed), = store.add_labelers(1, renew=True)
     assert renewed and store.labeler_for_token(token) is None
     assert store.labeler_for_token(renewed) == name
-    # a store of an earlier version, tokens in clear, is migrated when opened
-    store.db.execute("UPDATE labelers SET token='old-clear-token'")
+    # a store of an earlier version, tokens in clear, is migrated when opened; such a token
+    # has no issuer mark (anyone holding the file knows it): it opens nothing until re-issued
+    store.db.execute("UPDATE labelers SET token='old-clear-token', issuer=NULL")
     again = LabelStore(tmp_path / "labels.sqlite", tmp_path / "web")
-    assert again.labeler_for_token("old-clear-token") == name
+    assert again.labeler_for_token("old-clear-token") is None
     assert again.db.execute("SELECT token FROM labelers").fetchone()[0].startswith("sha256:")
+    (_, reissued), = again.add_labelers(1)
+    assert reissued and again.labeler_for_token(reissued) == name
 
 
 def test_labels_csv_and_query_segments_are_readable_by_their_owner_only(tmp_path):
@@ -1354,6 +1355,63 @@ def test_random_sigkills_during_a_web_run_with_bot_labelers_lose_and_duplicate_n
     rounds = store.db.execute("SELECT round, COUNT(*) FROM queries GROUP BY round").fetchall()
     assert rounds == [(1, 4), (2, 4), (3, 4)], (kills, rounds)  # each round posted once
     assert pd.read_csv(run / "reward.csv")["total_feedback"].iloc[-1] == 12
+
+
+@pytest.mark.slow
+def test_random_sigkills_of_an_async_web_run_lose_no_answer_the_named_tool_recovers(tmp_path):
+    """Property, reward_training=async: three bot labelers answer over HTTP while the run is
+    killed with SIGKILL at a random moment after a random number of accepted answers (two
+    runs). An async run cannot be resumed; the line that says so names
+    scripts/store_to_prefs.py, and that tool's dataset holds every accepted answer exactly once
+    (preferences/, written by the learner at its rounds, may hold fewer)."""
+    import random
+
+    rng = random.Random(int(os.environ.get("THEMIS_KILL_SEED", "65")))
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    for k in range(2):
+        run = tmp_path / f"run{k}"
+        store = LabelStore(run / "labels.sqlite", run / "web")
+        tokens = [t for _, t in store.add_labelers(3)]
+        bots = Bots(run, tokens, pause=0.2)
+        proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *WEB_RUN, "labelers=3",
+                                 "reward_training=async", "label_port=0", "max_feedback=16",
+                                 "num_train_steps=100000", f"hydra.run.dir={run}"], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        answers = rng.randint(2, 7)
+        deadline = time.time() + 240
+        while proc.poll() is None and len(bots.given) < answers and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0, 1.5))
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        bots.join()
+        assert bots.given, "nobody could answer before the kill"
+        resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                                 env=env, capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 2, resumed.stderr[-2000:]
+        assert "scripts/store_to_prefs.py RUN_DIR DIR" in resumed.stderr  # the named path
+        recovered = store_to_prefs(str(run), str(tmp_path / f"recovered{k}"))
+        assert recovered.returncode == 0, recovered.stderr
+        stored = store.db.execute("SELECT id, query_id, labeler, label FROM answers").fetchall()
+        value = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
+        assert {(q, f"labeler{bot + 1}", value[lab]) for q, bot, lab in bots.given} <= \
+            {(q, who, lab) for _, q, who, lab in stored}  # nothing accepted was lost
+        labels = pd.read_csv(tmp_path / f"recovered{k}" / "labels.csv", dtype={"answers": str},
+                             keep_default_na=False)
+        in_dataset = [int(a) for joined in labels["answers"] for a in joined.split(";")]
+        assert sorted(in_dataset) == sorted(a for a, _, _, lab in stored if lab is not None)
+        by_id = {a: lab for a, _, _, lab in stored}
+        assert [by_id[int(a)] for a in labels["answers"]] == labels["label"].tolist()
+
+
+def test_resume_of_an_async_web_run_names_the_tool_that_has_every_answer(compose, tmp_path):
+    from themis.cli.train import make_workspace
+    from themis.utils import ConfigError
+
+    with pytest.raises(ConfigError, match=r"scripts/store_to_prefs\.py RUN_DIR DIR"):
+        make_workspace(compose([*WEB_RUN, "reward_training=async", "resume=true"]), tmp_path)
 
 
 def test_resume_without_a_checkpoint_names_the_tool_that_keeps_the_answers(compose, tmp_path):

@@ -13,12 +13,18 @@ asked of the study with the best so far in mind; its value is what the task retu
 the final true eval return). The study lives in the sweep dir (``optuna.db``, SQLite), so the
 same command with the same ``hydra.sweep.dir`` continues it up to ``n_trials``; the best trial
 is written to ``optuna_best.yaml`` there.
+
+A sweep folder may come from someone else: before any trial runs, the study's direction must be
+the one asked for, its enqueued and stored trials must lie in the search space, and no job
+folder may be a symlink (a run would land outside the sweep folder); each is refused with one
+line and exit code 2 (:func:`check_study`, :func:`check_job_folders`).
 """
 # No "from __future__ import annotations": Hydra loads plugin modules outside sys.modules,
 # where dataclasses cannot resolve string annotations.
 
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +78,75 @@ class OptunaSweeperConf:
 
 ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf,
                              provider="themis")
+
+
+def refuse(message: str) -> None:
+    """End the sweep before any trial with one line on stderr and exit code 2 (Hydra reports
+    an exception from a sweeper with its traceback)."""
+    print(f"themis: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def outside(params: dict[str, Any], space: dict[str, Any]) -> str | None:
+    """The first of a trial's ``params`` that the search ``space`` does not hold (a key it does
+    not search, or a value outside its distribution), as ``key=value``; None if all are in."""
+    for key, value in params.items():
+        dist = space.get(key)
+        if dist is None:
+            return f"{key}={value} (not searched)"
+        try:
+            inside = dist._contains(dist.to_internal_repr(value))
+        except (ValueError, TypeError):
+            inside = False
+        if not inside:
+            return f"{key}={value} (outside {dist})"
+    return None
+
+
+def check_study(study: Any, space: dict[str, Any], direction: str, where: str) -> None:
+    """Refuse a stored study that would steer this sweep: another direction (a study saved as
+    "minimize" continued by a maximising sweep), or a trial — enqueued (``WAITING``: it would
+    run its fixed values) or finished (it steers the sampler) — with a parameter outside the
+    search space (:func:`outside`), e.g. an enqueued ``reward_lr=1e6`` for ``interval(1e-4,
+    3e-3)``.
+
+    Raises:
+        SystemExit: code 2, after one line (:func:`refuse`).
+    """
+    from optuna.trial import TrialState
+
+    stored = [d.name.lower() for d in study.directions]
+    if stored != [direction]:
+        refuse(f"{where}: the study {study.study_name!r} is stored to {'/'.join(stored)}, not "
+               f"to {direction}: give hydra.sweeper.direction={'/'.join(stored)} to continue "
+               "it, or another hydra.sweeper.study_name or hydra.sweep.dir")
+    for trial in study.get_trials(deepcopy=False):
+        if trial.state == TrialState.WAITING:
+            params = dict(trial.system_attrs.get("fixed_params", {}))
+            kind = "an enqueued"
+        elif trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            params, kind = dict(trial.params), "a stored"
+        else:
+            continue
+        found = outside(params, space)
+        if found is not None:
+            refuse(f"{where}: {kind} trial #{trial.number} of study {study.study_name!r} has "
+                   f"{found}, which this sweep does not search; continue it with its search "
+                   "space, or start another hydra.sweeper.study_name or hydra.sweep.dir")
+
+
+def check_job_folders(sweep_dir: Path) -> None:
+    """Refuse a sweep folder holding a symlink where a job folder goes: the job's run (its
+    config, checkpoints, labels) would be written wherever the link points.
+
+    Raises:
+        SystemExit: code 2, after one line (:func:`refuse`).
+    """
+    for entry in sorted(sweep_dir.iterdir()):
+        if entry.is_symlink():
+            refuse(f"{sweep_dir}: {entry.name} is a symlink (to {entry.readlink()}); a job "
+                   "folder must be inside the sweep folder: remove the link or choose another "
+                   "hydra.sweep.dir")
 
 
 def distribution(override: Override) -> Any:
@@ -157,21 +232,32 @@ class ThemisOptunaSweeper(Sweeper):
         import optuna
 
         assert self.config is not None and self.launcher is not None
-        fixed, space = self.search_space(arguments)
+        try:
+            fixed, space = self.search_space(arguments)
+        except ValueError as e:
+            refuse(str(e).splitlines()[0])
         if not space:
-            raise ValueError("hydra/sweeper=optuna: nothing to search; give a key a "
-                             "choice(...), range(...) or interval(...)")
+            refuse("hydra/sweeper=optuna: nothing to search; give a key a "
+                   "choice(...), range(...) or interval(...)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         storage = self.storage or f"sqlite:///{(sweep_dir / STUDY_FILE).resolve()}"
         sampler = optuna.samplers.RandomSampler(seed=self.seed) if self.sampler == "random" \
             else optuna.samplers.TPESampler(seed=self.seed)
-        study = optuna.create_study(study_name=self.study_name, storage=storage,
-                                    sampler=sampler,
-                                    direction="maximize" if self.direction == "maximize"
-                                    else "minimize",
-                                    load_if_exists=True)
-        done = len(study.trials)
+        try:
+            study = optuna.create_study(study_name=self.study_name, storage=storage,
+                                        sampler=sampler,
+                                        direction="maximize" if self.direction == "maximize"
+                                        else "minimize",
+                                        load_if_exists=True)
+        except Exception as e:  # SQLAlchemy / Optuna: not a study database
+            text = str(e).strip().splitlines()
+            refuse(f"{storage}: not an Optuna study ({text[0][:200] if text else type(e).__name__})"
+                   "; choose another hydra.sweep.dir or hydra.sweeper.storage")
+        check_study(study, space, self.direction, storage)  # a received sweep folder
+        check_job_folders(sweep_dir)
+        waiting = optuna.trial.TrialState.WAITING  # enqueued: run next, not done yet
+        done = sum(t.state != waiting for t in study.get_trials(deepcopy=False))
         log.info(f"Optuna: study {self.study_name} in {storage} ({done} trials so far), "
                  f"{self.direction} over {', '.join(space)}")
         while done < self.n_trials:

@@ -29,6 +29,7 @@ import io
 import json
 import pickle
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ import torch
 from themis.agents.encoders import NatureCNN
 from themis.agents.ppo import PPO
 from themis.agents.sac import SAC
+from themis.core.safe_loading import check_finite_tensors, check_tensor_sizes
 
 MAX_ENTRY_BYTES = 1 << 30
 """The largest ``policy.pth`` / ``data`` entry read (1 GiB, uncompressed)."""
@@ -86,6 +88,8 @@ def _tensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()):
         raise ValueError(f"its {name} is not a state dict of tensors")
+    check_tensor_sizes(value, f"its {name}")  # no stride-0 weights a network is built from
+    check_finite_tensors(value, f"its {name}")  # NaN weights would play NaN returns
     return dict(value)
 
 
@@ -123,15 +127,18 @@ def read_sb3_zip(path: str | Path) -> SB3Model:
                                      "pretrained_snapshot=)" if torch_file else ""))
             variables = _read_entry(archive, "pytorch_variables.pth")
             data_blob = _read_entry(archive, "data")
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as e:
-        raise ValueError(f"not a Stable-Baselines3 .zip ({e})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
+            RuntimeError, NotImplementedError) as e:  # encrypted, compression 99, bad deflate
+        text = str(e).strip().splitlines()
+        raise ValueError(f"not a Stable-Baselines3 .zip "
+                         f"({text[0] if text else type(e).__name__})") from None
     state = _tensors(policy, "policy.pth")
     data: dict[str, Any] = {}
     if data_blob is not None:
         try:  # plain JSON; the ":serialized:" cloudpickle blobs in it are never decoded
             parsed = json.loads(data_blob.decode("utf-8"))
             data = parsed if isinstance(parsed, dict) else {}
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # too deep: ignored
             data = {}
     return SB3Model(algorithm_of(state), state,
                     _tensors(variables, "pytorch_variables.pth") if variables else {}, data)

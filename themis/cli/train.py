@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import difflib
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from themis.run.config import (
     schema_keys,
 )
 from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
+from themis.run.received_config import mark_config
 from themis.run.snapshot import take_snapshot_schedule
 from themis.run.threads import available_cores, parse_threads
 from themis.run.workspace import Workspace, query_rounds
@@ -129,6 +130,12 @@ def preflight(config_name: str, argv: list[str]) -> None:
     run_dir_value = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")),
                          None)
     target = Path(run_dir_value) if run_dir_value else Path.cwd()
+    # what this run creates (a refused run removes only that): the run dir and its missing
+    # parents, or the default's day folder runs/DATE (hydra.run.dir in train_themis.yaml)
+    CREATED_DIRS.update(missing_dirs(target if run_dir_value else
+                                     Path("runs", time.strftime("%Y-%m-%d"))))
+    if run_dir_value and target.is_dir():
+        USER_DIRS.add(Path(os.path.abspath(target)))
     try:  # Hydra creates the run dir next anyway
         target.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=target):
@@ -236,7 +243,11 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     command line's overrides (other than ``resume`` and ``hydra.*``) on top. A saved config
     that calls resolvers (``${oc.env:...}``) or does not fit the schema ends the program with
     one line (:func:`themis.run.received_config.load_received_config`)."""
-    from themis.run.received_config import check_named_code, load_received_config
+    from themis.run.received_config import (
+        check_named_code,
+        check_received_settings,
+        load_received_config,
+    )
 
     target = resume_target(cfg.resume)
     if target not in (None, "here"):
@@ -262,6 +273,7 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     try:  # a received run folder: values only, no ${oc.env:...} (it would be written back),
         received = load_received_config(saved)  # and no code of its own to import
         check_named_code(received, saved, given=keys)
+        check_received_settings(received, saved, given=keys)  # no address, path or tracker
     except ConfigError as e:
         fail(f"resume: {e}")
     merged = OmegaConf.merge(received, on_top)
@@ -311,15 +323,42 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     return ws
 
 
+CREATED_DIRS: set[Path] = set()
+"""Folders that did not exist before this process (:func:`preflight` records them; absolute)."""
+USER_DIRS: set[Path] = set()
+"""A ``hydra.run.dir`` that existed before this process (the user's folder; absolute)."""
+
+
+def missing_dirs(path: Path) -> set[Path]:
+    """``path`` and those of its parents that do not exist yet (absolute)."""
+    path = Path(os.path.abspath(path))
+    return {p for p in (path, *path.parents) if not p.exists()}
+
+
 def remove_if_unused(run: Path) -> None:
-    """Delete a run dir that holds only what Hydra wrote before the job was rejected."""
+    """Delete what Hydra wrote before the job was rejected — only what this run created: the
+    run dir when it holds nothing else (a folder the user made beforehand, :data:`USER_DIRS`,
+    stays, emptied of Hydra's files), and its parent (runs/DATE/) only when this run created
+    it (:data:`CREATED_DIRS`) and it is empty now."""
     import shutil
 
-    if run.is_dir() and {p.name for p in run.iterdir()} <= {".hydra", "train.log",
-                                                            "pretrain.log"}:
+    hydra_files = {".hydra", "train.log", "pretrain.log"}
+    if not (run.is_dir() and {p.name for p in run.iterdir()} <= hydra_files):
+        return
+    if Path(os.path.abspath(run)) not in USER_DIRS:
         shutil.rmtree(run, ignore_errors=True)
-        with contextlib.suppress(OSError):  # runs/DATE/ too, when this was its only run
-            run.parent.rmdir()
+    else:  # the user's folder: keep it, without what Hydra put there
+        for name in hydra_files:
+            path = run / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else \
+                path.unlink(missing_ok=True)
+    for parent in Path(os.path.abspath(run)).parents:  # runs/DATE/ too, if this run made it
+        if parent not in CREATED_DIRS:
+            break
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: another run's
+            break
 
 
 RESULTS = ("train.csv", "eval.csv", "reward.csv", "checkpoints")
@@ -351,6 +390,7 @@ def build_workspace(cfg: DictConfig) -> Workspace:
     for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
         cfg[key] = getattr(ws.cfg, key)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    mark_config(out)  # yours: a later resume= trusts its addresses, paths and trackers
     return ws
 
 

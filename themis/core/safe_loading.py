@@ -50,11 +50,16 @@ def safe_load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        UnsafeFileError: the file needs more than plain data, or is not a PyTorch file.
+        UnsafeFileError: the file needs more than plain data, is not a PyTorch file, or holds
+            a tensor larger than its data (:func:`check_tensor_sizes`).
     """
     try:
         with torch.serialization.safe_globals(_NUMPY_GLOBALS):
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+            loaded = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        check_tensor_sizes(loaded, path)  # a small file may announce huge tensors
+        return loaded
+    except UnsafeFileError:
+        raise
     except FileNotFoundError:
         raise
     except pickle.UnpicklingError as e:
@@ -71,6 +76,114 @@ def safe_load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -
         raise UnsafeFileError(f"{path} is not a readable PyTorch file "
                               f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
                               ) from None
+
+
+def check_tensor_sizes(value: Any, where: str | Path) -> None:
+    """Refuse tensors (anywhere in dicts, lists, tuples) that announce more elements than
+    their storage holds: a 2 KB file can hold a weight of shape (60000, 60000) with stride 0,
+    which every later operation (a copy, a ``load_state_dict``, a network built to its shape)
+    would expand to gigabytes. Themis never saves such views.
+
+    Raises:
+        UnsafeFileError: the first such tensor, its shape and its storage's size.
+    """
+    todo, key = [(value, "")], ""
+    while todo:
+        node, key = todo.pop()
+        if isinstance(node, torch.Tensor):
+            if node.layout != torch.strided:
+                continue
+            need = node.numel() * node.element_size()
+            have = node.untyped_storage().nbytes()
+            if need > have:
+                raise UnsafeFileError(
+                    f"{where}: tensor {key or '(top)'} of shape {tuple(node.shape)} announces "
+                    f"{need:,} bytes over a storage of {have:,} (stride 0 or overlapping "
+                    "views): not a file Themis wrote; refused before it is expanded")
+        elif isinstance(node, dict):
+            todo += [(v, f"{key}.{k}" if key else str(k)) for k, v in node.items()]
+        elif isinstance(node, list | tuple):
+            todo += [(v, f"{key}[{i}]") for i, v in enumerate(node)]
+
+
+def check_finite_tensors(state: dict[str, Any], where: str | Path) -> None:
+    """Refuse floating-point tensors of a state dict that hold NaN or infinite values (weights
+    that would make every action or reward NaN without an error).
+
+    Raises:
+        UnsafeFileError: the first such tensor.
+    """
+    for key, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and \
+                not bool(torch.isfinite(tensor).all()):
+            raise UnsafeFileError(f"{where}: {key} holds NaN or infinite values; refused "
+                                  "(it would play or predict NaN)")
+
+
+def npy_header(f: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype an ``.npy`` stream's header announces, read without its data.
+
+    Raises:
+        ValueError: not an ``.npy`` header.
+    """
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(f)
+    return tuple(int(d) for d in shape), dtype
+
+
+def check_npz(data: Any, where: str | Path) -> None:
+    """Refuse an ``.npz`` archive (opened with ``np.load``) whose ``.npy`` headers announce more
+    bytes than the archive's entries hold: NumPy allocates the announced array (10¹² elements)
+    before it reads a byte. Call it before touching an array.
+
+    Raises:
+        UnsafeFileError: the first such array, or an entry that is not an ``.npy`` stream.
+    """
+    import zipfile
+
+    archive = data.zip
+    for info in archive.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        try:
+            with archive.open(info) as f:
+                shape, dtype = npy_header(f)
+                header = f.tell()
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError,
+                NotImplementedError) as e:
+            raise UnsafeFileError(f"{where}: {info.filename} is not a readable array "
+                                  f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+                                  ) from None
+        announced = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if announced > info.file_size - header:
+            raise UnsafeFileError(f"{where}: {info.filename} announces shape {shape} "
+                                  f"({announced:,} bytes) but holds {info.file_size:,}; refused "
+                                  "before allocating")
+
+
+def check_npy_file(path: str | Path) -> None:
+    """:func:`check_npz` for a single ``.npy`` file: its header against the file's size.
+
+    Raises:
+        UnsafeFileError: a header announcing more bytes than the file holds.
+    """
+    import os
+
+    try:
+        with open(path, "rb") as f:
+            shape, dtype = npy_header(f)
+            header = f.tell()
+    except (ValueError, OSError, EOFError) as e:
+        raise UnsafeFileError(f"{path} is not a readable .npy file "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+                              ) from None
+    announced = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    size = os.path.getsize(path)
+    if announced > size - header:
+        raise UnsafeFileError(f"{path} announces shape {shape} ({announced:,} bytes) but holds "
+                              f"{size:,}; refused before allocating")
 
 
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError,

@@ -65,12 +65,17 @@ def load_answers(path: str | Path) -> PairwiseAnswers:
 
     Raises:
         FileNotFoundError: no file at ``path``.
+        themis.crowd.label_store.UnsafeStoreError: not Themis's schema (a view, a trigger).
     """
+    from themis.crowd.label_store import check_schema
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no label store at {path}")
     db = sqlite3.connect(path, timeout=30.0)
     try:
+        db.execute("PRAGMA trusted_schema=OFF")
+        check_schema(db, path)  # a received store: no view stands in for a table
         columns = {row[1] for row in db.execute("PRAGMA table_info(queries)")}
         pairwise = "WHERE q.rating_classes IS NULL" if "rating_classes" in columns else ""
         gold = "q.gold" if "gold" in columns else "NULL"

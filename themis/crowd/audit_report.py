@@ -70,7 +70,10 @@ def _resolve(stored: str, run_dir: Path | None, folder: str) -> Path:
 def _load_segments(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(observations (2, H, obs_dim) float32, actions (2, H, action_dim))`` of a query;
     uint8 observations (pixels, grids) are scaled to [0, 1]."""
+    from themis.core.safe_loading import check_npz
+
     with np.load(path, allow_pickle=False) as data:
+        check_npz(data, path)
         obs, act = data["observations"], data["actions"]
     flat = obs.reshape(*obs.shape[:2], -1).astype(np.float32)
     if obs.dtype == np.uint8:

@@ -30,9 +30,21 @@ Tables:
 - ``answers(id, query_id, labeler, label, created)``, unique per ``(query_id, labeler)``; label
   0 = left (segment 1) better, 1 = right, 0.5 = equal, NULL = can't tell (skipped); for a
   rating query the class 0 … n − 1;
-- ``labelers(name, token, created)``: ``token`` is ``sha256:<hex digest of the token>``;
-- ``owner(id, token, created)``: one row, the hash of the run owner's token (the status of
-  every labeler; a labeler sees only their own).
+- ``labelers(name, token, created, issuer)``: ``token`` is ``sha256:<hex digest of the
+  token>``, ``issuer`` the mark of whoever issued it (:func:`themis.core.owner.owner_mark` of
+  the store's real path, the name and the hash);
+- ``owner(id, token, created, issuer)``: one row, the hash of the run owner's token (the status
+  of every labeler; a labeler sees only their own).
+
+A received store is data (docs: "A received run folder is data"):
+
+- nothing in it executes: a store is opened only if its tables are Themis's own, word for word
+  (:func:`check_schema`: no trigger, no view, no other table, index or column constraint), and
+  every connection runs with ``PRAGMA trusted_schema=OFF``;
+- its tokens are not valid: a token counts only with an ``issuer`` mark that verifies under this
+  user's key for this store's path (:mod:`themis.core.owner`), so a hash planted by whoever
+  sent the folder, or one issued in another folder, opens nothing; :meth:`LabelStore.add_labelers`
+  and :meth:`LabelStore.owner_token` re-issue such tokens (new links are printed).
 """
 
 from __future__ import annotations
@@ -51,6 +63,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from themis.agents.buffers import SegmentPairs
+from themis.core.owner import is_owned, owner_mark
+from themis.core.safe_loading import check_npz
 from themis.crowd import aggregation as crowd
 from themis.reward.preference_models import true_preference
 from themis.utils import fsync_dir, open_private
@@ -84,6 +98,10 @@ CREATE TABLE IF NOT EXISTS owner (
     created REAL NOT NULL
 );
 """
+MIGRATIONS = {"queries": (("gold", "REAL"), ("oracle", "REAL"), ("rating_classes", "INTEGER")),
+              "labelers": (("issuer", "TEXT"),), "owner": (("issuer", "TEXT"),)}
+"""Columns added to stores of earlier versions (``ALTER TABLE ... ADD COLUMN``), in order."""
+
 OWNER = "owner"
 """The run's owner, as the label server names them (their token sees every labeler's scores)."""
 
@@ -132,6 +150,66 @@ class Answers(NamedTuple):
     skipped: int = 0
 
 
+class UnsafeStoreError(ValueError):
+    """A file that is not a Themis label store as Themis writes it (a trigger, a view, another
+    table or column definition): opening it could run SQL someone else wrote on your answers."""
+
+
+def _normal(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def _schema_texts() -> dict[str, set[str]]:
+    """Every ``CREATE TABLE`` text (whitespace collapsed) a Themis store may hold per table:
+    :data:`SCHEMA` with any first columns of :data:`MIGRATIONS` added, as SQLite writes them."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        texts: dict[str, set[str]] = {}
+        sql = "SELECT sql FROM sqlite_master WHERE type='table' AND name=?"
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"
+                                   ).fetchall():
+            texts[table] = {_normal(db.execute(sql, (table,)).fetchone()[0])}
+            for column, kind in MIGRATIONS.get(table, ()):
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                texts[table].add(_normal(db.execute(sql, (table,)).fetchone()[0]))
+        return texts
+    finally:
+        db.close()
+
+
+_SCHEMA_TEXTS = _schema_texts()
+
+
+def check_schema(db: sqlite3.Connection, where: str | Path) -> None:
+    """Refuse a store whose schema is not Themis's own (a received ``labels.sqlite`` could
+    carry triggers that rewrite or delete answers as they are stored, views that stand in for a
+    table, ``ON CONFLICT REPLACE`` clauses or generated columns): the tables are compared with
+    :data:`SCHEMA` (and its :data:`MIGRATIONS`) text for text; the only indexes allowed are
+    SQLite's own for the ``UNIQUE`` / ``PRIMARY KEY`` constraints. Reading ``sqlite_master``
+    runs nothing.
+
+    Raises:
+        UnsafeStoreError: the first object that differs, and how to look at it.
+        sqlite3.DatabaseError: not an SQLite file.
+    """
+    for kind, name, table, sql in db.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid").fetchall():
+        if kind == "index" and sql is None and str(name).startswith("sqlite_autoindex_") \
+                and table in _SCHEMA_TEXTS:
+            continue
+        if kind == "table" and name in _SCHEMA_TEXTS and _normal(str(sql)) in _SCHEMA_TEXTS[name]:
+            continue
+        what = f"a {kind} {name!r}" + ("" if kind == "table" or name == table else
+                                       f" on {table!r}")
+        why = "Themis's stores hold none" if kind in ("trigger", "view") or \
+            (kind == "table" and name not in _SCHEMA_TEXTS) else "not as Themis defines it"
+        raise UnsafeStoreError(
+            f"{where} holds {what} ({why}); a received label store may not run SQL on your "
+            "answers, so it is not opened: look with sqlite3 FILE .schema, and export the "
+            "answers with scripts/store_to_prefs.py after removing it if you trust the rest")
+
+
 def hash_token(token: str) -> str:
     """How a labeler token is stored: ``sha256:`` + hex digest (the token itself is not)."""
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
@@ -155,11 +233,16 @@ class LabelStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # owner only
         os.chmod(self.path, 0o600)
+        try:  # a received store: nothing in it may run (before anything is written)
+            check_schema(self.db, self.path)
+        except sqlite3.DatabaseError as e:
+            raise UnsafeStoreError(f"{self.path} is not an SQLite label store ({e})") from None
         self.db.executescript(SCHEMA)  # executescript commits by itself
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(queries)")}
-        for column, kind in (("gold", "REAL"), ("oracle", "REAL"), ("rating_classes", "INTEGER")):
-            if column not in columns:  # stores of earlier versions lack them
-                self.db.execute(f"ALTER TABLE queries ADD COLUMN {column} {kind}")
+        for table, added in MIGRATIONS.items():  # stores of earlier versions lack them
+            columns = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            for column, kind in added:
+                if column not in columns:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         with self.transaction() as db:  # stores of earlier versions kept tokens in clear
             for name, token in db.execute("SELECT name, token FROM labelers WHERE token NOT "
                                           "LIKE 'sha256:%'").fetchall():
@@ -175,6 +258,7 @@ class LabelStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")  # an answer is on disk when we reply
             conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA trusted_schema=OFF")  # no side effects from schema SQL
             self._local.conn = conn
         return conn
 
@@ -196,43 +280,63 @@ class LabelStore:
 
         Only a hash of each token is stored, so a labeler that exists already keeps its token
         and gets ``None`` here (its link was printed when it was created), unless ``renew``
-        gives it a new token (the old one stops working).
+        gives it a new token (the old one stops working), or its token was not issued by this
+        user for this store (:meth:`issued_here`: a received or moved run folder): then it
+        gets a new one too.
         """
         out: list[tuple[str, str | None]] = []
         with self.transaction() as db:
             for i in range(n):
                 name = f"{prefix}{i + 1}"
-                exists = db.execute("SELECT 1 FROM labelers WHERE name=?", (name,)).fetchone()
-                if exists and not renew:
+                row = db.execute("SELECT token, issuer FROM labelers WHERE name=?",
+                                 (name,)).fetchone()
+                if row and not renew and self.issued_here(name, row[0], row[1]):
                     out.append((name, None))
                     continue
                 token = secrets.token_urlsafe(16)
-                db.execute("INSERT OR REPLACE INTO labelers VALUES (?, ?, ?)",
-                           (name, hash_token(token), time.time()))
+                hashed = hash_token(token)
+                db.execute("INSERT OR REPLACE INTO labelers (name, token, created, issuer) "
+                           "VALUES (?, ?, ?, ?)", (name, hashed, time.time(),
+                                                   self._issuer(name, hashed)))
                 out.append((name, token))
         return out
 
+    def _issuer(self, name: str, hashed: str) -> str:
+        return owner_mark("themis-label-token", os.path.realpath(self.path), name, hashed)
+
+    def issued_here(self, name: str, hashed: str, issuer: str | None) -> bool:
+        """Whether the token hash ``hashed`` of ``name`` was issued by this user for this
+        store, here (its ``issuer`` mark verifies, :func:`themis.core.owner.is_owned`). Tokens
+        of a received store (planted by whoever sent it) or of a moved one are not."""
+        return is_owned(issuer, "themis-label-token", os.path.realpath(self.path), name, hashed)
+
     def labeler_for_token(self, token: str) -> str | None:
-        row = self.db.execute("SELECT name FROM labelers WHERE token=?",
-                              (hash_token(token),)).fetchone()
-        return row[0] if row else None
+        """The labeler whose token this is, if it was issued here (:meth:`issued_here`)."""
+        hashed = hash_token(token)
+        row = self.db.execute("SELECT name, issuer FROM labelers WHERE token=?",
+                              (hashed,)).fetchone()
+        return row[0] if row and self.issued_here(row[0], hashed, row[1]) else None
 
     def owner_token(self, renew: bool = False) -> str | None:
         """The run owner's token (the status page with every labeler's scores), created on
         the first call; only its hash is stored, so later calls return ``None`` unless
-        ``renew`` gives a new one (the old one stops working)."""
+        ``renew`` gives a new one (the old one stops working), or the stored one was not
+        issued here (:meth:`issued_here`)."""
         with self.transaction() as db:
-            if db.execute("SELECT 1 FROM owner").fetchone() and not renew:
+            row = db.execute("SELECT token, issuer FROM owner").fetchone()
+            if row and not renew and self.issued_here(OWNER, row[0], row[1]):
                 return None
             token = secrets.token_urlsafe(16)
-            db.execute("INSERT OR REPLACE INTO owner VALUES (1, ?, ?)",
-                       (hash_token(token), time.time()))
+            hashed = hash_token(token)
+            db.execute("INSERT OR REPLACE INTO owner (id, token, created, issuer) "
+                       "VALUES (1, ?, ?, ?)", (hashed, time.time(), self._issuer(OWNER, hashed)))
         return token
 
     def is_owner_token(self, token: str) -> bool:
-        """Whether ``token`` is the run owner's (compared by hash)."""
-        return self.db.execute("SELECT 1 FROM owner WHERE token=?",
-                               (hash_token(token),)).fetchone() is not None
+        """Whether ``token`` is the run owner's (compared by hash, issued here)."""
+        hashed = hash_token(token)
+        row = self.db.execute("SELECT issuer FROM owner WHERE token=?", (hashed,)).fetchone()
+        return row is not None and self.issued_here(OWNER, hashed, row[0])
 
     def has_labelers(self) -> bool:
         return self.db.execute("SELECT COUNT(*) FROM labelers").fetchone()[0] > 0
@@ -486,6 +590,7 @@ class LabelStore:
             if not given:
                 continue
             with np.load(self.segments_path(qid), allow_pickle=False) as data:
+                check_npz(data, self.segments_path(qid))  # a received run's file: no bomb
                 for aid, who, lab, when in given:
                     obs.append(data["observations"])
                     act.append(data["actions"])

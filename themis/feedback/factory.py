@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from themis.crowd.label_store import OWNER, LabelStore
+from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
 from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
@@ -319,7 +319,10 @@ def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]]
     text = label_instructions(cfg)  # checked for every run (a synthetic one refuses them)
     if not (cfg.human_teacher and cfg.teacher_ui == "web"):
         return None
-    store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
+    try:  # a received run's store with triggers or views of its own is refused
+        store = LabelStore(ws.run_dir / "labels.sqlite", ws.run_dir / "web")
+    except UnsafeStoreError as e:
+        raise ConfigError(str(e)) from None
     page_text = ws.run_dir / "web" / "instructions.md"  # what the labeling page shows
     if text:
         page_text.parent.mkdir(parents=True, exist_ok=True)

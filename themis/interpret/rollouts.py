@@ -91,6 +91,12 @@ class Rollouts:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("obs", "acts", "rews", "terminated", "truncated", "lengths", "source",
+                     "seeds", *(f"info_{k}" for k in self.infos)):
+            array = self.infos[name[5:]] if name.startswith("info_") else getattr(self, name)
+            if np.ndim(array) == 0:  # a crafted file: 0-d arrays have no rows
+                raise RolloutFormatError(f"{name} is a single value (0-d), not one row per "
+                                         "step or episode")
         n, e = int(self.lengths.sum()), len(self.lengths)
         if np.any(self.lengths < 0) or len(self.obs) != n + e:
             raise RolloutFormatError(f"obs has {len(self.obs)} rows; {e} episodes of "
@@ -208,6 +214,8 @@ def save_rollouts(rollouts: Rollouts, folder: str | Path) -> Path:
         the folder.
     """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file; rollouts are written into a folder")
     folder.mkdir(parents=True, exist_ok=True)
     meta_path = folder / META
     meta_path.unlink(missing_ok=True)  # an unfinished rewrite is not mistaken for the old one
@@ -278,10 +286,21 @@ def load_rollouts(path: str | Path) -> Rollouts:
 
 
 def _open_npz(path: Path) -> Any:
+    from themis.core.safe_loading import UnsafeFileError, check_npy_file, check_npz
+
     try:
+        with open(path, "rb") as f:
+            single = f.read(6) == b"\x93NUMPY"
+        if single:  # its header first: it may announce 10¹² elements
+            check_npy_file(path)
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise RolloutFormatError(f"{path} is not an npz file ({str(e).splitlines()[0]})"
+        if hasattr(data, "files"):
+            check_npz(data, path)
+    except UnsafeFileError as e:
+        raise RolloutFormatError(str(e)) from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, MemoryError) as e:
+        raise RolloutFormatError(f"{path} is not an npz file "
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
                                  ) from None
     if not hasattr(data, "files"):
         raise RolloutFormatError(f"{path} is a single array, not an npz file of rollouts")
@@ -308,8 +327,14 @@ def _load_themis(folder: Path) -> Rollouts:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RolloutFormatError(f"{meta_path} is not JSON ({e})") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise RolloutFormatError(f"{meta_path} is nested too deeply to be a {FORMAT} file"
+                                 ) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RolloutFormatError(f"{meta_path} is not a {FORMAT} file")
+    if not isinstance(meta.get("action_space", {}), dict):
+        raise RolloutFormatError(f"{meta_path}: action_space is {meta['action_space']!r}, not "
+                                 'a mapping such as {"type": "Box", "shape": [6]}')
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise RolloutFormatError(f"{meta_path}: format_version {version!r} is newer than this "

@@ -97,13 +97,21 @@ def train_supervised(rollouts: Rollouts, ensemble_size: int = 3, hidden_dim: int
         ``(model, report)``, the model in eval mode on ``device``.
 
     Raises:
-        ValueError: fewer than 2 episodes, ``heldout`` outside (0, 1), or no steps.
+        ValueError: fewer than 2 episodes, ``heldout`` outside (0, 1), no steps, or arrays
+            that are not finite numbers.
     """
     if rollouts.num_episodes < 2:
         raise ValueError(f"need at least 2 episodes for a held-out split, got "
                          f"{rollouts.num_episodes}")
     if not 0.0 < heldout < 1.0:
         raise ValueError(f"heldout must be in (0, 1), got {heldout}")
+    for name in ("obs", "acts", "rews"):  # a regression on NaN gives NaN weights, silently
+        array = getattr(rollouts, name)
+        if array.dtype.kind not in "fiub":
+            raise ValueError(f"rollouts' {name} are {array.dtype}, not numbers")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ValueError(f"rollouts' {name} hold NaN or infinite values; a reward cannot be "
+                             "regressed on them")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     order = rng.permutation(rollouts.num_episodes)

@@ -164,9 +164,11 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
     try:
         cfg = compose([_group_override(k, v) for k, v in groups.items()])
         if saved is not None:
-            from themis.run.received_config import load_received_config
+            from themis.run.received_config import check_received_settings, load_received_config
 
-            cfg = OmegaConf.merge(cfg, load_received_config(saved))  # type: ignore[assignment]
+            received = load_received_config(saved)  # no address, path or tracker of its own
+            check_received_settings(received, saved, given={*flat, *groups})
+            cfg = OmegaConf.merge(cfg, received)  # type: ignore[assignment]
         OmegaConf.set_struct(cfg, True)
         for key, value in flat.items():
             if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":

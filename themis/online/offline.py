@@ -64,11 +64,22 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
         raise ConfigError(f"{prefs_dir} holds no labelled pair")
     cfg, _ = online_config({**keys, "prefs_path": str(prefs_dir), "max_feedback": 0,
                             "segment": data.segment}, discrete=False)
-    shape = tuple(int(v) for v in data.metadata.get("obs_shape") or (data.obs_dim,))
+    shape = data.metadata.get("obs_shape") or [data.obs_dim]
+    if not (isinstance(shape, list | tuple) and shape and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape)
+            and int(np.prod(shape)) == data.obs_dim):
+        raise ConfigError(f"{prefs_dir}: meta.json obs_shape={shape!r} is not a list of sizes "
+                          f"of obs_dim={data.obs_dim} features")
+    shape = tuple(shape)
+    if data.observations.dtype.kind not in "fiub":
+        raise ConfigError(f"{prefs_dir}: observations are {data.observations.dtype}, not numbers")
     spec = EnvSpec(str(data.metadata.get("env", "unknown")), shape, data.observations.dtype.name,
                    data.action_dim, False, None, capacity=data.segment)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file there, or no permission
+        raise ConfigError(f"{out} cannot be the output folder ({e.strerror or e})") from None
     space = LearnerSpace(cfg, spec, out, _Console())
     learner = make_learner(space)
     learner.fit_saved_labels(str(prefs_dir))

@@ -180,7 +180,14 @@ class OnlineReward:
         if resume and (self.run_dir / "online.yaml").is_file():  # the run's own keys first
             import yaml
 
-            kept = yaml.safe_load((self.run_dir / "online.yaml").read_text()) or {}
+            try:  # a received run's file: plain YAML values only (a tag is refused)
+                kept = yaml.safe_load((self.run_dir / "online.yaml").read_text()) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"{self.run_dir / 'online.yaml'} is not readable as plain "
+                                  f"YAML ({first})") from None
+            if not isinstance(kept, dict):
+                raise ConfigError(f"{self.run_dir / 'online.yaml'} is no key: value mapping")
             keys = {**{k: kept[k] for k in RESUMED_KEYS if k in kept}, **keys}
         self.cfg, self.online = online_config(keys, self.discrete, pretrained,
                                               saved if resume else None)
@@ -193,9 +200,14 @@ class OnlineReward:
             from themis.run.config import frame_size
 
             self.frame_height = frame_size(cfg)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            self.write_config()
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if not resume:
+                self.write_config()
+        except OSError as e:  # a read-only or full run dir: one line, before any process
+            raise ConfigError(f"run dir {self.run_dir} cannot be written "
+                              f"({e.strerror or type(e).__name__}); give another run dir"
+                              ) from None
 
         # --- the agent side's model copy and the returned reward
         model = RewardEnsemble(obs_dim, self.action_dim, cfg.ensemble_size,
@@ -268,9 +280,12 @@ class OnlineReward:
         import yaml
         from omegaconf import OmegaConf
 
+        from themis.run.received_config import mark_config
+
         (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(
             OmegaConf.structured(self.cfg)))
         (self.run_dir / "online.yaml").write_text(yaml.safe_dump(saved_keys(self.online)))
+        mark_config(self.run_dir)  # yours: resume=True trusts its addresses and paths
 
     def wait_ready(self) -> None:
         """Wait for the learner's ``ready``; its refusal or crash is raised here.

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from themis.agents.buffers import SegmentPairs
+from themis.core.safe_loading import check_npz, npy_header
 from themis.environments.framestack import stacked, stacked_tensor, unstack
 from themis.utils import check_memory, open_private, replace_durably
 
@@ -345,6 +346,10 @@ class PreferenceDataset:
                 and 0 <= sh[1] <= sh[2] for sh in shards):
             raise ValueError(f"{meta_file}: field shards must be a list of [file, first, end] "
                              "(end >= first >= 0)")
+        ends = [0] + [int(sh[2]) for sh in shards[:-1]]
+        if [int(sh[1]) for sh in shards] != ends or len({sh[0] for sh in shards}) < len(shards):
+            raise ValueError(f"{meta_file}: field shards must cover the pairs once, in order "
+                             "(each first = the end before it, each file once)")
         parts: dict[str, list[np.ndarray]] = {"observations": [], "actions": [],
                                               "true_rewards": []}
         for name, lo, hi in shards:
@@ -354,10 +359,16 @@ class PreferenceDataset:
                 break
             try:
                 with np.load(path / name, allow_pickle=False) as arrays:
+                    check_npz(arrays, path / name)  # headers against the data they hold
                     for key, chunks in parts.items():
                         stored = "frames" if key == "observations" and "frames" in arrays \
                             else key
                         check_memory(f"its {stored}", _announced_bytes(arrays.zip, stored))
+                        with arrays.zip.open(f"{stored}.npy") as f:
+                            rows = (npy_header(f)[0] or (0,))[0]
+                        if rows > int(hi) - int(lo):  # more than meta.json says: not read
+                            raise ValueError(f"its {stored} holds {rows} pairs, meta.json "
+                                             f"says {int(hi) - int(lo)}")
                         chunks.append(arrays[stored][: min(int(hi), n) - int(lo)])
             except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError,
                     MemoryError) as e:

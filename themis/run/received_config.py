@@ -76,3 +76,109 @@ def load_received_config(path: str | Path) -> DictConfig:
         raise ConfigError(f"{path}: {key}: {str(e).splitlines()[0]}") from None
     assert isinstance(merged, DictConfig)
     return merged
+
+
+# ------------------------------------------------ settings a run folder may not choose
+RECEIVED_SETTINGS: dict[str, str] = {
+    "label_host": "the address your labeling server listens on",
+    "label_port": "the port your labeling server listens on",
+    "label_instructions": "a file of this machine shown to labelers",
+    "gold_path": "a path outside the run",
+    "prefs_path": "a path outside the run",
+    "pretrained_snapshot": "a path outside the run",
+    "pretrained_policy": "a path outside the run",
+    "logger.wandb": "a tracker that gets your credentials",
+    "logger.mlflow": "a tracker that gets your credentials",
+    "logger.tracking_uri": "the server (or folder) your tracker writes to",
+    "logger.entity": "the tracker account your runs go to",
+    "logger.project": "the tracker project your runs go to",
+}
+"""Config keys that reach the network, the file system outside the run or a tracker (with this
+user's credentials): a received ``config.yaml`` does not set them (:func:`check_received_settings`).
+Key -> what it chooses, for the message."""
+
+MARK_FILE = "config.yaml.owner"
+"""Beside a run's ``config.yaml``: this user's mark of it (:func:`mark_config`)."""
+
+
+def mark_config(run_dir: str | Path) -> None:
+    """Mark the ``config.yaml`` Themis just wrote in ``run_dir`` as this user's
+    (:func:`themis.core.owner.owner_mark` of its bytes, in :data:`MARK_FILE`): resuming the run
+    later trusts its network, path and tracker settings. A copy of the folder carries the mark,
+    but an edited ``config.yaml`` no longer matches it, and nobody else can make one."""
+    from themis.core.owner import owner_mark
+
+    run = Path(run_dir)
+    mark = owner_mark("themis-config", (run / "config.yaml").read_bytes())
+    (run / MARK_FILE).write_text(mark + "\n")
+
+
+def written_here(config_yaml: str | Path) -> bool:
+    """Whether ``config_yaml`` is as this user's Themis wrote it (its :data:`MARK_FILE`
+    verifies); a run folder received from someone else, or an edited config, is not."""
+    from themis.core.owner import is_owned
+
+    path = Path(config_yaml)
+    try:
+        mark = (path.parent / MARK_FILE).read_text().strip()
+        data = path.read_bytes()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return is_owned(mark, "themis-config", data)
+
+
+def _given(key: str, given: Collection[str]) -> bool:
+    """Whether the command line sets ``key`` (``logger=wandb`` sets every ``logger.*``)."""
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in given for i in range(1, len(parts) + 1))
+
+
+def _inside(value: str, run: Path) -> bool:
+    import os
+
+    path = Path(value).expanduser()
+    return path.is_absolute() and Path(os.path.realpath(path)).is_relative_to(
+        os.path.realpath(run))
+
+
+def check_received_settings(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
+    """Refuse the :data:`RECEIVED_SETTINGS` of a received run's ``config.yaml`` (``where``):
+    a copied web run that says ``label_host: 0.0.0.0`` and ``label_instructions: ~/notes.txt``
+    would open your labeling page to the network and show your file; ``logger: {mlflow: true,
+    tracking_uri: http://...}`` would send your tracking token to the sender's server.
+
+    A setting passes when the config is your own (:func:`written_here`), when the command line
+    sets the key (``given``: your choice), when it is the schema's default, when
+    ``label_instructions`` is text rather than a file name, and when a path lies inside the run.
+
+    Raises:
+        ConfigError: every refused setting in one line, and the two ways to pass them.
+    """
+    from omegaconf import OmegaConf
+
+    if written_here(where):
+        return
+    run = Path(where).parent
+    defaults = OmegaConf.structured(TrainConfig)
+    refused: list[tuple[str, Any, str, str]] = []
+    for key, what in RECEIVED_SETTINGS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        default = OmegaConf.select(defaults, key, default=None)
+        if _given(key, given) or value == default:
+            continue
+        if isinstance(value, str) and key == "label_instructions" and not \
+                value.strip().lower().endswith((".md", ".txt", ".markdown")):
+            continue  # the text itself: data, shown as text
+        if isinstance(value, str) and what.startswith("a path") and _inside(value, run):
+            continue
+        shown = "null" if default is None else str(default).lower() \
+            if isinstance(default, bool) else "''" if default == "" else str(default)
+        refused.append((key, value, what, shown))
+    if refused:
+        settings = ", ".join(f"{key}={value} ({what})" for key, value, what, _ in refused)
+        keep = " ".join(f"{key}={value}" for key, value, _, _ in refused)
+        reset = " ".join(f"{key}={shown}" for key, _, _, shown in refused)
+        raise ConfigError(
+            f"{where} sets {settings}: chosen by a run folder that is not yours (received, or "
+            f"its config.yaml edited: no mark of yours in {MARK_FILE}); pass them on the "
+            f"command line to keep them ({keep}) or to use the defaults ({reset})")

@@ -177,6 +177,12 @@ def check_reward_training(cfg: Any) -> None:
         why = ("resume of an async run is not supported (the background learner's labels and "
                "the agent's checkpoint are not saved together); start a new run with "
                "prefs_path=RUN_DIR/preferences to keep its labels")
+        if cfg.human_teacher and cfg.teacher_ui == "web":  # preferences/ lacks the last answers
+            run = cfg.resume if cfg.resume not in ("true", "True", True) else "RUN_DIR"
+            why = (f"resume of an async run is not supported; every answer people gave is in "
+                   f"its labels.sqlite (preferences/ may lack those since the last round): "
+                   f"python scripts/store_to_prefs.py {run} DIR writes them all, and a new run "
+                   "with prefs_path=DIR keeps them")
     elif cfg.xplain_action or cfg.xplain_state:
         why = "explained clips need the agent inside the learner process"
     elif cfg.query_schedule != "constant" or cfg.reward_norm_std:

@@ -691,6 +691,11 @@ class Workspace:
         close_progress_bars()
         for env in (self.env, self.eval_env):
             env.close()
+        if self.remote is not None and (self.run_dir / "labels.sqlite").is_file():  # web
+            return (f"stopped at step {self.step}; an async run cannot be resumed: every "
+                    f"answer is in its labels.sqlite: python scripts/store_to_prefs.py "
+                    f"{self.run_dir} DIR writes them all (a new run with prefs_path=DIR keeps "
+                    "them)")
         if self.remote is not None:
             return (f"stopped at step {self.step}; an async run cannot be resumed: its labels "
                     f"are in {self.run_dir / 'preferences'} (a new run with prefs_path= keeps "
