@@ -18,6 +18,13 @@ choose_gl_backend()
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+# The owner key that marks a run's config and tokens as this user's (themis/core/owner.py):
+# one per test session, so that tests and the runs they start never write ~/.config/themis
+if not os.environ.get("THEMIS_OWNER_KEY"):
+    import tempfile
+
+    os.environ["THEMIS_OWNER_KEY"] = str(Path(tempfile.mkdtemp(prefix="themis-test-key-"))
+                                         / "owner.key")
 # pytest-xdist runs one worker per core (scripts/test.sh): one thread each, as runs have, so
 # that the workers' threads do not spin-wait for each other's cores
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
