@@ -3,7 +3,8 @@
 The public entry points for using preference learning outside Themis' own loop:
 :class:`PreferenceLearningWrapper` (any agent learns from preferences through the env; its
 vectorised forms are in :mod:`themis.online`), :class:`LearnedRewardWrapper` (a frozen learned
-reward), :func:`load_reward_model` and :class:`PreferenceDataset`.
+reward), :func:`load_reward_model`, :class:`PreferenceDataset`, and
+:class:`HumanPreferencesEnvWrapper` (DRLHP's env wrapper API on Themis).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["LearnedRewardWrapper", "PreferenceDataset", "PreferenceLearningVectorEnv",
+__all__ = ["HumanPreferencesEnvWrapper", "LearnedRewardWrapper", "PreferenceDataset",
+           "PreferenceLearningVectorEnv",
            "PreferenceLearningWrapper", "RewardEnsemble", "__version__", "load_reward_model"]
 
 _LAZY = {
+    "HumanPreferencesEnvWrapper": "themis.online.drlhp",
     "LearnedRewardWrapper": "themis.reward.wrapper",
     "PreferenceDataset": "themis.reward.dataset",
     "PreferenceLearningWrapper": "themis.online.wrapper",

@@ -110,7 +110,7 @@ def check_numbers(cfg: Any) -> None:
                           "(ppo.num_envs * ppo.num_steps)")
 
 
-QUERY_SCHEDULES = ("constant", "decay")
+QUERY_SCHEDULES = ("constant", "decay", "continuous")
 
 
 def check_recipe(cfg: Any) -> None:
@@ -123,7 +123,7 @@ def check_recipe(cfg: Any) -> None:
     """
     if cfg.query_schedule not in QUERY_SCHEDULES:
         raise ConfigError(f"query_schedule={cfg.query_schedule} is unknown; use "
-                          f"{' or '.join(QUERY_SCHEDULES)}")
+                          f"{', '.join(QUERY_SCHEDULES[:-1])} or {QUERY_SCHEDULES[-1]}")
     if cfg.reward_adaptive_l2 and not cfg.reward_val_fraction:
         raise ConfigError("reward_adaptive_l2=true adapts the L2 coefficient to the validation "
                           "loss: hold labels out with reward_val_fraction (DRLHP: 0.368)")
@@ -150,6 +150,10 @@ def check_reward_training(cfg: Any) -> None:
     if cfg.reward_training not in REWARD_TRAININGS:
         raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
     if cfg.reward_training == "sync":
+        if cfg.query_schedule == "continuous":
+            raise ConfigError("query_schedule=continuous asks as fast as the teacher answers "
+                              "while the agent keeps stepping: use reward_training=async (or "
+                              "the wrapper); sync rounds come every num_interact steps")
         return
     why = None
     if not cfg.learn_reward:
@@ -160,9 +164,6 @@ def check_reward_training(cfg: Any) -> None:
                "prefs_path=RUN_DIR/preferences to keep its labels")
     elif cfg.xplain_action or cfg.xplain_state:
         why = "explained clips need the agent inside the learner process"
-    elif cfg.query_schedule != "constant" or cfg.reward_norm_std:
-        why = ("the DRLHP query schedule and reward normalisation (query_schedule=decay, "
-               "reward_norm_std) run in the loop's own learner")
     if why is not None:
         raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
     check_methods(cfg, where="async")  # a method inside the agent, or its own async rule
