@@ -391,8 +391,9 @@ class OnlineLearner:
         reward_model.pt`` (DRLHP's folder; its training-step count is the model version)."""
         from themis.reward.ensemble import save_reward_model
 
-        save_reward_model(self.learner.model,
-                          self.run_dir / "reward_predictor_checkpoints" / "reward_model.pt",
+        folder = self.run_dir / "reward_predictor_checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        save_reward_model(self.learner.model, folder / "reward_model.pt",
                           step=self.steps, env=self.spec.env_id, version=self.trainings)
 
     def save_prefs(self) -> None:
