@@ -10,6 +10,7 @@ there, on a tiny env, with Themis keys beside them only to keep them small (and,
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import multiprocessing
 import os
@@ -295,7 +296,7 @@ def test_the_stream_target_counts_queries_due_by_agent_step():
     decay = QueryTarget(1000, 10, first=0, every=100, mode="decay", decay_steps=200)
     sizes = np.diff([0] + [decay.due(100 * k) for k in range(8)])
     assert sizes[0] == 10 and sizes[-1] < sizes[0] / 2  # the rate decays as T0 / (T + T0)
-    assert all(a >= b - 1 for a, b in zip(sizes, sizes[1:], strict=False))  # up to rounding
+    assert all(a >= b - 1 for a, b in itertools.pairwise(sizes))  # up to rounding
     continuous = QueryTarget(40, 10, first=100, every=50, mode="continuous")
     assert continuous.due(100) == 40 and continuous(100, 40) == 10 and continuous(99, 40) == 0
 
@@ -345,9 +346,9 @@ def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_l
 
 # ---------------------------------------------------------------------- issue 61 item 5
 def test_make_learner_builds_the_decay_schedule_and_the_normaliser(compose, tmp_path):
+    from tests.conftest import TINY_PENDULUM
     from themis.cli.train import make_workspace
     from themis.feedback.selector import DecayingSchedule
-    from tests.conftest import TINY_PENDULUM
 
     ws = make_workspace(compose([*TINY_PENDULUM, "query_schedule=decay",
                                  "reward_norm_std=0.05"]), tmp_path)
@@ -389,9 +390,9 @@ def test_decay_and_reward_norm_std_work_through_the_wrapper(tmp_path):
 
 @pytest.mark.slow
 def test_decay_and_reward_norm_std_work_with_async(compose, tmp_path):
+    from tests.test_async_training import ASYNC
     from themis.cli.train import make_workspace
     from themis.loops import pebble
-    from tests.test_async_training import ASYNC
 
     ws = make_workspace(compose([*ASYNC, "num_train_steps=3000", "max_feedback=60",
                                  "query_schedule=decay", "query_decay_steps=300",
@@ -415,12 +416,12 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     """reward_training=async, teacher_ui=web: nobody answers at first, the loop goes on past
     the end of pretraining on the pretraining reward (a console line says so); a bot answers
     later over HTTP on 127.0.0.1 and the loop switches to the first reward model."""
-    from themis.cli.train import make_workspace
     from tests.conftest import TINY_PENDULUM
+    from themis.cli.train import make_workspace
 
     ws = make_workspace(compose([
         *[o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "num_train_steps"))],
-        "num_train_steps=3000", "reward_batch=4", "human_teacher=true", "teacher_ui=web",
+        "num_train_steps=1800", "reward_batch=4", "human_teacher=true", "teacher_ui=web",
         "human_frame_size=32", "label_port=0", "reward_training=async", "torch_threads=1",
         "precision=fp32"]), tmp_path)
     lines: list[str] = []
@@ -435,7 +436,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     without_model: list[int] = []
 
     def watch() -> None:  # nobody answers until the loop is well past pretraining
-        while ws.step < ws.pretrain_end + 600:
+        while ws.step < ws.pretrain_end + 400:
             time.sleep(0.01)
         without_model.append(ws.remote.version)
         start.set()

@@ -401,7 +401,7 @@ class OnlineLearner:
         ``train_prefs/`` and ``val_prefs/`` (Themis's pickle-free format, beside DRLHP's
         ``train.pkl.gz`` / ``val.pkl.gz`` names; :func:`themis.online.drlhp.split_prefs`),
         then tell the agent's side (``("saved", {...})``)."""
-        from themis.online.drlhp import split_prefs
+        from themis.online.saved_prefs import split_prefs
 
         counts = split_prefs(self.learner.dataset, self.learner.trainer, self.run_dir)
         self.logger.info(f"saved {counts['train']} training preferences to "

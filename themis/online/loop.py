@@ -13,10 +13,12 @@ the reward model and relabels the replay buffer with it (SAC) or uses it for the
 :class:`AsyncLearner` takes the place of the workspace's
 :class:`~themis.feedback.PreferenceLearner` (``ws.learner``) for what the loops ask of it:
 r̂ of a batch, the counters for the logs, and :meth:`AsyncLearner.take`, the new version if one
-is there. The first version is waited for at the end of pretraining (the learner's first round
-comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that the critic reset and the
-``reset_update`` updates see a learned reward, as in PEBBLE; later versions are taken when
-they come.
+is there. With a synthetic teacher the first version is waited for at the end of pretraining
+(the learner's first round comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that
+the critic reset and the ``reset_update`` updates see a learned reward, as in PEBBLE. With a
+person (web or terminal) the loop never waits: pretraining goes on, on its own reward, until
+the first version arrives (:meth:`AsyncLearner.first_model_pending`). Later versions are taken
+when they come.
 
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
