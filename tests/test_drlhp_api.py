@@ -291,21 +291,23 @@ def test_a_drlhp_key_without_a_themis_equivalent_is_one_line(tmp_path, keys, mes
 def test_the_stream_target_counts_queries_due_by_agent_step():
     constant = QueryTarget(40, 10, first=100, every=50)
     assert [constant.due(t) for t in (0, 99, 100, 149, 150, 1000)] == [0, 0, 10, 10, 20, 40]
-    assert constant(400, 40) == 40  # nothing asked by step 400: everything due is owed
-    assert constant(400, 10) == 10  # 30 asked: the 10 left
+    assert constant.owed(400, 0) == 40  # nothing asked by step 400: everything due is owed
+    assert constant(400, 40) == 10  # ... asked round by round (each its own training)
+    assert constant(400, 10) == 10 and constant(120, 30) == 0  # 30 asked: the 10 left; none
     decay = QueryTarget(1000, 10, first=0, every=100, mode="decay", decay_steps=200)
     sizes = np.diff([0] + [decay.due(100 * k) for k in range(8)])
     assert sizes[0] == 10 and sizes[-1] < sizes[0] / 2  # the rate decays as T0 / (T + T0)
     assert all(a >= b - 1 for a, b in itertools.pairwise(sizes))  # up to rounding
     continuous = QueryTarget(40, 10, first=100, every=50, mode="continuous")
     assert continuous.due(100) == 40 and continuous(100, 40) == 10 and continuous(99, 40) == 0
+    assert decay(700, 1000) == 10 and decay(700, 990) == decay.after_rounds(2) - 10
 
 
 def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_learner(
         tmp_path):
-    """The learner is free only every 10 × num_interact agent steps: each of its rounds asks
-    every query due by then, so the budget is spent (old rule: one reward_batch per round,
-    4 of 8 rounds' worth asked)."""
+    """The learner is free only every 10 × num_interact agent steps: in each free moment it
+    runs every round due by then, back to back, so the budget is spent (old rule: one round
+    per free moment, 15 of 40 queries asked in three)."""
     import torch
 
     from themis.online.keys import online_config

@@ -5,8 +5,9 @@ The learner process of the wrappers and of ``reward_training=async``
 whenever it is free. Rounds "every ``num_interact`` steps" counted in the steps it has
 received lose the rounds that fall due while it trains or waits for people, and a fast agent's
 budget went partly unasked. Here the schedule is a target over the agent's steps instead:
-:meth:`QueryTarget.due` says how many queries should have been asked by step ``t``, and a round
-asks what is owed (``due - asked``), so a late round catches up (later, never lost).
+:meth:`QueryTarget.due` says how many queries should have been asked by step ``t``; while some
+are owed (``due - asked``) the learner runs the schedule's rounds back to back, each of its own
+size and with its own training, so a late learner catches up (later, never lost).
 
 Three shapes (``query_schedule``):
 
@@ -66,10 +67,9 @@ class QueryTarget:
         """Rounds of the schedule whose step is ``<= step`` (0 before ``first``)."""
         return 0 if step < self.first else (step - self.first) // self.every + 1
 
-    def due(self, step: int) -> int:
-        """Queries that should have been asked by agent step ``step`` (at most ``budget``)."""
-        k = self.rounds_due(step)
-        if k == 0:
+    def after_rounds(self, k: int) -> int:
+        """Queries due once the schedule's first ``k`` rounds have come (at most ``budget``)."""
+        if k <= 0:
             return 0
         if self.mode == "continuous":
             return self.budget
@@ -83,18 +83,38 @@ class QueryTarget:
             self._cum = np.cumsum(weights)
         return min(self.budget, round(self.batch * float(self._cum[k - 1])))
 
+    def due(self, step: int) -> int:
+        """Queries that should have been asked by agent step ``step`` (at most ``budget``)."""
+        return self.after_rounds(self.rounds_due(step))
+
     def owed(self, step: int, asked: int) -> int:
         """Queries due by ``step`` and not asked yet (``asked`` so far)."""
-        return max(0, min(self.budget, self.due(step)) - asked)
+        return max(0, self.due(step) - asked)
+
+    def next_round(self, asked: int, rounds: int) -> int:
+        """The queries of the schedule's next round not asked yet: the first of its first
+        ``rounds`` rounds whose cumulative due exceeds ``asked``, less ``asked``."""
+        lo, hi = 1, max(1, rounds)
+        while lo < hi:  # the smallest k with after_rounds(k) > asked (non-decreasing in k)
+            mid = (lo + hi) // 2
+            if self.after_rounds(mid) > asked:
+                hi = mid
+            else:
+                lo = mid + 1
+        return max(0, self.after_rounds(lo) - asked)
 
     def __call__(self, step: int, remaining: int) -> int:
-        """The learner's round at ``step`` with ``remaining`` queries of the budget left: what
-        is owed (``continuous``: one ``reward_batch``)."""
-        if remaining <= 0:
+        """The learner's round at ``step`` with ``remaining`` queries of the budget left: the
+        next round of the schedule that is owed (``continuous``: one ``reward_batch``). A
+        learner behind the agent runs the owed rounds back to back, each its own training."""
+        if remaining <= 0 or step < self.first:
             return 0
         if self.mode == "continuous":
-            return min(self.batch, remaining) if step >= self.first else 0
-        return min(remaining, self.owed(step, self.budget - remaining))
+            return min(self.batch, remaining)
+        asked = self.budget - remaining
+        if self.owed(step, asked) == 0:
+            return 0
+        return min(remaining, self.next_round(asked, self.rounds_due(step)))
 
 
 __all__ = ["QueryTarget"]
