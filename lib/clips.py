@@ -118,3 +118,83 @@ def write_poster(frame: np.ndarray, path: Path) -> Path:
     Image.fromarray(np.ascontiguousarray(frame)).save(tmp, format="PNG")
     os.replace(tmp, path)
     return path
+
+
+EPISODE_PATTERN = "episode_{:08d}.mp4"
+"""File name of an episode clip in ``web/episodes/``, from its integer ID."""
+
+
+class EpisodeClips:
+    """The last full episode the agent played, as a small clip beside the query pair (DRLHP's
+    second window, "so you can see how qualitative behaviour is changing"; README of
+    HumanCompatibleAI/learning-from-human-preferences, Human Preferences GUI).
+
+    Frames arrive in runs of one episode (:class:`themis.online.segments.Run`: ``t0``, frames,
+    ``ends``); when an episode's last run comes, its clip is written to
+    ``web/episodes/episode_IIIIIIII.mp4`` (``I``: the episode number + 1, the integer ID the
+    labeling server serves it by) at half the clip size, at most :attr:`max_frames` frames
+    (longer episodes are shown with every k-th frame); the newest :attr:`keep` clips stay.
+
+    Args:
+        folder: ``RUN_DIR/web/episodes``.
+        fps: frame rate of the clip.
+        keep: clips kept.
+        max_frames: most frames of one clip.
+        open_episodes: most episodes collected at once (sub-envs; older ones are dropped).
+    """
+
+    def __init__(self, folder: Path, fps: int, keep: int = 3, max_frames: int = 400,
+                 open_episodes: int = 64) -> None:
+        self.folder, self.fps, self.keep, self.max_frames = folder, fps, keep, max_frames
+        self.open_episodes = open_episodes
+        self.collecting: dict[int, list[np.ndarray]] = {}
+        self.lengths: dict[int, int] = {}
+
+    def add(self, episode: int, t0: int, frames: np.ndarray, ends: bool) -> Path | None:
+        """Frames ``(n, h, w, 3)`` uint8 of steps ``t0 .. t0 + n - 1`` of ``episode`` (runs
+        overlap: the steps already held are skipped); the clip written when ``ends``."""
+        held = self.lengths.get(episode, 0)
+        if episode not in self.collecting:
+            if len(self.collecting) >= self.open_episodes:  # an episode never ended here
+                oldest = min(self.collecting)
+                del self.collecting[oldest], self.lengths[oldest]
+            self.collecting[episode] = []
+        new = frames[max(0, held - t0):]
+        # halve the size (the pair is the main view), keep the sizes even for H.264
+        small = new[:, ::2, ::2]
+        self.collecting[episode].append(small[:, : small.shape[1] // 2 * 2,
+                                              : small.shape[2] // 2 * 2])
+        self.lengths[episode] = max(held, t0 + len(frames))
+        if not ends:
+            return None
+        parts = self.collecting.pop(episode)
+        self.lengths.pop(episode)
+        clip = np.concatenate(parts) if parts else np.zeros((0, 2, 2, 3), np.uint8)
+        if len(clip) == 0 or clip.shape[1] < 2 or clip.shape[2] < 2:
+            return None
+        stride = -(-len(clip) // self.max_frames)
+        return self.write(episode + 1, np.ascontiguousarray(clip[::stride]))
+
+    def write(self, clip_id: int, frames: np.ndarray) -> Path:
+        """Write clip ``clip_id`` (atomically: a partial file is never served) and drop the
+        oldest beyond :attr:`keep`."""
+        import os
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / EPISODE_PATTERN.format(clip_id)
+        tmp = write_clip(frames, path.with_name(f".writing_{clip_id}.mp4"), self.fps)
+        final = path.with_suffix(tmp.suffix)
+        os.replace(tmp, final)
+        for old in sorted(self.folder.glob("episode_*"))[:-self.keep]:
+            old.unlink(missing_ok=True)
+        return final
+
+
+def newest_episode_clip(folder: Path) -> int | None:
+    """The integer ID of the newest episode clip in ``folder`` (``None``: none yet)."""
+    ids = []
+    for path in folder.glob("episode_*"):
+        stem = path.stem.removeprefix("episode_")
+        if stem.isdigit() and path.suffix in (".mp4", ".gif"):
+            ids.append(int(stem))
+    return max(ids) if ids else None

@@ -386,6 +386,32 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             raise HTTPException(404, str(e)) from None
         return FileResponse(path, media_type="image/png")
 
+    episodes = store.web_dir / "episodes"  # the agent's last full episodes (DRLHP)
+
+    @app.get("/api/episode")
+    def newest_episode(who: str = Depends(labeler)) -> dict[str, Any]:
+        """The integer ID of the newest episode clip (``null`` before the first)."""
+        from lib.clips import newest_episode_clip
+
+        return {"episode_id": newest_episode_clip(episodes)}
+
+    @app.get("/api/episodes/{episode_id}", response_class=FileResponse)
+    def episode_clip(episode_id: int = PathParam(ge=1, le=2**62),
+                     who: str = Depends(labeler)) -> FileResponse:
+        """The clip of episode ``episode_id``: a regular file inside ``web/episodes/`` named
+        from the integer alone (no symlink out of it is followed)."""
+        from lib.clips import EPISODE_PATTERN
+
+        base = episodes / EPISODE_PATTERN.format(episode_id)
+        for path in (base, base.with_suffix(".gif")):
+            real = Path(os.path.realpath(path))
+            if (not os.path.islink(store.web_dir) and not os.path.islink(episodes)
+                    and not os.path.islink(path) and real.is_file()
+                    and real.is_relative_to(os.path.realpath(episodes))):
+                return FileResponse(real, media_type="video/mp4" if path.suffix == ".mp4"
+                                    else "image/gif")
+        raise HTTPException(404, f"no episode clip {episode_id}")
+
     @app.post("/api/answers", status_code=201)
     def answer(body: Answer, who: str = Depends(labeler)) -> dict[str, Any]:
         if not 1 <= body.query_id <= 2**62:
@@ -556,6 +582,7 @@ LABEL_PAGE = """<!doctype html>
  /* the clip and its buttons stay in view on a laptop screen (1366x768) */
  video { display: block; width: 100%; max-height: calc(100vh - 16em); object-fit: contain;
          background: #eee; }
+ #episode { width: 40%; max-height: 30vh; }
  button { font-size: 1.2em; margin: 0.2em; padding: 0.35em 1em; }
  #counters { color: #555; margin: 0.3em 0; }
  #instructions { white-space: pre-wrap; max-height: 5.5em; overflow: auto; margin: 0.3em 0;
@@ -578,6 +605,9 @@ LABEL_PAGE = """<!doctype html>
 <button id="skip" onclick="send('skip')">Can't tell (s)</button></div>
 </div>
 <p id="empty" hidden>No query waiting. This page checks again every few seconds.</p>
+<div id="episode-box" hidden><p class="hint">The agent's last full episode (refreshed when an
+ episode ends), to see how its behaviour changes:</p>
+<video id="episode" autoplay loop muted playsinline></video></div>
 <script>
 const token = new URLSearchParams(location.search).get("token");
 const q = token ? "?token=" + encodeURIComponent(token) : "";
@@ -628,7 +658,21 @@ document.addEventListener("keydown", e => {
     classes > 0 ? null : {"1": "left", "2": "right", "0": "equal"}[e.key];
   if (k) send(k);
 });
+let episodeShown = null;
+async function episode() {
+  const r = await fetch("api/episode" + q);
+  if (r.ok) {
+    const d = await r.json();
+    if (d.episode_id !== null && d.episode_id !== episodeShown) {
+      episodeShown = d.episode_id;
+      document.getElementById("episode").src = "api/episodes/" + d.episode_id + q;
+      document.getElementById("episode-box").hidden = false;
+    }
+  }
+  setTimeout(episode, 5000);
+}
 load();
+episode();
 </script></body></html>
 """
 

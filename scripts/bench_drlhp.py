@@ -15,6 +15,10 @@ PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
 
 - ``random``: a uniformly random policy (no run; evaluated only);
 - ``ppo_true``: PPO on the true reward (``learn_reward=false num_unsup_steps=0``);
+
+every run with one env of 128-step rollouts (``ppo.num_envs=1``, as mrahtz's MovingDot runs
+its A2C on one env: with 8 envs PPO on the true reward was still at +1.4 after 20k steps, with
+one at +67 after 10k);
 - ``drlhp``: PrefPPO with DRLHP's recipe and mrahtz's MovingDot reward network (``+recipe=drlhp
   reward_net=drlhp_dot``): 500 labels from the random policy (``num_seed_steps=10000``), 200
   epochs on them, then 0.1 label-passes per agent step over the newest 3000 labels, the rest of
@@ -77,14 +81,14 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
 
     out = ["domain=MovingDot", f"num_train_steps={steps}", f"seed={seed}",
            f"eval_frequency={max(steps // 10, 1024)}", "num_eval_episodes=5"]
-    interact, envs, rollout_steps = 5000, 8, 128
+    interact, envs, rollout_steps = 5000, 1, 128  # mrahtz's MovingDot: one env
     seed_steps, unsup, initial = DOT_SEED_STEPS, 0, 500
     if quick:  # a smoke run: small rollouts, a few rounds, few epochs
         interact, envs, rollout_steps = max(steps // 4, 256), 2, 64
         seed_steps, initial = max(steps // 4, 256), max(queries // 4, 1)
-        out += [f"ppo.num_envs={envs}", f"ppo.num_steps={rollout_steps}", "reward_update=3",
-                "reward_pretrain_epochs=5", "num_eval_episodes=1",
+        out += ["reward_update=3", "reward_pretrain_epochs=5", "num_eval_episodes=1",
                 "+env_kwargs.max_episode_steps=200"]
+    out += [f"ppo.num_envs={envs}", f"ppo.num_steps={rollout_steps}"]
     if variant == "ppo_true":
         return [*out, "learn_reward=false", "num_unsup_steps=0", "num_seed_steps=0"]
     out += [f"max_feedback={queries}", "segment=25", f"num_interact={interact}"]

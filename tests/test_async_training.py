@@ -100,12 +100,11 @@ def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp
     ("method=rime", "RIME's warm start"),
     ("learn_reward=false", "learn_reward=false"),
     ("xplain_state=true", "explained clips"),
-    ("query_schedule=decay", "query_schedule=decay"),
-    ("reward_norm_std=0.05", "reward_norm_std"),
+    ("reward_training=sync query_schedule=continuous", "use reward_training=async"),
 ])
 def test_what_async_cannot_do_is_one_line(compose, tmp_path, override, words):
     with pytest.raises(ConfigError) as error:
-        make_workspace(compose([*ASYNC, override]), tmp_path)
+        make_workspace(compose([*ASYNC, *override.split()]), tmp_path)
     text = str(error.value)
     assert words in text and "\n" not in text
 

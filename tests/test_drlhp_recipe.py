@@ -236,7 +236,6 @@ def test_the_drlhp_preset_and_recipe_keys_are_checked(compose):
            (["reward_net=alexnet"], "reward_net=alexnet"),
            (["reward_schedule=sometimes"], "reward_schedule=sometimes"),
            (["reward_passes_per_step=-1"], "reward_passes_per_step"),
-           (["reward_schedule=passes", "reward_training=async"], "reward_training=sync"),
            (["query_schedule=hyperbolic"], "query_schedule"),
            (["reward_val_fraction=1"], "reward_val_fraction=1"),
            (["reward_random_response=-0.1"], "reward_random_response"),

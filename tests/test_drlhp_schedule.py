@@ -215,3 +215,19 @@ def test_a_fixed_encoder_trains_on_features_encoded_once_with_the_same_result():
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     assert np.allclose(results[0][1], results[1][1], atol=1e-5)
     assert trainer._encoded is None  # the frame-stack path kept no features
+
+
+@pytest.mark.slow
+def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_process(
+        compose, tmp_path):
+    """reward_training=async: the learner process pretrains on the first round's labels, then
+    trains the label-passes owed for the steps it receives and publishes new versions between
+    the rounds (DRLHP's background training)."""
+    ws = make_workspace(compose([*TINY_RECIPE, "reward_training=async", "num_interact=512",
+                                 "num_train_steps=1536", "reward_passes_per_step=1"]),
+                        tmp_path)
+    ws.run()
+    ws.finish()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert rounds["epochs"].iloc[0] == 4 and rounds["label_passes"].iloc[-1] > 0
+    assert ws.remote.version > len(rounds)  # published between the rounds too (every 128)

@@ -154,8 +154,12 @@ def test_a_run_ends_at_its_episode_end_and_the_next_episode_gets_a_new_number():
     ({"sac": {"hidden_dim": 64}}, "sac.hidden_dim configures Themis's own training loop"),
     ({"num_unsup_steps": 100}, "num_unsup_steps configures Themis's own training loop"),
     ({"pretrained_policy": "sac.zip"}, "pretrained_policy configures Themis's own training"),
-    ({"query_schedule": "decay"}, "query_schedule configures Themis's own training loop"),
-    ({"reward_norm_std": 0.05}, "reward_norm_std configures Themis's own training loop"),
+    ({"query_schedule": "later"}, "query_schedule=later is unknown"),
+    ({"train_reward_model": False}, "(did you mean train_reward?)"),
+    ({"log_dir": "logs"}, "log_dir is DRLHP's key, not the wrapper's: use the run dir is the "
+                          "wrapper's second argument"),
+    ({"segment_length": 25}, "segment_length is DRLHP's key, not the wrapper's: use segment"),
+    ({"learn_rewards": False}, "(did you mean train_reward?)"),  # not the refused learn_reward
     ({"logger": "wandb"}, "logger configures Themis's own training loop"),
     ({"method": "qpa"}, "method=qpa mixes recent episodes"),
     ({"method": ["surf", "mrn"]}, "method=mrn trains the reward model through"),

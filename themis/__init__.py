@@ -7,7 +7,8 @@ keys, validation and one-line errors, raised as :class:`TrainConfigError`) and
 The public entry points for using preference learning outside Themis' own loop:
 :class:`PreferenceLearningWrapper` (any agent learns from preferences through the env; its
 vectorised forms are in :mod:`themis.online`), :class:`LearnedRewardWrapper` (a frozen learned
-reward), :func:`load_reward_model` and :class:`PreferenceDataset`.
+reward), :func:`load_reward_model`, :class:`PreferenceDataset`, and
+:class:`HumanPreferencesEnvWrapper` (DRLHP's env wrapper API on Themis).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["LearnedRewardWrapper", "PreferenceDataset", "PreferenceLearningVectorEnv",
-           "PreferenceLearningWrapper", "RewardEnsemble", "TrainConfigError", "__version__",
-           "load_reward_model", "load_run", "train"]
+__all__ = ["HumanPreferencesEnvWrapper", "LearnedRewardWrapper", "PreferenceDataset",
+           "PreferenceLearningVectorEnv", "PreferenceLearningWrapper", "RewardEnsemble",
+           "TrainConfigError", "__version__", "load_reward_model", "load_run", "train"]
 
 _LAZY = {
+    "HumanPreferencesEnvWrapper": "themis.online.drlhp",
     "LearnedRewardWrapper": "themis.reward.wrapper",
     "PreferenceDataset": "themis.reward.dataset",
     "PreferenceLearningWrapper": "themis.online.wrapper",

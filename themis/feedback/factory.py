@@ -19,7 +19,7 @@ from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel,
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.sampling import resolve_feed_type
-from themis.feedback.selector import QuerySelector
+from themis.feedback.selector import DecayingSchedule, QuerySelector, round_grid
 from themis.feedback.teachers import (
     PRESETS,
     SyntheticRatingTeacher,
@@ -30,7 +30,7 @@ from themis.methods.base import MethodContext, choose_augmentation, overrides
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.rating import RatingTrainer
-from themis.reward.recipe import trainer_kwargs
+from themis.reward.recipe import RewardNormaliser, trainer_kwargs
 from themis.reward.schedule import LabelPassSchedule
 from themis.utils import ConfigError
 
@@ -164,8 +164,20 @@ def make_dataset(ws: Any) -> PreferenceDataset:
     return data
 
 
+def decaying_schedule(cfg: Any, agent: str) -> DecayingSchedule:
+    """``query_schedule=decay``: DRLHP's decaying labelling rate over the run's rounds
+    (``agent`` ``ppo`` rounds up to whole rollouts)."""
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
+                                cfg.num_interact, rollout)
+    return DecayingSchedule(cfg.query_decay_steps, every, last)
+
+
 def make_learner(ws: Any) -> PreferenceLearner:
-    """The preference learner of a workspace (reads its config, shapes, store and generators).
+    """The preference learner of a workspace (reads its config, shapes, store and generators),
+    with DRLHP's query schedule (``query_schedule=decay``) and reward normaliser
+    (``reward_norm_std``) when they are on — built here, so that Themis's sync loops, the
+    async learner process and the wrappers' learner get the same ones.
 
     Raises:
         ConfigError: an unknown ``xplain_method``, or a bad ``prefs_path``.
@@ -207,6 +219,10 @@ def make_learner(ws: Any) -> PreferenceLearner:
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(ws, learner)
     learner.methods = methods
+    if cfg.query_schedule == "decay":  # DRLHP's decaying labelling rate
+        learner.schedule = decaying_schedule(cfg, ws.driver.NAME)
+    if cfg.reward_norm_std:  # DRLHP's per-member normalisation of the policy's reward
+        learner.normaliser = RewardNormaliser(cfg.ensemble_size, cfg.reward_norm_std)
     learner.first_round_queries = cfg.first_round_queries
     if cfg.reward_schedule == "passes":  # DRLHP: label-passes between the rounds
         epoch_bound = [f"{type(m).__name__}.{hook}" for m in methods for hook in EPOCH_HOOKS
@@ -262,8 +278,14 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
         person.instructions = label_instructions(cfg)
 
         def header(asked: int = 0) -> str:  # asked: the queries of this round before it
+            from lib.clips import EPISODE_PATTERN, newest_episode_clip
+
+            episodes = ws.run_dir / "web" / "episodes"
+            newest = newest_episode_clip(episodes)
+            shown = "" if newest is None else \
+                f"; the agent's last full episode: {episodes / EPISODE_PATTERN.format(newest)}"
             return (f"round {learner.rounds + 1}, {learner.total_feedback + asked} of "
-                    f"{cfg.max_feedback} queries asked before it")
+                    f"{cfg.max_feedback} queries asked before it{shown}")
 
         return TerminalChannel(person, clips, labeler, learner.record, header)
     if isinstance(learner.teacher, SyntheticRatingTeacher):
@@ -309,6 +331,16 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
                 top_k=cfg.xplain_top_k, device=ws.device)
 
     return ClipMaker(ws.frames, ws.buffer.capacity, ws.run_dir, cfg.clip_fps, explainer)
+
+
+def make_episode_clips(ws: Any) -> Any:
+    """A ``lib.clips.EpisodeClips`` writing the last full episode to ``RUN_DIR/web/episodes/``
+    when a person labels (frames are kept), else ``None``."""
+    if ws.frames is None:
+        return None
+    from lib.clips import EpisodeClips
+
+    return EpisodeClips(ws.run_dir / "web" / "episodes", ws.cfg.clip_fps)
 
 
 def make_label_store(ws: Any) -> tuple[LabelStore, list[tuple[str, str | None]]] | None:
@@ -365,7 +397,8 @@ def start_label_server(ws: Any) -> Any:
     return server
 
 
-__all__ = ["label_instructions", "make_channel", "make_clips", "make_label_store",
+__all__ = ["decaying_schedule", "label_instructions", "make_channel", "make_clips",
+           "make_episode_clips", "make_label_store",
            "make_learner", "run_title",
            "start_label_server", "teacher_description", "teacher_name"]
 

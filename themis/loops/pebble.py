@@ -167,7 +167,8 @@ def run(ws: Workspace, until: int) -> None:
 
         # ------------------------------------------------------------ learn
         if ws.step >= cfg.num_seed_steps:
-            if not ws.pretraining_done and ws.step >= ws.pretrain_end:
+            if not ws.pretraining_done and ws.step >= ws.pretrain_end and (
+                    remote is None or not remote.first_model_pending()):  # async: no wait
                 end_pretraining(ws, agent)
                 ws.maybe_checkpoint(force=True)
             if not ws.pretraining_done:

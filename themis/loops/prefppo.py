@@ -263,7 +263,8 @@ def run(ws: Workspace, until: int) -> None:
         ws.running_episodes = [stage.episode for stage in staging]  # not queried yet
         checkpoint_now = False
         if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
-                ws.step >= ws.pretrain_end:
+                ws.step >= ws.pretrain_end and (  # async never waits for people
+                    remote is None or not remote.first_model_pending()):
             end_pretraining(ws)
             checkpoint_now = True
         elif ws.pretraining_done and ws.feedback_due():

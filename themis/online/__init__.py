@@ -11,17 +11,22 @@
 - :mod:`themis.online.keys`: ``./themis_train.sh``'s keys for the wrapper, checked;
 - :class:`RelabelCallback` (:mod:`themis.online.relabel`): an off-policy SB3 agent's replay
   buffer relabelled with each new r̂ version (PEBBLE's relabelling);
-- :func:`train_reward_model`: a reward model from a preferences folder alone, no RL run.
+- :func:`train_reward_model`: a reward model from a preferences folder alone, no RL run;
+- :class:`HumanPreferencesEnvWrapper` (:mod:`themis.online.drlhp`): DRLHP's env wrapper, its
+  keyword arguments and workflows, on :class:`PreferenceLearningWrapper`;
+- :mod:`themis.online.stream`: the learner's query schedule as a target over agent steps.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PreferenceLearnerError", "PreferenceLearningVecEnv", "PreferenceLearningVectorEnv",
+__all__ = ["HumanPreferencesEnvWrapper", "PreferenceLearnerError", "PreferenceLearningVecEnv",
+           "PreferenceLearningVectorEnv",
            "PreferenceLearningWrapper", "RelabelCallback", "train_reward_model"]
 
 _LAZY = {
+    "HumanPreferencesEnvWrapper": "themis.online.drlhp",
     "PreferenceLearnerError": "themis.online.online_reward",
     "PreferenceLearningWrapper": "themis.online.wrapper",
     "PreferenceLearningVectorEnv": "themis.online.wrapper",

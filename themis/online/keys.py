@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from themis.feedback.selector import resolve_reward_batch
 from themis.methods.registry import check_methods, refuse_inside_agent
 from themis.run.config import TrainConfig, compose, removed_key, schema_keys
 from themis.run.validation import validate
@@ -51,19 +52,35 @@ LOOP_KEYS: dict[str, str] = {
     "save_snapshot": "snapshots are Themis's own pretraining",
     "pretrained_snapshot": "warm-start your agent with your library (e.g. SB3's load)",
     "pretrained_policy": "warm-start your agent with your library (e.g. SB3's load)",
-    "learn_reward": "without a learned reward, use the env itself",
+    "learn_reward": "without a learned reward, use the env itself (to collect labels "
+                    "without training: train_reward=False)",
     "xplain_action": "explanations of the policy need Themis's own agent",
     "xplain_state": "explained clips are not in the wrapper yet",
     "checkpoint_frequency": "the learner checkpoints after every feedback round",
     "reward_training": "the wrapper's learner always runs in the background",
-    "query_schedule": "the wrapper asks reward_batch queries every num_interact steps",
-    "query_decay_steps": "the wrapper asks reward_batch queries every num_interact steps",
-    "reward_norm_std": "the wrapper normalises r̂ itself (normalize_reward)",
     "logger": "track the run with your library's own W&B or MLflow callback",
 }
 """Keys of Themis's own training loop, refused by the wrapper, and why."""
 
 WARMUP_REWARDS = ("zero", "true")
+
+DRLHP_KEYS: dict[str, str] = {
+    "log_dir": "the run dir is the wrapper's second argument (PreferenceLearningWrapper(env, "
+               "RUN_DIR)); HumanPreferencesEnvWrapper takes log_dir",
+    "prefs_dir": "prefs_path=FOLDER (a preferences/ folder); HumanPreferencesEnvWrapper takes "
+                 "prefs_dir",
+    "segment_length": "segment",
+    "synthetic_prefs": "synthetic is the default; a person: human_teacher=True",
+    "synthetic_preferences": "synthetic is the default; a person: human_teacher=True",
+    "collect_prefs": "max_feedback=N queries (0: none)",
+    "pretrained_reward_predictor_dir": "reward_model=RUN_DIR or reward_model.pt",
+    "reward_predictor_ckpt_interval": "reward_checkpoint_interval",
+    "obs_transform_func": "obs_transform",
+    "max_prefs_in_db": "max_feedback",
+    "n_initial_prefs": "reward_batch (the first round's queries)",
+}
+"""DRLHP's keyword arguments (``HumanPreferencesEnvWrapper``) given to
+:class:`themis.online.PreferenceLearningWrapper`: the Themis key that does the same."""
 
 
 @dataclass
@@ -88,6 +105,15 @@ class OnlineKeys:
     of a dict observation, a ``module:function`` path or a callable (DRLHP's
     ``obs_transform_func``; :func:`themis.environments.observations.make_obs_transform`); images
     are then made channels-first. The agent still gets the env's observation."""
+    train_reward: bool = True
+    """``False``: the labels are collected (``preferences/``) and no reward model is trained;
+    the agent gets the env's reward, or a pretrained ``reward_model``'s r̂ (DRLHP's
+    ``train_reward=False``)."""
+    reward_checkpoint_interval: int = 0
+    """Every this many trainings (model versions), and at the end, the reward model is also
+    written to ``RUN_DIR/reward_predictor_checkpoints/reward_model.pt`` (DRLHP's
+    ``reward_predictor_ckpt_interval``); 0: only ``checkpoints/reward_model.pt``, after every
+    round."""
     resume: bool = False
     """Continue the learner of ``run_dir`` (its labels, model and counters)."""
     close_timeout: float = 120.0
@@ -97,6 +123,7 @@ class OnlineKeys:
 ONLINE_NUMERIC: dict[str, Range] = {
     "n_initial_training_steps": NON_NEGATIVE,
     "close_timeout": Range(0, lo_open=True),
+    "reward_checkpoint_interval": NON_NEGATIVE,
 }
 ONLINE_KEYS = tuple(f.name for f in dataclasses.fields(OnlineKeys))
 
@@ -104,8 +131,12 @@ ONLINE_KEYS = tuple(f.name for f in dataclasses.fields(OnlineKeys))
 def _unknown(key: str) -> ConfigError:
     if (removed := removed_key(key)) is not None:
         return ConfigError(removed)
-    names = schema_keys() + list(ONLINE_KEYS) \
-        + list(GROUP_KEYS)
+    if key in DRLHP_KEYS:  # DRLHP's name: the Themis key, never a refused one
+        return ConfigError(f"{key} is DRLHP's key, not the wrapper's: use {DRLHP_KEYS[key]} "
+                           "(or themis.online.HumanPreferencesEnvWrapper, which takes DRLHP's "
+                           "keys)")
+    names = [name for name in schema_keys() + list(ONLINE_KEYS) + list(GROUP_KEYS)
+             if name.split(".")[0] not in LOOP_KEYS]  # never suggest a key that is refused
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return ConfigError(f"{key} is not a Themis config key{hint}; ./themis_train.sh --help "
@@ -202,6 +233,9 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
         probe = dataclasses.replace(cfg_obj, max_feedback=1, reward_batch=1)
         validate(probe)
         cfg_obj.reward_batch = 1
+    elif cfg_obj.query_schedule == "continuous":  # the wrapper's learner is always async
+        validate(dataclasses.replace(cfg_obj, query_schedule="constant"))
+        cfg_obj.reward_batch = resolve_reward_batch(cfg_obj.reward_batch, cfg_obj.max_feedback)
     else:
         validate(cfg_obj)
     check_methods(cfg_obj, agent="ppo" if discrete else None,
@@ -228,7 +262,10 @@ def online_keys(own: Mapping[str, Any]) -> OnlineKeys:
     if not isinstance(out.n_initial_training_steps, int):
         raise ConfigError(f"n_initial_training_steps={out.n_initial_training_steps} must be an "
                           "integer")
-    for key in ("normalize_reward", "resume"):
+    if not isinstance(out.reward_checkpoint_interval, int):
+        raise ConfigError(f"reward_checkpoint_interval={out.reward_checkpoint_interval} must be "
+                          "an integer")
+    for key in ("normalize_reward", "resume", "train_reward"):
         if not isinstance(getattr(out, key), bool):
             raise ConfigError(f"{key}={getattr(out, key)!r} must be true or false")
     if out.obs_transform is not None and not (isinstance(out.obs_transform, str)
@@ -250,4 +287,4 @@ def saved_keys(online: OnlineKeys) -> dict[str, Any]:
     return values
 
 
-__all__ = ["LOOP_KEYS", "OnlineKeys", "online_config", "online_keys", "saved_keys"]
+__all__ = ["DRLHP_KEYS", "LOOP_KEYS", "OnlineKeys", "online_config", "online_keys", "saved_keys"]

@@ -44,7 +44,9 @@ import torch
 
 from themis.agents.buffers import EpisodeStore
 from themis.feedback.learner import PreferenceLearner, RoundReport
+from themis.feedback.selector import DecayingSchedule
 from themis.online.segments import Run, add_run
+from themis.online.stream import QueryTarget
 from themis.online.weights import SharedWeights
 from themis.run.config import TrainConfig, frame_capacity, frame_size
 from themis.utils import ConfigError
@@ -56,6 +58,9 @@ GATHER_EVERY = 2.0
 """Seconds between two looks for new web answers between rounds."""
 
 STATS_ROWS = 20_000
+PASSES_PUBLISH_STEPS = 10_000
+"""``reward_schedule=passes``: agent steps between publications of the continuously trained
+model (scoring the newest STATS_ROWS steps for its statistics takes seconds on pixels)."""
 """Most recent stored steps whose r̂ gives a new version's normalisation statistics."""
 
 
@@ -136,7 +141,7 @@ class OnlineLearner:
 
     def __init__(self, cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: Path,
                  shared: SharedWeights) -> None:
-        from themis.feedback.factory import make_learner, run_title
+        from themis.feedback.factory import make_episode_clips, make_learner, run_title
         from themis.run.logger import Logger
         from themis.utils import set_seed_everywhere
 
@@ -151,6 +156,20 @@ class OnlineLearner:
                              else ("csv",))
         self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
         self.learner: PreferenceLearner = make_learner(self.space)
+        # the schedule as a target over the agent's steps (themis/online/stream.py): a round
+        # asks what is due and not asked yet, so rounds the learner was too busy for are
+        # asked later, never lost; with Themis's loop the decay is planned over its horizon
+        self.target = QueryTarget(cfg.max_feedback, max(1, int(cfg.reward_batch)),
+                                  cfg.num_seed_steps, cfg.num_interact, cfg.query_schedule,
+                                  decay=self.learner.schedule if self.loop and isinstance(
+                                      self.learner.schedule, DecayingSchedule) else None,
+                                  decay_steps=cfg.query_decay_steps)
+        self.learner.schedule = self.target
+        if not online.get("train_reward", True):  # collect and save labels, train nothing
+            self.learner.reward_update = 0
+        self.ckpt_every = int(online.get("reward_checkpoint_interval", 0) or 0)
+        self.retry_at = 0  # a round that could ask nothing waits for new steps
+        self.episode_clips = make_episode_clips(self.space)
         self.store = self.space.buffer
         self.steps = 0  # env steps the agent took (all sub-envs), this run and resumed ones
         self.offset = 0  # steps before the resume
@@ -161,8 +180,11 @@ class OnlineLearner:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
         self.trainings = 0  # model versions published (trained models)
+        self.passes_seen = 0  # reward_schedule=passes: agent steps trained for so far
+        self.passes_published = 0  # ... and the step of the last publication
         self.last_log = 0
         self.label_server: Any = None
+        self.status: Any = None  # the status pipe (set by main; replies to save_prefs)
         if online["resume"]:
             self.resume()
         elif online["reward_model"]:
@@ -232,9 +254,15 @@ class OnlineLearner:
             source = "pretrained reward model" if self.online["reward_model"] else \
                 f"reward from the saved preferences in {cfg.prefs_path}"
             schedule = f"{source}, no queries"
+        elif cfg.query_schedule == "continuous":
+            schedule = (f"{self.title} | from step {cfg.num_seed_steps}, {cfg.reward_batch} "
+                        "queries whenever the teacher has answered and new steps came "
+                        "(query_schedule=continuous)")
         else:
-            schedule = (f"{self.title} | first round after {cfg.num_seed_steps} steps, then "
-                        f"every {cfg.num_interact}")
+            schedule = (f"{self.title} | queries due from step {cfg.num_seed_steps}, then "
+                        f"every {cfg.num_interact} agent steps"
+                        + (" (decaying)" if cfg.query_schedule == "decay" else "")
+                        + "; a round the learner was too busy for is asked late, not lost")
         self.logger.info(f"Themis preference learner | {self.spec.env_id} | {schedule} | "
                          f"run dir {self.run_dir}", "cyan")
         if self.space.label_store is not None:
@@ -276,6 +304,8 @@ class OnlineLearner:
         if frames is not None and run.frames is not None:
             for slot, frame in zip(slots, run.frames[-len(slots):], strict=True):
                 frames.add(int(slot), frame)
+            if self.episode_clips is not None:  # the last full episode, beside the pair
+                self.episode_clips.add(run.episode, run.t0, run.frames, run.ends)
 
     # ------------------------------------------------------------------ rounds
     def whole_segments(self) -> bool:
@@ -283,14 +313,21 @@ class OnlineLearner:
         return len(self.store.segment_starts(self.cfg.segment)) > 0
 
     def due(self) -> bool:
-        """A feedback round is due: the first after ``num_seed_steps`` steps, then every
-        ``num_interact`` while queries are left or answers pending."""
+        """A feedback round is due: queries are due by the agent's step and not asked yet
+        (:class:`themis.online.stream.QueryTarget`), from ``num_seed_steps`` on, once a whole
+        segment is stored. ``query_schedule=continuous``: whenever no posted query waits for
+        an answer and ``segment`` new steps came since the last round (DRLHP's interface asks
+        as fast as the teacher answers while segments wait)."""
         cfg = self.cfg
-        if not self.learner.is_open():
+        learner = self.learner
+        if learner.total_feedback >= learner.max_feedback or self.steps < self.retry_at \
+                or self.steps < cfg.num_seed_steps:
             return False
-        if not self.first_done:
-            return self.steps >= cfg.num_seed_steps and self.whole_segments()
-        return self.steps - self.last_round >= cfg.num_interact
+        if cfg.query_schedule == "continuous":
+            waited = not self.first_done or self.steps - self.last_round >= cfg.segment
+            return waited and learner.pending() == 0 and self.whole_segments()
+        return self.target.owed(self.steps, learner.total_feedback) > 0 \
+            and self.whole_segments()
 
     def usable(self, steps: np.ndarray) -> np.ndarray:
         """Store slots a query may use: those whose frames are kept, when people watch."""
@@ -307,10 +344,17 @@ class OnlineLearner:
                                     self.usable if self.space.frames is not None else None,
                                     ask=ask, final=final)
         if ask:
-            self.first_done, self.last_round = True, self.steps
+            asked_now = report is not None and report.postponed == 0
+            self.first_done = self.first_done or asked_now
+            self.last_round = self.steps
+            if not asked_now:  # nothing to cut yet: wait for a segment's worth of new steps
+                self.retry_at = self.steps + self.cfg.segment
         if report is not None:
             row = report._asdict()
             row.update(row.pop("method_stats"))
+            # the stream schedule: queries asked so far against those due by this step
+            row.update(queries_asked=self.learner.total_feedback,
+                       queries_due=min(self.cfg.max_feedback, self.target.due(self.steps)))
             self.logger.reward.write(row)
             console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
             if self.space.label_store is not None:
@@ -323,6 +367,26 @@ class OnlineLearner:
         self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
                            len(self.learner.dataset), self.learner.reward_accuracy))
         return report
+
+    def keep_training(self) -> bool:
+        """``reward_schedule=passes`` (DRLHP's continuous training in the background): the
+        label-passes owed for the agent steps that arrived since the last call, once the first
+        round has pretrained (:meth:`PreferenceLearner.keep_training`); the model is published
+        four times per ``num_interact`` steps, at most every :data:`PASSES_PUBLISH_STEPS` (its
+        reward statistics score the newest stored steps). Returns whether it trained; ``False``
+        without the schedule."""
+        passes = self.learner.passes
+        if passes is None or not passes.pretrained:
+            self.passes_seen = self.passes_published = self.steps
+            return False
+        grown, self.passes_seen = self.steps - self.passes_seen, self.steps
+        if grown <= 0 or not self.learner.keep_training(grown):
+            return False
+        if self.steps - self.passes_published >= min(PASSES_PUBLISH_STEPS,
+                                                      max(1, self.cfg.num_interact // 4)):
+            self.passes_published = self.steps
+            self.publish()
+        return True
 
     def reward_stats(self) -> tuple[float, float, float]:
         """Mean, variance and count of the current model's r̂ (ensemble mean) on the newest
@@ -343,6 +407,32 @@ class OnlineLearner:
         self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
                            len(self.learner.dataset), self.learner.reward_accuracy))
         self.shared.publish(self.learner.model, self.reward_stats(), self.trainings)
+        if self.ckpt_every and self.trainings % self.ckpt_every == 0:
+            self.reward_predictor_checkpoint()
+
+    def reward_predictor_checkpoint(self) -> None:
+        """``reward_checkpoint_interval``: the model in ``reward_predictor_checkpoints/
+        reward_model.pt`` (DRLHP's folder; its training-step count is the model version)."""
+        from themis.reward.ensemble import save_reward_model
+
+        folder = self.run_dir / "reward_predictor_checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        save_reward_model(self.learner.model, folder / "reward_model.pt",
+                          step=self.steps, env=self.spec.env_id, version=self.trainings)
+
+    def save_prefs(self) -> None:
+        """Write the labels so far as a training and a validation dataset,
+        ``train_prefs/`` and ``val_prefs/`` (Themis's pickle-free format, beside DRLHP's
+        ``train.pkl.gz`` / ``val.pkl.gz`` names; :func:`themis.online.drlhp.split_prefs`),
+        then tell the agent's side (``("saved", {...})``)."""
+        from themis.online.saved_prefs import split_prefs
+
+        counts = split_prefs(self.learner.dataset, self.learner.trainer, self.run_dir)
+        self.logger.info(f"saved {counts['train']} training preferences to "
+                         f"{self.run_dir / 'train_prefs'} and {counts['val']} validation "
+                         f"preferences to {self.run_dir / 'val_prefs'}", "cyan")
+        if self.status is not None:
+            self.status.send(("saved", counts))
 
     def state_dict(self) -> dict[str, Any]:
         """The learner's checkpoint: its state (:meth:`PreferenceLearner.state_dict`), counters
@@ -377,6 +467,8 @@ class OnlineLearner:
         if len(self.learner.dataset):
             self.learner.dataset.save(self.run_dir / "preferences")
         self.checkpoint()
+        if self.ckpt_every and self.trainings:  # the newest model at the end too
+            self.reward_predictor_checkpoint()
         self.logger.close()
 
 
@@ -393,6 +485,7 @@ class Service:
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.done = threading.Event()
+        self.save_requested = threading.Event()  # the agent's save_prefs()
         self.orphaned = False
 
     def parent_alive(self) -> bool:
@@ -422,6 +515,8 @@ class Service:
             if message is not None:
                 if message[0] == "close":
                     self.stop.set()
+                elif message[0] == "save_prefs":  # after the steps sent before it
+                    self.save_requested.set()
                 else:
                     self.keep(message)
                 self.wake.set()
@@ -474,8 +569,13 @@ class Service:
         next_gather = time.monotonic() + GATHER_EVERY
         while not self.stop.is_set():
             self.drain(learner)
+            if self.save_requested.is_set():
+                self.save_requested.clear()
+                learner.save_prefs()
             if learner.due():
                 learner.feedback_round()
+            elif learner.keep_training():  # reward_schedule=passes, between the rounds
+                pass
             elif web and time.monotonic() > next_gather:
                 next_gather = time.monotonic() + GATHER_EVERY
                 if learner.learner.unsaved_answers():  # answers enter training as they come
@@ -512,6 +612,7 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     path = Path(run_dir)
     try:
         learner = OnlineLearner(cfg, online, spec, path, shared)
+        learner.status = status
         learner.banner()
     except ConfigError as e:
         status.send(("error", str(e)))

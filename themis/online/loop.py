@@ -13,10 +13,12 @@ the reward model and relabels the replay buffer with it (SAC) or uses it for the
 :class:`AsyncLearner` takes the place of the workspace's
 :class:`~themis.feedback.PreferenceLearner` (``ws.learner``) for what the loops ask of it:
 r̂ of a batch, the counters for the logs, and :meth:`AsyncLearner.take`, the new version if one
-is there. The first version is waited for at the end of pretraining (the learner's first round
-comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that the critic reset and the
-``reset_update`` updates see a learned reward, as in PEBBLE; later versions are taken when
-they come.
+is there. With a synthetic teacher the first version is waited for at the end of pretraining
+(the learner's first round comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that
+the critic reset and the ``reset_update`` updates see a learned reward, as in PEBBLE. With a
+person (web or terminal) the loop never waits: pretraining goes on, on its own reward, until
+the first version arrives (:meth:`AsyncLearner.first_model_pending`). Later versions are taken
+when they come.
 
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
@@ -173,13 +175,57 @@ class AsyncLearner:
         self.version = 0  # the version in use (0: none yet)
         self.dataset = PublishedLabels(self)
         self.stats = NoStats()
-        # DRLHP's query schedule and reward normalisation run only in a sync learner
-        # (config.check_reward_training refuses them with async)
-        self.schedule: Any = None
-        self.normaliser: Any = None
+        # DRLHP's query schedule runs in the learner process (the banner reads it here); its
+        # reward normaliser here, on the loop's side, where r̂ relabels the buffer (SAC) or
+        # rewards the rollouts (PPO)
+        from themis.feedback.factory import decaying_schedule
+        from themis.reward.recipe import RewardNormaliser
+
+        self.schedule: Any = decaying_schedule(cfg, ws.driver.NAME) \
+            if cfg.query_schedule == "decay" else None
+        self.normaliser: RewardNormaliser | None = RewardNormaliser(
+            cfg.ensemble_size, cfg.reward_norm_std) if cfg.reward_norm_std else None
+        self.said_no_model = False  # the console line of a run that goes on without r̂
 
     def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
-        """Nothing: async runs have no ``reward_norm_std`` (refused by the config check)."""
+        """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions and
+        freeze it until the next version (as :meth:`PreferenceLearner.fit_normaliser`)."""
+        if self.normaliser is None or len(store) == 0:
+            return
+        idx = np.unique(np.linspace(0, len(store) - 1, min(len(store), most)).astype(np.int64))
+        if hasattr(store, "readable"):
+            idx = idx[store.readable(idx)]
+        with eval_mode(self.model):
+            members = self.model.predict_members(store.observations(idx).reshape(len(idx), -1),
+                                                 store.actions[idx])
+        self.normaliser.fit(members)
+
+    def first_model_pending(self) -> bool:
+        """Whether the end of pretraining must wait for a first reward model that people's
+        answers will make: with a person as teacher (web or terminal) the loop does not wait
+        (async never waits for people) and goes on with the pretraining reward until the
+        first version arrives (a console line says so once); a synthetic teacher's first
+        model is waited for (it is a few seconds of compute, and PEBBLE's critic reset
+        should see a learned reward).
+
+        Raises:
+            PreferenceLearnerError: the learner crashed or was killed.
+        """
+        channel = self.channel
+        if channel is None or not self.ws.cfg.human_teacher or self.version > 0:
+            return False
+        channel.check()
+        if channel.shared.version.value != 0:
+            return False
+        if not self.said_no_model:
+            self.said_no_model = True
+            channel.flush(block=True)  # the learner gets the steps to ask about
+            self.ws.logger_info(
+                f"step {self.ws.step}: no reward model yet (the first comes from people's "
+                "answers); the agent goes on with the pretraining reward and switches to r̂ "
+                "when the first model arrives (reward_training=async never waits for people)",
+                "cyan")
+        return True
 
     # ------------------------------------------------------------------ the process
     def start(self) -> None:
@@ -264,6 +310,8 @@ class AsyncLearner:
         self.version, flat, _ = got
         load_flat(self.model, flat)
         self.model.eval()
+        if self.normaliser is not None:  # a new model: its statistics start again
+            self.normaliser.reset()
         return self.version
 
     # ------------------------------------------------------------------ the learner's face
@@ -271,12 +319,15 @@ class AsyncLearner:
         """Ensemble-mean r̂(s, a) of the version in use, plus the methods' ``reward_bonus``:
         ``(n, *obs_shape), (n, action_dim) -> (n,)`` float32."""
         with eval_mode(self.model):
-            if self.bonus_methods:
-                rewarded = reward_with_bonus(self.bonus_methods,
-                                             self.model.predict_members(obs, action))
-                if rewarded is not None:
-                    return rewarded
-            return self.model.predict(obs, action)
+            if self.normaliser is not None:  # reward_norm_std: members normalised (DRLHP)
+                members = self.normaliser(self.model.predict_members(obs, action))
+            elif self.bonus_methods:
+                members = self.model.predict_members(obs, action)
+            else:
+                return self.model.predict(obs, action)
+            rewarded = reward_with_bonus(self.bonus_methods, members) \
+                if self.bonus_methods else None
+            return members.mean(0) if rewarded is None else rewarded
 
     def counts(self) -> dict[str, float]:
         """The learner's last published counters (zeros before it runs)."""

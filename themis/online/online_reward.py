@@ -218,7 +218,17 @@ class OnlineReward:
         self.version = 0  # the version in use (0: none yet)
         self.mean, self.var, self.count = 0.0, 1.0, 0.0  # running statistics of r̂
         self.total_steps = 0
-        self.use_true = online.warmup_reward == "true" or cfg.collect_prefs_only
+        self.use_true = online.warmup_reward == "true" or cfg.collect_prefs_only \
+            or (not online.train_reward and online.reward_model is None)
+        # reward_norm_std: each member normalised with running statistics, then averaged
+        # (DRLHP; mrahtz's reward_predictor.py keeps them over the whole run), in place of
+        # normalize_reward's normalisation of the mean
+        from themis.reward.recipe import RewardNormaliser
+
+        self.normaliser = RewardNormaliser(cfg.ensemble_size, cfg.reward_norm_std) \
+            if cfg.reward_norm_std else None
+        self.saved_prefs = threading.Event()
+        self.saved_counts: dict[str, int] = {}
         self.forced_true = False
         # the methods that add to the agent's reward (the learner process runs the others)
         self.bonus_methods = build_methods(cfg, MethodContext(
@@ -234,8 +244,10 @@ class OnlineReward:
         # --- the learner process
         spec = EnvSpec(env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
                        self.discrete, max_episode_steps, capacity)
-        self.start_learner(model, spec, {"resume": resume,
-                                         "reward_model": online.reward_model})
+        self.start_learner(model, spec, {
+            "resume": resume, "reward_model": online.reward_model,
+            "train_reward": online.train_reward,
+            "reward_checkpoint_interval": online.reward_checkpoint_interval})
 
     def start_learner(self, model: RewardEnsemble, spec: EnvSpec,
                       online_dict: dict[str, Any]) -> None:
@@ -333,6 +345,9 @@ class OnlineReward:
                 self.error = f"the preference learner crashed: {payload}"
             elif kind == "closed":
                 self.closed_info = payload
+            elif kind == "saved":
+                self.saved_counts = dict(payload)
+                self.saved_prefs.set()
 
     def check(self) -> None:
         """Raise the learner's error in the agent's process.
@@ -397,11 +412,13 @@ class OnlineReward:
             predicted = np.full(n, np.nan)
         else:
             members = self.ensemble.members(obs, actions)
+            if self.normaliser is not None:  # reward_norm_std (DRLHP)
+                members = self.normaliser(members)
             mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
             self._update_stats(mean)
             raw = self.with_bonus(members, mean)
             predicted = (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
-                if self.online.normalize_reward else raw
+                if self.online.normalize_reward and self.normaliser is None else raw
         if self.model_in_use:
             return predicted, predicted
         if self.use_true or self.forced_true:
@@ -423,10 +440,14 @@ class OnlineReward:
         if not self.model_in_use:
             return np.zeros(len(obs))
         members = self.ensemble.members(obs, actions)
+        if self.normaliser is not None:  # as the steps' rewards, statistics unchanged
+            stats = self.normaliser.stats
+            members = ((members - stats.mean[:, None]) / (stats.std[:, None] + 1e-8)
+                       * self.normaliser.std).astype(np.float32)
         mean = (members[0] if len(members) == 1 else members.mean(0)).astype(np.float64)
         raw = self.with_bonus(members, mean)
         return (raw - self.mean) / (np.sqrt(self.var) + 1e-8) \
-            if self.online.normalize_reward else raw
+            if self.online.normalize_reward and self.normaliser is None else raw
 
     def _update_stats(self, values: np.ndarray) -> None:
         """Merge a batch of r̂ into the running mean and variance (Chan et al. 1979; plain
@@ -481,6 +502,26 @@ class OnlineReward:
                       "were not sent to it (queries come from the steps it has; the agent does "
                       "not wait)", file=sys.stderr, flush=True)
             self.dropped += pending
+
+    def save_prefs(self, timeout: float = 60.0) -> dict[str, int]:
+        """Ask the learner to write its labels as ``train_prefs/`` and ``val_prefs/`` in the
+        run dir (after the steps sent so far) and wait until it has.
+
+        Returns:
+            ``{"train": n, "val": m}``: the labels in each.
+
+        Raises:
+            PreferenceLearnerError: the learner crashed, or did not answer in ``timeout`` s.
+        """
+        self.check()
+        self.saved_prefs.clear()
+        self.flush(block=True)
+        self.queue.put(("save_prefs",), timeout=timeout)
+        if not self.saved_prefs.wait(timeout):
+            self.check()
+            raise PreferenceLearnerError(f"the preference learner did not save the "
+                                         f"preferences within {timeout:.0f} s")
+        return dict(self.saved_counts)
 
     # ------------------------------------------------------------------ switches
     def switch_to_true_reward(self) -> None:

@@ -37,6 +37,8 @@ class Run:
     true_rewards: np.ndarray
     terminated: np.ndarray
     frames: np.ndarray | None = None
+    ends: bool = False
+    """The episode ended with this run's last step (its last run)."""
 
     def __len__(self) -> int:
         return len(self.true_rewards)
@@ -106,7 +108,8 @@ class EpisodeRecorder:
             self.done.append(Run(self.episode, self.t0, self.obs[:n].copy(),
                                  self.actions[:n].copy(), self.true_rewards[:n].copy(),
                                  self.terminated[:n].copy(),
-                                 None if self.frames is None else self.frames[:n].copy()))
+                                 None if self.frames is None else self.frames[:n].copy(),
+                                 ends=ended))
         keep = 0 if ended else min(n, self.segment - 1)
         if keep:  # the episode goes on: its last segment - 1 steps start the next run
             for array in (self.obs, self.actions, self.true_rewards, self.terminated,
@@ -169,7 +172,7 @@ def add_run(store: object, run: Run) -> np.ndarray:
         drop = n - store.capacity
         run = Run(run.episode, run.t0 + drop, run.obs[drop:], run.actions[drop:],
                   run.true_rewards[drop:], run.terminated[drop:],
-                  None if run.frames is None else run.frames[drop:])
+                  None if run.frames is None else run.frames[drop:], run.ends)
         n = store.capacity
     slots = (store.ptr + np.arange(n)) % store.capacity
     store.obs[slots] = run.obs

@@ -91,8 +91,10 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
     """A ``gymnasium.Env`` whose reward is learned from preferences while any agent trains on
     it (Christiano et al. 2017; DRLHP's env wrapper; PEBBLE's rounds and B-Pref's teachers).
 
-    The steps go to a background learner process; every ``num_interact`` steps (the first
-    round after ``num_seed_steps``) it selects queries from the recent segments (``feed_type``
+    The steps go to a background learner process; ``reward_batch`` queries are due at
+    ``num_seed_steps`` and every ``num_interact`` agent steps after (``query_schedule``: or
+    decaying, or continuous; a round the learner was too busy for is asked late, never lost,
+    :mod:`themis.online.stream`); it selects queries from the recent segments (``feed_type``
     0–5), asks the teacher (synthetic ``teacher=...``, ``human_teacher=true`` in the terminal or
     on the web with ``labelers``, gold queries, ``label_quality``), writes every label to
     ``RUN_DIR/preferences/``, trains the reward ensemble, writes ``reward.csv`` and
@@ -124,7 +126,8 @@ class PreferenceLearningWrapper(ReadsTheLearner, gym.Wrapper):
             keys) and the wrapper's
             own (:class:`themis.online.keys.OnlineKeys`: ``warmup_reward``,
             ``n_initial_training_steps``, ``reward_model``, ``normalize_reward``,
-            ``obs_transform``, ``resume``, ``close_timeout``). Keys of Themis's own loop
+            ``obs_transform``, ``train_reward``, ``reward_checkpoint_interval``, ``resume``,
+            ``close_timeout``). Keys of Themis's own loop
             (``sac.*``, ``num_unsup_steps``, ...) and methods that work inside the agent are
             refused.
 

@@ -132,7 +132,9 @@ class BaseTrainConfig:
     query_schedule: str = "constant"
     """constant (reward_batch queries per round) or decay: the labelling rate falls as
     query_decay_steps / (T + query_decay_steps) at step T, the budget spread over the rounds
-    (DRLHP)."""
+    (DRLHP); continuous (async and the wrappers): reward_batch queries whenever the teacher has
+    answered and new steps came (DRLHP's interface). The background learner counts what is due
+    by the agent's step, so late rounds catch up (themis/online/stream.py)."""
     query_decay_steps: int = 2_000_000
     """T₀ of query_schedule=decay, in agent steps. DRLHP: 2·10⁶ (MuJoCo, where a step is a
     frame), 5·10⁶ frames (Atari) = 1.25·10⁶ agent steps at frame skip 4."""

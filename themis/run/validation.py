@@ -114,7 +114,7 @@ def check_numbers(cfg: Any) -> None:
                           "(ppo.num_envs * ppo.num_steps)")
 
 
-QUERY_SCHEDULES = ("constant", "decay")
+QUERY_SCHEDULES = ("constant", "decay", "continuous")
 
 
 def check_recipe(cfg: Any) -> None:
@@ -127,7 +127,7 @@ def check_recipe(cfg: Any) -> None:
     """
     if cfg.query_schedule not in QUERY_SCHEDULES:
         raise ConfigError(f"query_schedule={cfg.query_schedule} is unknown; use "
-                          f"{' or '.join(QUERY_SCHEDULES)}")
+                          f"{', '.join(QUERY_SCHEDULES[:-1])} or {QUERY_SCHEDULES[-1]}")
     if cfg.reward_net not in REWARD_NETS:
         raise ConfigError(f"reward_net={cfg.reward_net} is unknown; use one of "
                           f"{', '.join(REWARD_NETS)}")
@@ -137,10 +137,6 @@ def check_recipe(cfg: Any) -> None:
     if cfg.reward_schedule == "passes" and cfg.feedback == "rating":
         raise ConfigError("reward_schedule=passes trains Bradley–Terry minibatches of pairs; "
                           "feedback=rating trains per round: drop one of them")
-    if cfg.reward_schedule == "passes" and cfg.reward_training == "async":
-        raise ConfigError("reward_schedule=passes runs in the synchronous loops for now; with "
-                          "reward_training=async the learner process trains per round: use "
-                          "reward_training=sync")
     if cfg.reward_adaptive_l2 and not (cfg.reward_val_fraction or cfg.reward_bootstrap):
         raise ConfigError("reward_adaptive_l2=true adapts the L2 coefficient to the validation "
                           "loss: validate each member on its out-of-bag labels with "
@@ -169,6 +165,10 @@ def check_reward_training(cfg: Any) -> None:
     if cfg.reward_training not in REWARD_TRAININGS:
         raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
     if cfg.reward_training == "sync":
+        if cfg.query_schedule == "continuous":
+            raise ConfigError("query_schedule=continuous asks as fast as the teacher answers "
+                              "while the agent keeps stepping: use reward_training=async (or "
+                              "the wrapper); sync rounds come every num_interact steps")
         return
     why = None
     if not cfg.learn_reward:
@@ -185,9 +185,6 @@ def check_reward_training(cfg: Any) -> None:
                    "with prefs_path=DIR keeps them")
     elif cfg.xplain_action or cfg.xplain_state:
         why = "explained clips need the agent inside the learner process"
-    elif cfg.query_schedule != "constant" or cfg.reward_norm_std:
-        why = ("the DRLHP query schedule and reward normalisation (query_schedule=decay, "
-               "reward_norm_std) run in the loop's own learner")
     if why is not None:
         raise ConfigError(f"reward_training=async: {why}; use reward_training=sync")
     check_methods(cfg, where="async")  # a method inside the agent, or its own async rule

@@ -34,6 +34,7 @@ from themis.environments.frames import FrameStore
 from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
+    decaying_schedule,
     make_label_store,
     make_learner,
     run_title,
@@ -41,9 +42,8 @@ from themis.feedback.factory import (
     teacher_description,
     teacher_name,
 )
-from themis.feedback.selector import DecayingSchedule, feedback_rounds, round_grid
+from themis.feedback.selector import feedback_rounds, round_grid
 from themis.reward import RewardEnsemble, save_reward_model
-from themis.reward.recipe import RewardNormaliser
 from themis.run.checkpoint import (
     STATE_FILE,
     CheckpointError,
@@ -81,14 +81,6 @@ def query_rounds(cfg: TrainConfig, agent: str) -> int:
                            cfg.num_interact, rollout)
 
 
-def decaying_schedule(cfg: TrainConfig, agent: str) -> DecayingSchedule:
-    """``query_schedule=decay``: DRLHP's decaying labelling rate over the run's rounds."""
-    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
-    _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
-                                cfg.num_interact, rollout)
-    return DecayingSchedule(cfg.query_decay_steps, every, last)
-
-
 class Driver(Protocol):
     """A training loop (a module: :mod:`themis.loops.pebble`, :mod:`themis.loops.prefppo`)."""
 
@@ -114,6 +106,7 @@ class RemoteLearner(Protocol):
     def start(self) -> None: ...
     def newer(self) -> bool: ...
     def take(self, wait: bool = False) -> int | None: ...
+    def first_model_pending(self) -> bool: ...
     def close(self) -> None: ...
     # the agent side (the loops): each step of sub-env ``i`` goes to the learner process
     def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
@@ -238,12 +231,6 @@ class Workspace:
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
         else:
             self.learner = make_learner(self) if cfg.learn_reward else None
-            if self.learner is not None:  # DRLHP's query schedule and reward normalisation
-                if cfg.query_schedule == "decay":
-                    self.learner.schedule = decaying_schedule(cfg, driver.NAME)
-                if cfg.reward_norm_std:
-                    self.learner.normaliser = RewardNormaliser(cfg.ensemble_size,
-                                                               cfg.reward_norm_std)
         self.reward_model: RewardEnsemble | None = \
             self.learner.model if self.learner is not None else None
 

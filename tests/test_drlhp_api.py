@@ -1,0 +1,458 @@
+"""DRLHP's env wrapper API on Themis, queries as a stream, async runs that never wait for
+people, and the last episode beside the pair (issue 63; issue 61 item 5).
+
+The four workflows of the DRLHP refactor's README (HumanCompatibleAI/learning-from-human-
+preferences, "Workflows") run through :class:`themis.HumanPreferencesEnvWrapper` as written
+there, on a tiny env, with Themis keys beside them only to keep them small (and, for a person,
+``teacher_ui="web"`` with a bot answering over HTTP on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import multiprocessing
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from themis import HumanPreferencesEnvWrapper
+from themis.online.stream import QueryTarget
+from themis.reward import PreferenceDataset
+from themis.utils import ConfigError
+
+SMALL = {"num_seed_steps": 100, "num_interact": 100, "reward_hidden_dim": 16,
+         "reward_hidden_depth": 2, "reward_update": 3, "ensemble_size": 2, "torch_threads": 1}
+"""Themis keys that keep a DRLHP workflow small (given beside DRLHP's)."""
+
+
+class Dot(gym.Env):
+    """A dot moved towards the centre of a 32-pixel frame (cheap to render), 50-step episodes."""
+
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        self.render_mode = "rgb_array"
+        self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.pos.copy(), {}
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + 0.1 * np.asarray(action, np.float32), -1, 1)
+        return self.pos.copy(), -float(np.linalg.norm(self.pos)), False, False, {}
+
+    def render(self):
+        frame = np.zeros((32, 32, 3), np.uint8)
+        x, y = ((self.pos + 1) * 15.5).astype(int)
+        frame[y, x] = 255
+        return frame
+
+
+def dot() -> gym.Env:
+    return gym.wrappers.TimeLimit(Dot(), 50)
+
+
+WEB = {"teacher_ui": "web", "label_port": 0, "human_frame_size": 32}
+"""A person answers on the labeling page (here: a bot over HTTP)."""
+
+
+class Bot:
+    """A person on the labeling page of a run without tokens (loopback): answers "left" to
+    every query, from ``start`` on (an Event)."""
+
+    def __init__(self, run: Path, start: threading.Event | None = None) -> None:
+        self.run, self.answered, self.stop = run, 0, threading.Event()
+        self.start = start or threading.Event()
+        if start is None:
+            self.start.set()
+        self.thread = threading.Thread(target=self.answer, daemon=True)
+        self.thread.start()
+
+    def url(self) -> str:
+        return json.loads((self.run / "web" / "server.json").read_text())["url"]
+
+    def answer(self) -> None:
+        while not self.stop.is_set():
+            if not self.start.wait(0.1):
+                continue
+            try:
+                url = self.url()
+                qid = httpx.get(url + "api/next", timeout=5).json()["query_id"]
+                if qid is None:
+                    time.sleep(0.05)
+                    continue
+                r = httpx.post(url + "api/answers", json={"query_id": qid, "label": "left"},
+                               timeout=5)
+                self.answered += r.status_code == 201
+            except (OSError, httpx.HTTPError, ValueError, KeyError):
+                time.sleep(0.05)
+
+    def join(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def step_until(env: gym.Env, done, most: int = 20_000, pause: float = 0.001):
+    """Step ``env`` with random actions until ``done()`` (at most ``most`` steps, ``pause``
+    seconds each); the last step's ``(reward, info)``."""
+    env.reset(seed=0)
+    out = None
+    for _ in range(most):
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        out = (reward, info)
+        if terminated or truncated:
+            env.reset()
+        if done():
+            return out
+        time.sleep(pause)
+    raise AssertionError("the condition was not reached")
+
+
+# ---------------------------------------------------------------------- DRLHP's workflows
+@pytest.mark.slow
+def test_default_workflow_people_label_and_the_reward_switches_after_n_training_steps(
+        tmp_path):
+    """README "Default - Collecting human preferences & training reward": a person labels (a
+    bot on the web page), r̂ is returned after n_initial_training_steps trainings. The page
+    also serves the agent's last full episode (a third clip) by integer ID."""
+    bot = Bot(tmp_path)
+    wrapped_env = HumanPreferencesEnvWrapper(dot(),
+                                             segment_length=10,
+                                             synthetic_preferences=False,
+                                             n_initial_training_steps=2,
+                                             log_dir=str(tmp_path), max_prefs_in_db=12,
+                                             reward_batch=4, **WEB, **SMALL)
+    try:
+        assert not wrapped_env.using_reward_from_predictor
+        reward, info = step_until(wrapped_env, lambda: wrapped_env.using_reward_from_predictor)
+        assert wrapped_env.model_version >= 2
+        reward, info = step_until(wrapped_env, lambda: True)
+        assert reward == info["predicted_reward"] != info["true_reward"]
+        # the last full episode, beside the pair: its clip is served by integer ID
+        url = bot.url()
+        newest = httpx.get(url + "api/episode", timeout=5).json()["episode_id"]
+        assert isinstance(newest, int) and newest >= 1
+        clip = httpx.get(url + f"api/episodes/{newest}", timeout=5)
+        assert clip.status_code == 200 and clip.headers["content-type"] in ("video/mp4",
+                                                                             "image/gif")
+        assert len(clip.content) > 100
+        assert httpx.get(url + "api/episodes/999999", timeout=5).status_code == 404
+        assert httpx.get(url + "api/episodes/..%2Fclips", timeout=5).status_code in (404, 422)
+        assert 'id="episode"' in httpx.get(url, timeout=5).text
+    finally:
+        bot.join()
+        wrapped_env.close()
+    assert bot.answered >= 8
+
+
+@pytest.mark.slow
+def test_collect_then_train_from_prefs_dir_then_use_the_pretrained_predictor(tmp_path):
+    """README workflows 2–4 in a row: collect preferences without training and save_prefs()
+    (train_prefs/, val_prefs/ in log_dir); train from prefs_dir with checkpoints in
+    log_dir/reward_predictor_checkpoints/; use that checkpoint without training, switching to
+    the true reward and back."""
+    collect_dir, train_dir, use_dir = (str(tmp_path / n) for n in ("collect", "train", "use"))
+    bot = Bot(Path(collect_dir))
+    wrapped_env = HumanPreferencesEnvWrapper(dot(),
+                                             synthetic_preferences=False,
+                                             collect_prefs=True,
+                                             train_reward=False,
+                                             log_dir=collect_dir,
+                                             segment_length=10, max_prefs_in_db=12,
+                                             reward_batch=4, **WEB, **SMALL)
+    try:
+        reward, info = step_until(wrapped_env,
+                                  lambda: wrapped_env.core.shared.counts()["labels"] >= 10)
+        assert reward == info["true_reward"]  # no reward model: the env's reward
+        counts = wrapped_env.save_prefs()
+    finally:
+        bot.join()
+        wrapped_env.close()
+    assert wrapped_env.model_version == 0  # nothing was trained
+    assert not (Path(collect_dir) / "reward_predictor_checkpoints").exists()
+    train = PreferenceDataset.load(Path(collect_dir) / "train_prefs")
+    val = PreferenceDataset.load(Path(collect_dir) / "val_prefs")
+    assert (len(train), len(val)) == (counts["train"], counts["val"])
+    assert len(val) >= 1 and len(train) + len(val) >= 10
+    assert not list(Path(collect_dir).glob("*.pkl*"))  # Themis's format, no pickle
+
+    wrapped_env = HumanPreferencesEnvWrapper(dot(),
+                                             prefs_dir=collect_dir,
+                                             collect_prefs=False,
+                                             train_reward=True,
+                                             reward_predictor_ckpt_interval=10,
+                                             log_dir=train_dir, segment_length=10, **SMALL)
+    step_until(wrapped_env, lambda: wrapped_env.using_reward_from_predictor)
+    wrapped_env.close()
+    checkpoint = Path(train_dir) / "reward_predictor_checkpoints" / "reward_model.pt"
+    assert checkpoint.is_file()
+
+    wrapped_env = HumanPreferencesEnvWrapper(
+        dot(), pretrained_reward_predictor_dir=f"{train_dir}/reward_predictor_checkpoints/",
+        collect_prefs=False, train_reward=False, log_dir=use_dir, segment_length=10)
+    try:
+        assert wrapped_env.using_reward_from_predictor
+        reward, info = step_until(wrapped_env, lambda: True)
+        assert reward == info["predicted_reward"] != info["true_reward"]
+        wrapped_env.switch_to_true_reward()
+        assert not wrapped_env.using_reward_from_predictor
+        reward, info = step_until(wrapped_env, lambda: True)
+        assert reward == info["true_reward"]
+        wrapped_env.switch_to_predicted_reward()
+        reward, info = step_until(wrapped_env, lambda: True)
+        assert reward == info["predicted_reward"]
+    finally:
+        wrapped_env.close()
+    assert not (Path(use_dir) / "reward.csv").exists()  # no round: nothing asked or trained
+
+
+@pytest.mark.slow
+def test_reward_predictor_checkpoints_come_every_interval_training_steps(tmp_path):
+    """reward_predictor_ckpt_interval=2 with a synthetic teacher: the checkpoint in
+    log_dir/reward_predictor_checkpoints/ holds version 2, then 4, ... (and the last at the
+    end)."""
+    import torch
+
+    env = HumanPreferencesEnvWrapper(gym.make("Pendulum-v1"), segment_length=10,
+                                     log_dir=str(tmp_path), reward_predictor_ckpt_interval=2,
+                                     max_prefs_in_db=1000, reward_batch=10, **SMALL)
+    path = tmp_path / "reward_predictor_checkpoints" / "reward_model.pt"
+    versions = set()
+
+    def saved() -> bool:
+        if path.exists():
+            versions.add(int(torch.load(path, weights_only=True)["version"]))
+        return len(versions) >= 2
+
+    step_until(env, saved)
+    assert sorted(versions)[:2] == [2, 4]  # every second training
+    env.close()
+    assert torch.load(path, weights_only=True)["version"] == env.model_version
+
+
+# ---------------------------------------------------------------------- refusals
+def crafted_pickle(path: Path, sentinel: Path) -> None:
+    """A ``train.pkl.gz`` whose unpickling runs ``os.system`` (a file someone sent)."""
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, (f"touch {sentinel}",)
+
+    with gzip.open(path, "wb") as f:
+        pickle.dump(Evil(), f)
+
+
+def test_drlhps_pickled_preferences_are_refused_in_one_line_and_never_opened(tmp_path):
+    prefs = tmp_path / "drlhp_logs"
+    prefs.mkdir()
+    sentinel = tmp_path / "code_ran"
+    crafted_pickle(prefs / "train.pkl.gz", sentinel)
+    crafted_pickle(prefs / "val.pkl.gz", sentinel)
+    before = len(multiprocessing.active_children())
+    with pytest.raises(ConfigError) as error:
+        HumanPreferencesEnvWrapper(gym.make("Pendulum-v1"), prefs_dir=str(prefs),
+                                   collect_prefs=False, log_dir=str(tmp_path / "run"))
+    text = str(error.value)
+    assert "train.pkl.gz and val.pkl.gz" in text and "never opens them" in text
+    assert "\n" not in text and not sentinel.exists()
+    assert len(multiprocessing.active_children()) == before
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"reward_predictor_network": object()}, "reward_predictor_network (DRLHP) has no Themis "
+                                             "equivalent"),
+    ({"mp_context": "fork"}, "mp_context (DRLHP) has no Themis equivalent"),
+    ({"n_initial_prefs": 40}, "use reward_batch"),
+    ({"collect_prefs": False, "train_reward": False}, "without pretrained_reward_predictor_dir"),
+    ({"collect_prefs": False}, "needs prefs_dir"),
+    ({"segment_lenght": 10}, "segment_lenght is not a Themis config key"),
+])
+def test_a_drlhp_key_without_a_themis_equivalent_is_one_line(tmp_path, keys, message):
+    with pytest.raises(ConfigError) as error:
+        HumanPreferencesEnvWrapper(gym.make("Pendulum-v1"), log_dir=str(tmp_path / "run"),
+                                   **keys)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------------- queries as a stream
+def test_the_stream_target_counts_queries_due_by_agent_step():
+    constant = QueryTarget(40, 10, first=100, every=50)
+    assert [constant.due(t) for t in (0, 99, 100, 149, 150, 1000)] == [0, 0, 10, 10, 20, 40]
+    assert constant.owed(400, 0) == 40  # nothing asked by step 400: everything due is owed
+    assert constant(400, 40) == 10  # ... asked round by round (each its own training)
+    assert constant(400, 10) == 10 and constant(120, 30) == 0  # 30 asked: the 10 left; none
+    decay = QueryTarget(1000, 10, first=0, every=100, mode="decay", decay_steps=200)
+    sizes = np.diff([0] + [decay.due(100 * k) for k in range(8)])
+    assert sizes[0] == 10 and sizes[-1] < sizes[0] / 2  # the rate decays as T0 / (T + T0)
+    assert all(a >= b - 1 for a, b in itertools.pairwise(sizes))  # up to rounding
+    continuous = QueryTarget(40, 10, first=100, every=50, mode="continuous")
+    assert continuous.due(100) == 40 and continuous(100, 40) == 10 and continuous(99, 40) == 0
+    assert decay(700, 1000) == 10 and decay(700, 990) == decay.after_rounds(2) - 10
+
+
+def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_learner(
+        tmp_path):
+    """The learner is free only every 10 × num_interact agent steps: in each free moment it
+    runs every round due by then, back to back, so the budget is spent (old rule: one round
+    per free moment, 15 of 40 queries asked in three)."""
+    import torch
+
+    from themis.online.keys import online_config
+    from themis.online.learner_process import EnvSpec, OnlineLearner
+    from themis.online.segments import StepRecorder
+    from themis.online.weights import SharedWeights, flat_size
+    from themis.reward import RewardEnsemble
+
+    cfg, _ = online_config({"max_feedback": 40, "reward_batch": 5, "segment": 10,
+                            "num_seed_steps": 100, "num_interact": 100, **SMALL}, False)
+    model = RewardEnsemble(3, 1, cfg.ensemble_size, cfg.reward_hidden_dim,
+                           cfg.reward_hidden_depth)
+    shared = SharedWeights(torch.multiprocessing.get_context("spawn"), flat_size(model))
+    spec = EnvSpec("Toy-v0", (3,), "float32", 1, False, 50, 10_000)
+    learner = OnlineLearner(cfg, {"resume": False, "reward_model": None}, spec, tmp_path,
+                            shared)
+    recorder = StepRecorder(1, cfg.segment, (3,), np.float32, 1, 5000)
+    rng = np.random.default_rng(0)
+    total, turns = 0, 0
+    while learner.learner.total_feedback < 40:
+        turns += 1
+        assert turns <= 3, learner.learner.total_feedback
+        for _ in range(10 * cfg.num_interact):  # the agent: ten intervals per learner turn
+            recorder.add(0, rng.normal(size=3), rng.normal(size=1), float(rng.normal()),
+                         False)
+            total += 1
+            if total % 50 == 0:
+                recorder.end_episode(0)
+        runs, ended = recorder.take()
+        learner.take(("steps", runs, ended, total))
+        while learner.due():  # the learner's free moment
+            learner.feedback_round()
+    learner.logger.close()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert rounds["queries_asked"].iloc[-1] == 40 == rounds["queries_due"].iloc[-1]
+    assert (rounds["queries_asked"] <= rounds["queries_due"]).all()
+
+
+# ---------------------------------------------------------------------- issue 61 item 5
+def test_make_learner_builds_the_decay_schedule_and_the_normaliser(compose, tmp_path):
+    from tests.conftest import TINY_PENDULUM
+    from themis.cli.train import make_workspace
+    from themis.feedback.selector import DecayingSchedule
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "query_schedule=decay",
+                                 "reward_norm_std=0.05"]), tmp_path)
+    assert isinstance(ws.learner.schedule, DecayingSchedule)
+    assert ws.learner.normaliser is not None and ws.learner.normaliser.std == 0.05
+
+
+@pytest.mark.slow
+def test_decay_and_reward_norm_std_work_through_the_wrapper(tmp_path):
+    """query_schedule=decay: rounds ask fewer queries as the rate decays; reward_norm_std:
+    each member normalised (running statistics), so r̂ has about that std."""
+    from themis import PreferenceLearningWrapper
+
+    env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path, max_feedback=200,
+                                    reward_batch=10, segment=10, query_schedule="decay",
+                                    query_decay_steps=150, reward_norm_std=0.05, **SMALL)
+    seen: list[float] = []
+
+    def enough() -> bool:
+        return env.model_version >= 4 and len(seen) > 600
+
+    env.reset(seed=0)
+    while not enough():
+        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        if env.using_predicted_reward:
+            seen.append(float(reward))
+        if terminated or truncated:
+            env.reset()
+        time.sleep(0.003)
+    env.close()
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    assert (rounds["queries_asked"] == rounds["queries_due"]).all()  # none left owed
+    # decaying: fewer queries due by a step than the constant schedule would ask
+    last = rounds.iloc[-1]
+    assert last["queries_asked"] == last["queries_due"] \
+        < 10 * ((last["step"] - 100) // 100 + 1)
+    assert 0.005 < float(np.std(seen[-300:])) <= 0.06
+
+
+@pytest.mark.slow
+def test_decay_and_reward_norm_std_work_with_async(compose, tmp_path):
+    from tests.test_async_training import ASYNC
+    from themis.cli.train import make_workspace
+    from themis.loops import pebble
+
+    ws = make_workspace(compose([*ASYNC, "num_train_steps=3000", "max_feedback=60",
+                                 "query_schedule=decay", "query_decay_steps=300",
+                                 "reward_norm_std=0.05"]), tmp_path)
+    assert ws.learner.normaliser is not None
+    ws.run()
+    buffer = pebble.replay(ws)
+    buffer._label_pending()
+    rewards = buffer.rewards[: len(buffer)].reshape(-1)
+    ws.finish()
+    assert abs(float(rewards.mean())) < 0.02 and 0.005 < float(rewards.std()) <= 0.051
+    rounds = pd.read_csv(tmp_path / "reward.csv")
+    last = rounds.iloc[-1]  # decaying: fewer due than the constant schedule's rounds
+    assert len(rounds) >= 2 and last["queries_due"] < 10 * ((last["step"] - 400) // 300 + 1)
+
+
+# ---------------------------------------------------------------------- async never waits
+@pytest.mark.slow
+def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_later(
+        compose, tmp_path):
+    """reward_training=async, teacher_ui=web: nobody answers at first, the loop goes on past
+    the end of pretraining on the pretraining reward (a console line says so); a bot answers
+    later over HTTP on 127.0.0.1 and the loop switches to the first reward model."""
+    from tests.conftest import TINY_PENDULUM
+    from themis.cli.train import make_workspace
+
+    ws = make_workspace(compose([
+        *[o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "num_train_steps"))],
+        "num_train_steps=1800", "reward_batch=4", "human_teacher=true", "teacher_ui=web",
+        "human_frame_size=32", "label_port=0", "reward_training=async", "torch_threads=1",
+        "precision=fp32"]), tmp_path)
+    lines: list[str] = []
+    info = ws.logger_info
+
+    def logger_info(message: str, colour: str = "") -> None:
+        lines.append(message)
+        info(message, colour)
+
+    ws.logger_info = logger_info  # type: ignore[method-assign]
+    start = threading.Event()
+    without_model: list[int] = []
+
+    def watch() -> None:  # nobody answers until the loop is well past pretraining
+        while ws.step < ws.pretrain_end + 400:
+            time.sleep(0.01)
+        without_model.append(ws.remote.version)
+        start.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    bot = Bot(tmp_path, start)
+    try:
+        ws.run()
+    finally:
+        bot.join()
+        ws.finish()
+    assert without_model == [0]  # it kept stepping with no model at all
+    assert any("no reward model yet" in line and "pretraining reward" in line
+               for line in lines)
+    assert ws.remote.version >= 1 and ws.pretraining_done  # switched when answers came
+    assert bot.answered >= 4
