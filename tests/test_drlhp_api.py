@@ -275,7 +275,6 @@ def test_drlhps_pickled_preferences_are_refused_in_one_line_and_never_opened(tmp
     ({"reward_predictor_network": object()}, "reward_predictor_network (DRLHP) has no Themis "
                                              "equivalent"),
     ({"mp_context": "fork"}, "mp_context (DRLHP) has no Themis equivalent"),
-    ({"n_initial_prefs": 40}, "use reward_batch"),
     ({"collect_prefs": False, "train_reward": False}, "without pretrained_reward_predictor_dir"),
     ({"collect_prefs": False}, "needs prefs_dir"),
     ({"segment_lenght": 10}, "segment_lenght is not a Themis config key"),

@@ -37,15 +37,14 @@ DRLHP_TO_THEMIS = {
     "obs_transform_func": "obs_transform",
     "max_prefs_in_db": "max_feedback",
     "reward_predictor_ckpt_interval": "reward_checkpoint_interval",
+    "n_initial_prefs": "first_round_queries",
 }
 """DRLHP keyword arguments that are a Themis key under another name."""
 
 REFUSED = {
-    "reward_predictor_network": "Themis builds r̂ from its keys (reward_hidden_dim, "
-                                "reward_hidden_depth; reward_encoder for pixels)",
+    "reward_predictor_network": "Themis builds r̂ from its keys (reward_net: bpref, drlhp, "
+                                "drlhp_dot; reward_hidden_dim, reward_hidden_depth)",
     "mp_context": "Themis starts its learner process itself (forkserver, else spawn)",
-    "n_initial_prefs": "use reward_batch (the first round's queries) or, on the web, "
-                       "min_labels_before_training",
     "reward_predictor_refresh_interval": "the wrapper takes every new model version at once",
     "reward_database_refresh_interval": "every label enters training as soon as it is "
                                         "gathered",

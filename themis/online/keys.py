@@ -77,7 +77,7 @@ DRLHP_KEYS: dict[str, str] = {
     "reward_predictor_ckpt_interval": "reward_checkpoint_interval",
     "obs_transform_func": "obs_transform",
     "max_prefs_in_db": "max_feedback",
-    "n_initial_prefs": "reward_batch (the first round's queries)",
+    "n_initial_prefs": "first_round_queries",
 }
 """DRLHP's keyword arguments (``HumanPreferencesEnvWrapper``) given to
 :class:`themis.online.PreferenceLearningWrapper`: the Themis key that does the same."""
