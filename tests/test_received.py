@@ -638,3 +638,27 @@ def test_the_wrapper_refuses_a_received_run_s_settings_a_yaml_tag_and_an_unwrita
     monkeypatch.setattr(OnlineReward, "write_config", unwritable)
     with pytest.raises(ConfigError, match="cannot be written"):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "new")
+
+
+def test_a_full_disk_mid_run_ends_with_one_line_not_a_traceback(compose, tmp_path, monkeypatch,
+                                                                capsys):
+    """Issue 65, item 6: ENOSPC while the run writes its checkpoints is one line and exit 1,
+    naming the step and how to continue (checkpoints and labels are written atomically)."""
+    import errno
+
+    from tests.conftest import TINY_PENDULUM
+    from themis.cli.train import make_workspace, run_or_stop
+    from themis.run.workspace import Workspace
+
+    ws = make_workspace(compose([*TINY_PENDULUM, "torch_threads=1"]), tmp_path / "run")
+
+    def full(self: Workspace) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.run_dir / "eval.csv"))
+
+    monkeypatch.setattr(Workspace, "save_checkpoints", full)
+    with pytest.raises(SystemExit) as stop:
+        run_or_stop(ws, "./themis_train.sh")
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "disk is full" in err and "resume=" in err
+    assert "Traceback" not in err

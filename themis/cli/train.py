@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import errno
 import os
 import sys
 import tempfile
@@ -398,7 +399,8 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
     """``ws.run(until)``; Ctrl-C ends the program with one line on stderr (the step reached,
     the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback; a
     :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`;
-    a failed background learner (``reward_training=async``) with its one line and exit code 1."""
+    a failed background learner (``reward_training=async``) or a full disk with one line and
+    exit code 1."""
     try:
         ws.run(until)
     except ConfigError as e:
@@ -411,6 +413,18 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
         sys.exit(130)
     except PreferenceLearnerError as e:  # reward_training=async: its learner process failed
         print(f"themis: error: {e}; {ws.stopped(launcher)}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a full disk: checkpoints and labels are written atomically, so the last checkpoint
+        # and every saved label are whole; one line, not a traceback
+        try:
+            where = ws.stopped(launcher)
+        except OSError:  # closing the logs writes too
+            where = f"stopped at step {ws.step}; continue with {launcher} resume={ws.run_dir}"
+        print(f"themis: error: the disk is full ({e.filename or 'writing the run'}): {where}; "
+              "free some space first", file=sys.stderr)
         sys.exit(1)
 
 
