@@ -5,7 +5,7 @@
     python scripts/bench_fixed_horizon.py --jobs 2          # resumable: run it again to go on
     python scripts/bench_fixed_horizon.py --table-only      # the table of the finished runs
 
-The README's hypothesis (Main job results, Hopper): Bradley–Terry fixes the learned reward r̂
+The hypothesis of docs/results/fixed-horizon.md: Bradley–Terry fixes the learned reward r̂
 only up to a constant, and where r̂ is negative, an episode that ends when the robot falls pays,
 so the agent learns to fall. seals' fixed-horizon Hopper (``domain=seals env=Hopper-v1``:
 gymnasium's Hopper-v4 with ``terminate_when_unhealthy=False`` and the position observed) takes

@@ -5,7 +5,7 @@
 #
 # Prints "killed NAME" (a test failed) or "SURVIVED NAME"; the mutated file is restored from git
 # in every case (also on Ctrl-C). How a test written for a survivor is checked without mutmut
-# tracing the whole suite again (README "Mutation testing"). Exit 2: bad use.
+# tracing the whole suite again (docs/developing/mutation.md). Exit 2: bad use.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of Themis's core modules with mutmut (not part of CI; see README "Tests").
+# Mutation testing of Themis's core modules with mutmut (not part of CI; see docs/developing/mutation.md).
 #
 #   scripts/mutation.sh                       # every core module in pyproject's [tool.mutmut]
 #   scripts/mutation.sh "themis.feedback.teachers*"    # mutants whose names match (mutmut globs)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Themis test suite (the README's test command; .ci/run calls it too), one pytest-xdist
+# The Themis test suite (docs/developing/tests.md; .ci/run calls it too), one pytest-xdist
 # worker per core; tests that start several busy processes or time something share the
 # xdist group "busy" and run one after another (--dist loadgroup).
 #   scripts/test.sh                 # everything, slow end-to-end runs included

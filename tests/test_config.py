@@ -32,7 +32,7 @@ def test_defaults_compose_and_validate(compose):
 
 @pytest.mark.parametrize("overrides,reward_batch", [
     ([], 100),  # the main job: 1000 queries in 10 rounds
-    (["max_feedback=500"], 50),  # not 5 rounds of 100 (README: Query schedule)
+    (["max_feedback=500"], 50),  # not 5 rounds of 100 (docs/guide/configuration.md)
     (["max_feedback=95"], 10),  # rounded up: the last round asks the remaining 5
     (["max_feedback=500", "reward_batch=30"], 30),  # B-Pref's key, as given
 ])

@@ -382,7 +382,7 @@ def test_the_neural_preprocessing_command_on_rollouts(tmp_path):
     assert m["epic_to_reference_before"] == pytest.approx(0.0, abs=1e-6)
     assert m["objective_after"] < m["objective_before"]
     assert (tmp_path / "n" / "preprocess_curves.png").stat().st_size > 0
-    # the fields the gridworld analysis has (README: preprocessing.json), for vector envs too
+    # the fields the gridworld analysis has (docs/guide/reward-understanding.md), vector envs too
     grid_learned = {"support_mass_before", "support_mass_after", "epic_before", "epic_after",
                     "direct_pearson_distance_before", "direct_pearson_distance_after"}
     assert set(m["learned"]) == grid_learned

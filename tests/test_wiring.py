@@ -334,7 +334,7 @@ def test_teacher_threshold_schedule(compose, tmp_path, schedule, powers):
     assert seen == powers
 
 
-# ------------------------------------------- found by the sampled mutation run (README)
+# ---------------------------------- found by the sampled mutation run (docs/developing/mutation.md)
 def test_before_the_first_label_the_buffer_holds_no_true_reward(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
     ws.run(until=ws.pretrain_end)  # seed steps and pretraining: no label yet

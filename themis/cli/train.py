@@ -316,7 +316,7 @@ def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
     finally:
         probe.close()
     check_methods(cfg, agent=name)
-    if auto_batch:  # a run with fewer than ten rounds asks larger ones (README: Query schedule)
+    if auto_batch:  # fewer than ten rounds: larger ones (docs/guide/configuration.md)
         cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
     ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo, async_learner=AsyncLearner)
     if snapshot_note is not None:

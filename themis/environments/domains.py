@@ -230,8 +230,8 @@ DOMAINS: dict[str, Domain] = {
     # (which registers MyEnv-v0) first; bounded Box actions rescaled to [-1, 1]
     "Gym": Domain("Gym", entry_points=("",), import_modules=True),
     # seals (HumanCompatibleAI's suite for learning specifications): fixed-horizon MuJoCo
-    # (env=Hopper-v1: no early termination, positions observed; README: seals) and diagnostic
-    # tasks with vector observations (env=CartPole-v0, MountainCar-v0, NoisyObs-v0, ...)
+    # (env=Hopper-v1: no early termination, positions observed; docs/guide/domains.md) and
+    # diagnostic tasks with vector observations (env=CartPole-v0, MountainCar-v0, NoisyObs-v0, ...)
     "seals": Domain("seals", entry_points=("seals.",), id_prefix="seals/",
                     setup=_seals_setup),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3

@@ -304,7 +304,7 @@ class PreferenceLearner:
         if len(labels) and (labels == 0.5).all():
             self.info(f"step {step}: the teacher answered only ties this round ({len(labels)} "
                       "equal): no preference to learn from (a sparse reward gives equal "
-                      "segment returns; see README, Synthetic teachers)", "yellow")
+                      "segment returns; see docs/guide/teachers.md)", "yellow")
 
         # quality of the current model on the fresh labels (held out: not trained on yet)
         quality = (float("nan"),) * 4
@@ -469,8 +469,8 @@ class PreferenceLearner:
         if off and not self.thresholds_off:
             self.info(f"teacher margin {self.teacher.margin:.3g} ≤ 0 (recent returns ≤ 0), so "
                       f"the thresholds ε × margin are ≤ 0: {' and '.join(effects)} while it "
-                      "stays so, answering as the oracle there (B-Pref's rule; README, "
-                      "Synthetic teachers)", "yellow")
+                      "stays so, answering as the oracle there (B-Pref's rule; "
+                      "docs/guide/teachers.md)", "yellow")
         self.thresholds_off = off
 
     def quality(self, pairs: SegmentPairs,

@@ -24,7 +24,7 @@ from themis.methods.base import Method, overrides
 from themis.reward import RewardEnsemble
 
 FEEDBACK_ROUNDS = 10
-"""Rounds that ``reward_batch=auto`` spreads ``max_feedback`` over (README: Query schedule)."""
+"""Rounds that ``reward_batch=auto`` spreads ``max_feedback`` over (docs/guide/configuration.md)."""
 
 
 def resolve_reward_batch(reward_batch: object, max_feedback: int,

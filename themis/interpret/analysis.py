@@ -279,7 +279,7 @@ def documented_fields(raw: np.ndarray, pre: Preprocessed, true: np.ndarray, obs:
                       offset: bool, ref: np.ndarray | None, pairs: np.ndarray, normalize: str,
                       epochs: int, seed: int, epic_before: float | None,
                       epic_after: float | None) -> dict[str, Any]:
-    """The fields ``preprocessing.json`` has for gridworlds (README: Reward preprocessing), on
+    """The fields ``preprocessing.json`` has for gridworlds (docs/guide/reward-understanding.md), on
     rollout transitions: for r̂ and for a copy of the true reward shaped by a random potential
     (``Φ(s) = w·s / √d``, ``w ~ N(0, I)``), preprocessed the same way, the fraction of |r| on
     the transitions the true reward rewards, the direct Pearson distance to the true reward,

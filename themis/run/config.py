@@ -106,7 +106,7 @@ class BaseTrainConfig:
     """Width of the reward members' hidden layers."""
     reward_hidden_depth: int = 3
     """Hidden layers of each reward member."""
-    # DRLHP's recipe (Christiano et al. 2017, Sec. 2.2 and App. A; README: DRLHP recipe)
+    # DRLHP's recipe (Christiano et al. 2017, Sec. 2.2 and App. A; docs/guide/methods/drlhp.md)
     reward_val_fraction: float = 0.0
     """Share of the labels held out of reward training as a validation set; its loss and
     accuracy go to reward.csv every round (val_loss, val_accuracy). DRLHP: 1/e ≈ 0.368."""
@@ -280,7 +280,7 @@ class BaseTrainConfig:
     with max_feedback=0 the reward is learned from it alone."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     """Where rows go besides the CSV files (config group): logger=tensorboard, logger=wandb,
-    logger=mlflow or several, logger=[wandb,mlflow]; settings logger.* (README: Tracking)."""
+    logger=mlflow or several, logger=[wandb,mlflow]; settings logger.* (docs/guide/tracking.md)."""
 
     agent: str = "auto"
     """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""

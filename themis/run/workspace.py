@@ -342,7 +342,7 @@ class Workspace:
 
     def query_schedule(self) -> tuple[str, str] | None:
         """The console line (and its colour) that says at the start how many queries the run
-        will ask, in how many rounds (README: Query schedule); yellow when the schedule cannot
+        will ask, in how many rounds (docs/guide/configuration.md); yellow when the schedule cannot
         spend ``max_feedback``. ``None`` without queries."""
         cfg = self.cfg
         if self.learner is None or cfg.max_feedback == 0:
