@@ -280,7 +280,7 @@ class RewardTrainer:
         encoded as they arrive), so training gathers a few features per frame instead of the
         whole frame stack."""
         obs, act, labels = dataset.tensors(self.model.device)
-        if not self.model.fixed_encoder or self.methods:
+        if not getattr(self.model, "fixed_encoder", False) or self.methods:  # any ensemble
             return obs, act, labels, False
         cached = self._encoded
         if cached is None or cached[0] is not dataset or len(cached[1]) > len(obs):
