@@ -258,7 +258,8 @@ def qpa_trainer(model, batch_size, lr, qpa_cfg):
     trainer = RewardTrainer(model, lr, batch_size, np.random.default_rng(0), methods=[qpa],
                             crop=None)
     steps = []  # every gradient step, counted apart from the trainer's own count
-    trainer.between_batches = lambda: steps.append(1)
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: (steps.append(1), step(*a, **k))[1]  # type: ignore
     return trainer, steps
 
 

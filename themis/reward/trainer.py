@@ -290,6 +290,15 @@ class RewardTrainer:
         self._encoded = cached
         return cached[1], act, labels, True
 
+    def segment_rewards(self, obs: torch.Tensor, act: torch.Tensor,
+                        encoded: bool = False) -> torch.Tensor:
+        """The model's per-step rewards of segments (:meth:`RewardEnsemble.segment_rewards`),
+        ``encoded`` passed only when set (any model with ``segment_rewards(obs, act)`` trains
+        here)."""
+        if encoded:
+            return self.model.segment_rewards(obs, act, encoded=True)
+        return self.model.segment_rewards(obs, act)
+
     def pairs_per_pass(self, horizon: int, encoded: bool = False) -> int:
         """Pairs per forward pass: :attr:`chunk_images` // ``horizon`` for pixels (frame stacks
         are large), the whole minibatch otherwise (vectors, encoded features)."""
@@ -311,8 +320,8 @@ class RewardTrainer:
         ``encoded``: ``obs`` holds the fixed encoder's features (:meth:`inputs`).
         """
         first, second = steps if steps is not None else (
-            self.model.segment_rewards(obs[:, :, 0], act[:, :, 0], encoded),
-            self.model.segment_rewards(obs[:, :, 1], act[:, :, 1], encoded))
+            self.segment_rewards(obs[:, :, 0], act[:, :, 0], encoded),
+            self.segment_rewards(obs[:, :, 1], act[:, :, 1], encoded))
         if self.crop is None:
             return first.sum(-1), second.sum(-1), labels
         return self.crop.returns(first, second, labels, self.rng)
@@ -448,8 +457,8 @@ class RewardTrainer:
         for lo in range(0, len(rows), step):
             idx = torch.as_tensor(rows[lo:lo + step], device=obs.device)
             o, a, y = obs[idx], act[idx], labels[idx]
-            r1 = self.model.segment_returns(o[:, 0], a[:, 0], encoded)  # (E, b)
-            r2 = self.model.segment_returns(o[:, 1], a[:, 1], encoded)
+            r1 = self.segment_rewards(o[:, 0], a[:, 0], encoded).sum(-1)  # (E, b)
+            r2 = self.segment_rewards(o[:, 1], a[:, 1], encoded).sum(-1)
             ys = y.expand(self.model.ensemble_size, -1)
             losses.append(bradley_terry_loss(r1[..., None], r2[..., None], ys[..., None],
                                              self.random_response))
@@ -524,8 +533,8 @@ class RewardTrainer:
         for lo in range(0, len(rows), step):
             idx = torch.as_tensor(rows[lo:lo + step], device=obs.device)
             o, a, y = obs[idx], act[idx], labels[idx]
-            r1 = self.model.segment_returns(o[:, 0], a[:, 0], encoded)  # (E, b)
-            r2 = self.model.segment_returns(o[:, 1], a[:, 1], encoded)
+            r1 = self.segment_rewards(o[:, 0], a[:, 0], encoded).sum(-1)  # (E, b)
+            r2 = self.segment_rewards(o[:, 1], a[:, 1], encoded).sum(-1)
             total += bradley_terry_loss(r1, r2, y.expand(ens, -1), self.random_response) \
                 * len(idx)
             strict = y != 0.5
