@@ -36,8 +36,7 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
                  device: torch.device | None = None) -> torch.Tensor:
     """A bool mask that keeps each element with probability ``1 − p`` (resolution 2⁻¹⁶), drawn
     as 16-bit slices of random 64-bit words: one generator call per four elements, where
-    :func:`torch.bernoulli` makes one per element (on one CPU core 4× less time for a
-    ``(800, 16, 26, 26)`` activation).
+    :func:`torch.bernoulli` makes one per element (timings: docs/results/drlhp.md).
 
     Raises:
         ValueError: ``p`` outside ``[0, 1)``.
@@ -53,8 +52,8 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float,
 class FastDropout(nn.Module):
     """Inverted dropout (:class:`torch.nn.Dropout`'s semantics: in train mode each element is
     zeroed with probability ``p`` and the rest scaled by ``1 / (1 − p)``; identity in eval mode)
-    with the mask of :func:`dropout_mask`: on DRLHP's conv activations ``torch.bernoulli`` took
-    about a third of a training step on the CPU.
+    with the mask of :func:`dropout_mask`, drawn with a quarter of the generator calls of
+    ``torch.bernoulli`` (DRLHP's conv activations are large: docs/results/drlhp.md).
 
     Shapes: any ``(*)`` -> the same.
     """
