@@ -29,6 +29,7 @@ from themis.feedback.teachers import (
 from themis.methods.base import MethodContext, choose_augmentation, overrides
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
+from themis.reward.ensemble import reward_model_from
 from themis.reward.rating import RatingTrainer
 from themis.reward.recipe import RewardNormaliser, trainer_kwargs
 from themis.reward.schedule import LabelPassSchedule
@@ -184,11 +185,7 @@ def make_learner(ws: Any) -> PreferenceLearner:
     """
     cfg = ws.cfg
     try:
-        model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size,
-                               cfg.reward_hidden_dim, cfg.reward_hidden_depth,
-                               obs_shape=ws.obs_shape, dropout=cfg.reward_dropout,
-                               batchnorm=cfg.reward_batchnorm, net=cfg.reward_net,
-                               shared_trunk=cfg.reward_shared_trunk).to(ws.device)
+        model = reward_model_from(cfg, ws.obs_dim, ws.action_dim, ws.obs_shape).to(ws.device)
     except ValueError as e:  # e.g. reward_net=drlhp for vector observations
         raise ConfigError(f"{ws.env_id}: {e}") from None
     model.precision = ws.precision

@@ -44,7 +44,7 @@ from themis.online.learner_process import EnvSpec
 from themis.online.online_reward import OnlineReward, PreferenceLearnerError
 from themis.online.segments import Run, StepRecorder
 from themis.online.weights import load_flat
-from themis.reward.ensemble import RewardEnsemble
+from themis.reward.ensemble import RewardEnsemble, reward_model_from
 from themis.utils import eval_mode
 
 if TYPE_CHECKING:
@@ -161,10 +161,8 @@ class AsyncLearner:
     def __init__(self, ws: Workspace) -> None:
         cfg = ws.cfg
         self.ws = ws
-        self.model = RewardEnsemble(ws.obs_dim, ws.action_dim, cfg.ensemble_size,
-                                    cfg.reward_hidden_dim, cfg.reward_hidden_depth,
-                                    obs_shape=ws.obs_shape, dropout=cfg.reward_dropout,
-                                    batchnorm=cfg.reward_batchnorm).to(ws.device)
+        self.model = reward_model_from(cfg, ws.obs_dim, ws.action_dim, ws.obs_shape).to(
+            ws.device)
         self.model.precision = ws.precision
         self.model.eval()
         # the methods that add to the agent's reward (the learner process runs the others)

@@ -32,7 +32,7 @@ from themis.online.keys import online_config, saved_keys
 from themis.online.learner_process import EnvSpec, main
 from themis.online.segments import StepRecorder
 from themis.online.weights import Ensemble, SharedWeights, flat_size
-from themis.reward.ensemble import RewardEnsemble
+from themis.reward.ensemble import RewardEnsemble, reward_model_from
 from themis.utils import ConfigError
 
 START_TIMEOUT = 600.0
@@ -210,10 +210,10 @@ class OnlineReward:
                               ) from None
 
         # --- the agent side's model copy and the returned reward
-        model = RewardEnsemble(obs_dim, self.action_dim, cfg.ensemble_size,
-                               cfg.reward_hidden_dim, cfg.reward_hidden_depth,
-                               obs_shape=self.obs_shape, dropout=cfg.reward_dropout,
-                               batchnorm=cfg.reward_batchnorm)
+        try:
+            model = reward_model_from(cfg, obs_dim, self.action_dim, self.obs_shape)
+        except ValueError as e:  # e.g. reward_net=drlhp for vector observations
+            raise ConfigError(str(e)) from None
         self.ensemble = Ensemble(model)
         self.version = 0  # the version in use (0: none yet)
         self.mean, self.var, self.count = 0.0, 1.0, 0.0  # running statistics of r̂

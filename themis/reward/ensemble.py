@@ -284,6 +284,22 @@ class RewardEnsemble(nn.Module):
         return config
 
 
+def reward_model_from(cfg: Any, obs_dim: int, action_dim: int,
+                      obs_shape: tuple[int, ...]) -> RewardEnsemble:
+    """The reward ensemble a run's config describes (``ensemble_size``, ``reward_hidden_dim``,
+    ``reward_hidden_depth``, ``reward_dropout``, ``reward_batchnorm``, ``reward_net``,
+    ``reward_shared_trunk``), on the CPU: the one place a run's model is built, so the learner,
+    the agent side's copy of an async run and the wrapper's agree on its weights.
+
+    Raises:
+        ValueError: as :class:`RewardEnsemble` (e.g. ``reward_net=drlhp`` for vectors).
+    """
+    return RewardEnsemble(obs_dim, action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
+                          cfg.reward_hidden_depth, obs_shape=obs_shape,
+                          dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
+                          net=cfg.reward_net, shared_trunk=cfg.reward_shared_trunk)
+
+
 def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> Path:
     """Write ``model`` (weights and constructor arguments) so :func:`load_reward_model` can
     rebuild it anywhere; ``extra`` (env id, step, ...) is stored beside it. Written atomically.
