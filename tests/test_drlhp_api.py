@@ -381,11 +381,12 @@ def test_decay_and_reward_norm_std_work_through_the_wrapper(tmp_path):
         time.sleep(0.003)
     env.close()
     rounds = pd.read_csv(tmp_path / "reward.csv")
-    assert (rounds["queries_asked"] == rounds["queries_due"]).all()  # none left owed
+    # owed rounds run back to back: asked never runs ahead of due, and catches up
+    assert (rounds["queries_asked"] <= rounds["queries_due"]).all()
+    last = rounds.iloc[-1]  # the run stops at any time: at most one round still owed
+    assert 0 <= last["queries_due"] - last["queries_asked"] <= 10
     # decaying: fewer queries due by a step than the constant schedule would ask
-    last = rounds.iloc[-1]
-    assert last["queries_asked"] == last["queries_due"] \
-        < 10 * ((last["step"] - 100) // 100 + 1)
+    assert last["queries_due"] < 10 * ((last["step"] - 100) // 100 + 1)
     assert 0.005 < float(np.std(seen[-300:])) <= 0.06
 
 
