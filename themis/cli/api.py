@@ -160,7 +160,7 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
     given = {k: v for k, v in (("env", env), ("max_feedback", max_feedback), ("seed", seed))
              if v is not None}
     args = [*to_overrides({**given, **keys}), *(overrides or [])]
-    token = cli.RAISE_INSTEAD.set(True)
+    before, cli.RAISE_INSTEAD.on = cli.RAISE_INSTEAD.on, True
     try:
         try:
             cfg = cli.check_overrides(args, config_name)
@@ -186,7 +186,7 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
             cli.remove_if_unused(out)
             raise TrainConfigError(str(e)) from None
     finally:
-        cli.RAISE_INSTEAD.reset(token)
+        cli.RAISE_INSTEAD.on = before
     for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
         cfg[key] = getattr(ws.cfg, key)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

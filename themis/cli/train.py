@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import errno
 import os
@@ -43,9 +42,17 @@ register_configs()
 
 
 
-RAISE_INSTEAD = contextvars.ContextVar("themis_fail_raises", default=False)
-"""Set by the Python API (:func:`themis.cli.api.train`): :func:`fail` raises
-:class:`themis.utils.ConfigError` with the line instead of ending the program."""
+class RaiseInstead:
+    """Whether :func:`fail` raises :class:`themis.utils.ConfigError` with the line instead of
+    ending the program (the Python API, :func:`themis.cli.api.train`, sets :attr:`on` while it
+    validates). A plain object, not a context variable: a sweep's launcher pickles this
+    module's functions with their globals (cloudpickle), and a ``ContextVar`` cannot be
+    pickled."""
+
+    on = False
+
+
+RAISE_INSTEAD = RaiseInstead()
 
 
 def fail(message: str) -> None:
@@ -54,7 +61,7 @@ def fail(message: str) -> None:
 
     ``THEMIS_DEBUG=1`` also prints the traceback of the exception being handled, if any.
     """
-    if RAISE_INSTEAD.get():
+    if RAISE_INSTEAD.on:
         raise ConfigError(message) from None
     if os.environ.get("THEMIS_DEBUG", "") not in ("", "0") and sys.exc_info()[0] is not None:
         traceback.print_exc()
