@@ -311,7 +311,8 @@ def test_a_server_started_under_a_captured_stream_leaves_no_handler_on_it(tmp_pa
     try:
         assert httpx.get(server.url + "api/next", timeout=10).status_code == 200
         after = {name: list(logging.getLogger(name).handlers) for name in before}
-        assert after == before
+        # no handler added (uvicorn may drop uvicorn.access's, e.g. another test's caplog)
+        assert all(h in before[name] for name in before for h in after[name]), after
         assert logging.getLogger("uvicorn").propagate
     finally:
         server.stop()
