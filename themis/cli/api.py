@@ -9,7 +9,7 @@
 
 :func:`train` is ``./themis_train.sh`` without the shell: the same keys (keyword arguments;
 nested groups as dicts, ``sac={"hidden_dim": 64}``; config groups by name, ``domain="DMC"``,
-``method="surf"``, ``teacher="noisy"``), composed by Hydra's compose API from the repository's
+``teacher="noisy"``), composed by Hydra's compose API from the repository's
 ``config/`` with the launcher's defaults (``config/train_themis.yaml``), the same validation,
 and the same one-line messages, raised as :class:`TrainConfigError` (a
 :class:`themis.utils.ConfigError`) instead of exit code 2.

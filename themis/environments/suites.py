@@ -102,7 +102,7 @@ class _FixedTask(gym.Wrapper):
     reset samples a task, later resets keep it.
 
     ``freeze_rand_vec=False`` and ``partially_observable=True`` make it the env the B-Pref
-    lineage trains on (B-Pref, SURF, RUNE, QPA ``utils.make_metaworld_env``: the v2 env class
+    lineage trains on (B-Pref's and its successors' ``utils.make_metaworld_env``: the v2 env class
     built directly, ``env._freeze_rand_vec = False``): every reset draws a new goal and object
     position (from the env's own generator, seeded by ``reset(seed=...)``) and the goal's three
     entries of the observation are zeros.

@@ -86,7 +86,8 @@ class RewardTrainStats:
 class StepBudget:
     """A round counted in gradient steps (a method's ``round_steps``): the steps left and the
     predictions of the round so far, which stop it once ``correct / counted`` reaches
-    ``stop_accuracy`` (huxiao09/QPA ``reward_model.py`` ``train_reward_iter``)."""
+    ``stop_accuracy`` (the rule a method's official ``reward_model.py`` follows: the method's
+    module names it)."""
 
     left: int
     stop_accuracy: float
@@ -217,7 +218,7 @@ class RewardTrainer:
             batch = perms[:, lo:lo + self.batch_size]  # (E, b)
             seen += batch.shape[1]
             self.minibatch_step(obs, act, labels, picked, batch, sums, encoded)
-            if budget is not None:  # official QPA: the round's accuracy after every step
+            if budget is not None:  # a method's rule: the round's accuracy after every step
                 budget.left -= 1
                 if budget.reached(sums[1].item(), sums[2].item()):
                     budget.left = 0
