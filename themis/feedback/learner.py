@@ -152,15 +152,8 @@ class PreferenceLearner:
         """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions (evenly
         spaced over the store) and freeze it, so every label of PEBBLE's relabelled buffer
         shares one normalisation until the model changes; nothing without a normaliser."""
-        if self.normaliser is None or len(store) == 0:
-            return
-        idx = np.unique(np.linspace(0, len(store) - 1, min(len(store), most)).astype(np.int64))
-        if hasattr(store, "readable"):
-            idx = idx[store.readable(idx)]
-        with eval_mode(self.model):
-            members = self.model.predict_members(store.observations(idx).reshape(len(idx), -1),
-                                                 store.actions[idx])
-        self.normaliser.fit(members)
+        if self.normaliser is not None:
+            self.normaliser.fit_store(self.model, store, most)
 
     def model_changed(self) -> None:
         """The reward model was trained: the normaliser's statistics start again."""

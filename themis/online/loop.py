@@ -188,15 +188,8 @@ class AsyncLearner:
     def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
         """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions and
         freeze it until the next version (as :meth:`PreferenceLearner.fit_normaliser`)."""
-        if self.normaliser is None or len(store) == 0:
-            return
-        idx = np.unique(np.linspace(0, len(store) - 1, min(len(store), most)).astype(np.int64))
-        if hasattr(store, "readable"):
-            idx = idx[store.readable(idx)]
-        with eval_mode(self.model):
-            members = self.model.predict_members(store.observations(idx).reshape(len(idx), -1),
-                                                 store.actions[idx])
-        self.normaliser.fit(members)
+        if self.normaliser is not None:
+            self.normaliser.fit_store(self.model, store, most)
 
     def first_model_pending(self) -> bool:
         """Whether the end of pretraining must wait for a first reward model that people's

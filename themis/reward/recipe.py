@@ -25,6 +25,7 @@ from torch import nn
 
 from themis.agents.intrinsic import RunningMeanStd
 from themis.agents.networks import EnsembleLinear
+from themis.utils import eval_mode
 
 BLOCK = 1024
 """Rows per seeded block of draws."""
@@ -243,6 +244,26 @@ class RewardNormaliser:
         self.reset()
         self.stats.update(np.asarray(members).T)
         self.frozen = True
+
+    def fit_store(self, model: Any, store: Any, most: int = 10_000) -> None:
+        """:meth:`fit` on the member rewards of up to ``most`` transitions of ``store`` (evenly
+        spaced over it; only readable slots where the store says which are), so every label of
+        PEBBLE's relabelled buffer shares one normalisation until the model changes; nothing
+        for an empty store.
+
+        Args:
+            model: a :class:`themis.reward.RewardEnsemble` (``predict_members``).
+            store: a replay buffer or episode store (``observations(idx)``, ``actions``).
+        """
+        if len(store) == 0:
+            return
+        idx = np.unique(np.linspace(0, len(store) - 1, min(len(store), most)).astype(np.int64))
+        if hasattr(store, "readable"):
+            idx = idx[store.readable(idx)]
+        with eval_mode(model):
+            members = model.predict_members(store.observations(idx).reshape(len(idx), -1),
+                                            store.actions[idx])
+        self.fit(members)
 
     def __call__(self, members: np.ndarray) -> np.ndarray:
         """``(E, n)`` member rewards -> ``(E, n)`` float32 normalised ones (the statistics
