@@ -503,8 +503,7 @@ class Service:
             return True
 
     def receive(self) -> None:
-        """The receiver thread: queue → inbox; the agent's process watched."""
-        last_check = time.monotonic()
+        """The receiver thread: queue → inbox, until stopped."""
         while not self.stop.is_set():
             try:
                 message = self.steps_queue.get(timeout=0.2)
@@ -512,6 +511,7 @@ class Service:
                 message = None
             except (EOFError, OSError):
                 message, self.orphaned = None, True
+                self.stop.set()
             if message is not None:
                 if message[0] == "close":
                     self.stop.set()
@@ -520,16 +520,24 @@ class Service:
                 else:
                     self.keep(message)
                 self.wake.set()
+        self.wake.set()
+
+    def watch(self) -> None:
+        """The watcher thread: the control pipe and the agent's process, twice a second.
+
+        Its own thread, because the receiver can block for good: an agent killed halfway
+        through writing a message leaves a part of it in the queue's pipe, whose writing end
+        this process holds too (no end of file ever comes). Orphaned, the learner has
+        ``ORPHAN_GRACE`` seconds to save, then the process exits."""
+        while not self.stop.wait(0.5):
             try:
                 if self.control.poll():
                     self.control.recv()  # "close" when the queue could not take it
                     self.stop.set()
             except (EOFError, OSError):  # the agent's process is gone
                 self.orphaned = True
-            if time.monotonic() - last_check > 1.0:
-                last_check = time.monotonic()
-                if not self.parent_alive():
-                    self.orphaned = True
+            if not self.parent_alive():
+                self.orphaned = True
             if self.orphaned:
                 self.stop.set()
         self.wake.set()
@@ -623,6 +631,7 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     status.send(("ready", {"trainings": learner.trainings, "steps": learner.steps}))
     receiver = threading.Thread(target=service.receive, name="themis-receiver", daemon=True)
     receiver.start()
+    threading.Thread(target=service.watch, name="themis-watcher", daemon=True).start()
     try:
         service.run(learner)
     except Exception as e:
