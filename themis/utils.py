@@ -210,17 +210,17 @@ def polyak_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.
 
 
 def make_adam(params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
-              lr: float) -> torch.optim.Adam:
+              lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel (one kernel for all parameters; CPU and CUDA). ``params``:
-    tensors, or parameter groups (dicts with their own ``lr``).
+    tensors, or parameter groups (dicts with their own ``lr``); ``eps``: Adam's ε.
 
     Falls back to the multi-tensor implementation where the fused one is unavailable.
     """
     given: list[Any] = list(params)
     try:
-        return torch.optim.Adam(given, lr=lr, fused=True)
+        return torch.optim.Adam(given, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(given, lr=lr, foreach=True)
+        return torch.optim.Adam(given, lr=lr, eps=eps, foreach=True)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -82,6 +82,21 @@ class ConvEncoder(Encoder):
 
     convs: nn.Sequential
     head: nn.Sequential
+    channels_last = False
+    """Whether the convolutions run on channels-last tensors (:meth:`use_channels_last`)."""
+
+    def use_channels_last(self) -> ConvEncoder:
+        """Keep the convolutions' weights channels-last and convert each batch to it: oneDNN's
+        convolutions are faster so on CPU (PPO's Nature CNN: fwd+bwd+Adam of a minibatch of
+        32 about 1.5× faster, ``docs/benchmarks/pixels.md``). Same values up to float
+        rounding; returns ``self``."""
+        self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.channels_last = True
+        return self
+
+    def conv_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the convolutions' memory format."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def build(self, convs: list[nn.Conv2d], obs_shape: tuple[int, ...], feature_dim: int,
               dropout: float, batchnorm: bool) -> None:
@@ -120,7 +135,8 @@ class NatureCNN(ConvEncoder):
         self.build(convs, obs_shape, feature_dim, dropout, batchnorm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.convs(obs.to(torch.float32, copy=True).div_(255.0)))
+        x = obs.to(torch.float32, copy=True).div_(255.0)
+        return self.head(self.convs(self.conv_input(x)))
 
 
 class GridCNN(ConvEncoder):

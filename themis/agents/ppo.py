@@ -20,7 +20,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from themis.agents.encoders import make_encoder
+from themis.agents.encoders import ConvEncoder, make_encoder
+from themis.utils import make_adam
 
 
 @dataclass
@@ -85,6 +86,8 @@ class ActorCritic(nn.Module):
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg: PPOConfig) -> None:
         super().__init__()
         self.encoder = make_encoder(obs_shape)
+        if isinstance(self.encoder, ConvEncoder):
+            self.encoder.use_channels_last()
         feat = self.encoder.feature_dim
         self.actor = _head(feat, cfg.hidden_dim, cfg.hidden_depth, n_actions, 0.01)
         self.critic = _head(feat, cfg.hidden_dim, cfg.hidden_depth, 1, 1.0)
@@ -158,7 +161,7 @@ class PPO:
         self.device = device
         self.n_actions = n_actions
         self.net = ActorCritic(obs_shape, n_actions, cfg).to(device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.optimizer = make_adam(self.net.parameters(), cfg.learning_rate, eps=1e-5)
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
 
