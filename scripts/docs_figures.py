@@ -2,11 +2,11 @@
 
 ``python scripts/docs_figures.py`` writes two PNGs into ``docs/img/``. ``ppe_walker_walk.png``: the
 learning curves of
-``results/ppe_walker_walk.csv`` (``scripts/bench_methods.py --protocol ppe --record ...``; PPE,
+``results/ppe_walker_walk.csv`` (``benchmarks/bench_methods.py --protocol ppe --record ...``; PPE,
 Zhu et al., NeurIPS 2025, Table 1: DeepMind Control walker_walk, 100 oracle queries, 500k steps),
 each method's mean true return over its seeds with the range of the seeds shaded, beside plain
 SAC on the true reward (the ceiling) and the paper's final means. ``main_job.png``: the main job's
-curves per seed (``results/main_job.csv``, ``scripts/bench_main_job.py``) against its target.
+curves per seed (``results/main_job.csv``, ``benchmarks/bench_main_job.py``) against its target.
 It trains nothing.
 """
 

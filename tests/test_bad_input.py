@@ -222,7 +222,7 @@ def test_help_describes_every_key():
 
 @pytest.mark.parametrize("script,args,message", [
     ("label_server.py", ["RUN", "--port", "70000"], "--port 70000 is not a TCP port"),
-    ("bench_throughput.py", ["--steps", "4000"], "must exceed PEBBLE's pretraining"),
+    ("../benchmarks/bench_throughput.py", ["--steps", "4000"], "must exceed PEBBLE's pretraining"),
     ("inspect_reward.py", ["RUN", "--episodes", "-1"],
      "inspect_reward: error: argument --episodes: -1 must be >= 1"),
     ("inspect_reward.py", ["RUN", "--max-steps", "0"],

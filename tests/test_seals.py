@@ -76,7 +76,7 @@ def _bench():
     from conftest import ROOT
 
     spec = importlib.util.spec_from_file_location("bench_fixed_horizon",
-                                                  ROOT / "scripts" / "bench_fixed_horizon.py")
+                                                  ROOT / "benchmarks" / "bench_fixed_horizon.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

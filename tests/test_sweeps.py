@@ -171,7 +171,7 @@ def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_
                         ("500/pebble/seed1", 1000.0)):
         fake_run(clean, name, [], [50_000, 100_000], [0.0, final])
     fake_run(clean, "500/qpa/seed0", [], [50_000], [2000.0])  # interrupted: not finished
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"),
                            "--envs", "HalfCheetah-v5", "--methods", "sac", "pebble", "qpa",
                            "--budgets", "500", "--seeds", "0", "1", "--out", str(tmp_path),
                            "--reps", "100", "--table-only"],
@@ -190,7 +190,7 @@ def test_bench_methods_table_only_tables_the_finished_runs_and_runs_nothing(tmp_
 
 def test_bench_methods_resumes_an_interrupted_run_or_starts_it_again(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "scripts" / "bench_methods.py")
+                                                  ROOT / "benchmarks" / "bench_methods.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     calls = []
@@ -209,7 +209,7 @@ def test_bench_methods_resumes_an_interrupted_run_or_starts_it_again(tmp_path, m
 def test_bench_methods_ceiling_is_plain_sac_on_the_true_reward_with_the_methods_networks(
         compose):
     spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "scripts" / "bench_methods.py")
+                                                  ROOT / "benchmarks" / "bench_methods.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     extra = ["sac.hidden_dim=1024", "num_unsup_steps=9000", "reset_update=100"]
@@ -228,7 +228,7 @@ def test_bench_ceiling_tables_the_curves_runs_left_even_when_cut_short(tmp_path)
     (tmp_path / "sb3_cpu0.json").write_text(json.dumps({"10000": -98.2, "20000": 26.0}))
     (tmp_path / "sb3_cuda0.json").write_text(json.dumps({"10000": -124.0}))
     fake_run(tmp_path, "themis0", [], [10_000, 20_000], [47.0, 599.0])
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_ceiling.py"),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ceiling.py"),
                            "--seeds", "0", "--sb3-devices", "cpu", "cuda", "--out",
                            str(tmp_path), "--table-only"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -244,7 +244,7 @@ def test_bench_methods_ppe_protocol_gives_each_method_its_official_walker_settin
     """``--protocol ppe``: PPE's Table 1 schedule for every run, each method's own official
     walker_walk settings on top, and plain SAC without the protocol's pretraining."""
     spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "scripts" / "bench_methods.py")
+                                                  ROOT / "benchmarks" / "bench_methods.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     ppe = bench.PROTOCOLS["ppe"]
@@ -275,7 +275,7 @@ def test_bench_methods_window_open_protocol_runs_the_papers_meta_world_sac(compo
     rates 3e-4, QPA's 1e-4), PPE's schedule (400 queries, 10 every 5000 steps), each method's
     official Meta-World settings, fp32; the table reads the success rate in %."""
     spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "scripts" / "bench_methods.py")
+                                                  ROOT / "benchmarks" / "bench_methods.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     wo = bench.PROTOCOLS["ppe_window_open"]
@@ -316,7 +316,7 @@ def test_bench_methods_window_open_table_reads_success_in_percent(tmp_path):
         run = fake_run(clean, name, [], [250_000, 500_000], [0.0, 0.0])
         curve = pd.read_csv(run / "eval.csv").assign(success_rate=[0.0, final])
         curve.to_csv(run / "eval.csv", index=False)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"),
                            "--protocol", "ppe_window_open", "--methods", "pebble", "--seeds",
                            "0", "1", "2", "--out", str(tmp_path), "--reps", "100",
                            "--table-only"], capture_output=True, text=True, timeout=120,
@@ -356,7 +356,7 @@ def test_bench_methods_ppe_table_sets_themis_beside_the_published_row(tmp_path):
     for name, final in (("100/pebble/seed0", 300.0), ("100/pebble/seed1", 500.0),
                         ("100/qpa/seed0", 100.0), ("plain_sac/seed0", 950.0)):
         fake_run(clean, name, [], [250_000, 500_000], [0.0, final])
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"),
                            "--protocol", "ppe", "--seeds", "0", "1", "--out", str(tmp_path),
                            "--reps", "100", "--table-only"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -386,7 +386,7 @@ def test_bench_methods_record_keeps_finished_runs_for_a_later_session(tmp_path):
     fake_run(clean, "100/qpa/seed0", [], [250_000], [50.0])  # interrupted: not recorded
 
     def table(out: Path, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_methods.py"),
+        return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"),
                                "--protocol", "ppe", "--seeds", "0", "1", "--out", str(out),
                                "--reps", "100", "--table-only", "--record", str(record),
                                *extra], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -415,7 +415,7 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("domain=", "env=", "num_train_steps",
                                                           "max_feedback", "reward_batch",
                                                           "eval_frequency"))]
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_methods.py"), "--domain", "Classic",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"), "--domain", "Classic",
            "--envs", "Pendulum-v1", "--steps", "1000", "--budgets", "20", "--seeds", "0", "1",
            "--methods", "sac", "rune", "--rounds", "2", "--noisy", "Pendulum-v1",
            "--out", str(tmp_path), "--reps", "100", "--jobs", "2", "--", *tiny]
@@ -437,7 +437,7 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
 @pytest.mark.xdist_group("busy")  # times its runs
 @pytest.mark.slow
 def test_bench_main_job_times_each_seed_prints_the_target_and_resumes(tmp_path):
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_main_job.py"), "--seeds", "0",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_main_job.py"), "--seeds", "0",
            "--out", str(tmp_path), "--reps", "100", "--target-return=-1e9", "--",
            *TINY_PENDULUM]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600,

@@ -154,7 +154,7 @@ def test_bench_contention_prints_the_table_for_this_code_and_code_before(tmp_pat
             "num_interact=50", "max_feedback=10", "reward_batch=5", "segment=10",
             "sac.hidden_dim=16", "sac.batch_size=16", "reward_hidden_dim=16", "reward_update=2",
             "entropy_pool_size=64", "reset_update=2"]
-    proc = subprocess.run([sys.executable, "scripts/bench_contention.py", "--rows", "1:1,2:auto",
+    proc = subprocess.run([sys.executable, "benchmarks/bench_contention.py", "--rows", "1:1,2:auto",
                            "--steps", "120", "--before", str(ROOT), *tiny],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr  # 1: the 90 % target missed (a busy host)
@@ -164,6 +164,6 @@ def test_bench_contention_prints_the_table_for_this_code_and_code_before(tmp_pat
         [f"| before ({ROOT.name})", "1", "1"], [f"| before ({ROOT.name})", "2", "auto"]]
     assert rows[0].split(" | ")[5] == "100%"
     assert "two default runs at once each keep" in proc.stdout
-    bad = subprocess.run([sys.executable, "scripts/bench_contention.py", "--rows", "2"],
+    bad = subprocess.run([sys.executable, "benchmarks/bench_contention.py", "--rows", "2"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "bad row '2'" in bad.stderr

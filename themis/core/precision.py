@@ -5,7 +5,7 @@ bfloat16 (parameters, gradients and optimiser state stay float32; ``torch.autoca
 layers — Q values, rewards, policy means — are computed in float32
 (:class:`themis.agents.networks.FullPrecisionLinear`, ``EnsembleLinear(full_precision=True)``) so
 that a TD error or a Bradley–Terry logit is not rounded to bfloat16's 8 significant bits. On a
-CPU with AVX-512 BF16 or AMX, SAC's update ran about 2× faster (``scripts/bench_throughput.py``,
+CPU with AVX-512 BF16 or AMX, SAC's update ran about 2× faster (``benchmarks/bench_throughput.py``,
 docs/benchmarks/throughput.md).
 
 ``auto`` picks bfloat16 on such CPUs and float32 elsewhere (CPUs without bf16 instructions emulate

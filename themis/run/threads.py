@@ -2,7 +2,7 @@
 
 One thread is what the codebases of the field set (CleanRL's ``torch.set_num_threads(1)``,
 imitation's scripts, Stable-Baselines3's documentation): measured with
-``scripts/bench_contention.py`` on a 2-core x86 CPU, two runs that both use two threads on two
+``benchmarks/bench_contention.py`` on a 2-core x86 CPU, two runs that both use two threads on two
 cores collapse to a fifth of their speed (intra-op threads spin-wait for each other across the
 hundreds of tiny operations of each step), while two one-thread runs each keep their speed.
 A fixed thread count also keeps a run's last bits independent of what else the machine runs.

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Steps per second when runs share the machine: two default runs at once against one alone.
 
-    python scripts/bench_contention.py                      # main job, first 8000 steps
-    python scripts/bench_contention.py --before ../themis-old   # and the code of a worktree
-    python scripts/bench_contention.py --steps 80000 --before ../themis-old   # whole main job
-    python scripts/bench_contention.py --workload ppo-pixels --rows 1:1,2:auto,1:2
+    python benchmarks/bench_contention.py                      # main job, first 8000 steps
+    python benchmarks/bench_contention.py --before ../themis-old   # and the code of a worktree
+    python benchmarks/bench_contention.py --steps 80000 --before ../themis-old   # whole main job
+    python benchmarks/bench_contention.py --workload ppo-pixels --rows 1:1,2:auto,1:2
 
 Each row ``K:THREADS`` starts ``K`` runs of the workload at once, each in its own process with
 ``torch_threads=THREADS`` (``auto``: Themis's default; ``0``: PyTorch's, all cores). The runs
@@ -69,13 +69,19 @@ def worker(workload: str, threads: str, steps: str, run_dir: str, extra: list[st
                       "threads": torch.get_num_threads()}), flush=True)
 
 
+def script_of(code: Path) -> Path:
+    """This benchmark in the checkout ``code``: ``benchmarks/`` (``scripts/`` before the move)."""
+    moved = code / "benchmarks" / "bench_contention.py"
+    return moved if moved.is_file() else code / "scripts" / "bench_contention.py"
+
+
 def run_row(code: Path, workload: str, k: int, threads: str, steps: int, tmp: Path,
             extra: list[str]) -> list[dict[str, float]]:
     """Start ``k`` workers of the checkout ``code`` at once and collect their reports."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(code)}
     env.pop("THEMIS_THREADS", None)
     procs = [subprocess.Popen(
-        [sys.executable, str(code / "scripts" / "bench_contention.py"), "--worker", workload,
+        [sys.executable, str(script_of(code)), "--worker", workload,
          threads, str(steps), str(tmp / f"{code.name}_{k}_{threads}_{i}_{time.time_ns()}"),
          *extra],
         env=env, cwd=code, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps each run takes (default 8000: pretraining and the first "
                         "feedback round of the main job; 80000: the whole main job)")
     parser.add_argument("--before", type=Path, default=None,
-                        help="a checkout of earlier code (its scripts/bench_contention.py runs "
+                        help="a checkout of earlier code (its benchmarks/bench_contention.py runs "
                         "its workers): every row runs for it too")
     parser.add_argument("overrides", nargs="*", help="extra config overrides for every run, "
                         "e.g. sac.hidden_dim=256 sac.batch_size=256")
@@ -142,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     codes = [("this checkout", here)]
     if args.before is not None:
         before = args.before.resolve()
-        if not (before / "scripts" / "bench_contention.py").is_file():
-            print(f"bench_contention: error: --before {before}: no scripts/bench_contention.py "
-                  "there (a Themis checkout)", file=sys.stderr)
+        if not script_of(before).is_file():
+            print(f"bench_contention: error: --before {before}: no benchmarks/bench_contention.py "
+                  "(or scripts/, in older checkouts) there (a Themis checkout)", file=sys.stderr)
             return 2
         codes.append((f"before ({before.name})", before))
     results: dict[tuple[str, int, str], list[dict[str, float]]] = {}

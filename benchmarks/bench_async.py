@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """reward_training=sync against reward_training=async: wall-clock time and final true return.
 
-    python scripts/bench_async.py                          # the main job, seeds 0-2, both modes
-    python scripts/bench_async.py --jobs 2 --out results/async     # resumable: run again
-    python scripts/bench_async.py --domain Classic --env Pendulum-v1 --steps 20000 -- \\
+    python benchmarks/bench_async.py                          # the main job, seeds 0-2, both modes
+    python benchmarks/bench_async.py --jobs 2 --out results/async     # resumable: run again
+    python benchmarks/bench_async.py --domain Classic --env Pendulum-v1 --steps 20000 -- \\
         num_unsup_steps=1000 num_interact=2000
 
 Every run is ``./themis_train.sh`` with the defaults of the main job (HalfCheetah-v5, 80k

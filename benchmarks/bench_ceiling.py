@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The ceiling, side by side: Themis's plain SAC against Stable-Baselines3's SAC on the true reward.
 
-    python scripts/bench_ceiling.py --steps 50000 --seeds 0 1
-    python scripts/bench_ceiling.py --env Hopper-v5 --steps 100000 --seeds 0 1 2 --jobs 2
-    python scripts/bench_ceiling.py --jobs 9 --sb3-devices cpu cuda --sb3-threads 3 --out DIR
+    python benchmarks/bench_ceiling.py --steps 50000 --seeds 0 1
+    python benchmarks/bench_ceiling.py --env Hopper-v5 --steps 100000 --seeds 0 1 2 --jobs 2
+    python benchmarks/bench_ceiling.py --jobs 9 --sb3-devices cpu cuda --sb3-threads 3 --out DIR
 
 Both with 2×256 networks, batch 256, learning rate 3e-4, one update per step, 1000 random
 steps first (SB3's ``learning_starts=1000``; Themis's ``num_seed_steps=1000``), automatic

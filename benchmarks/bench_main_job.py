@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The main job, timed: ``./themis_train.sh`` with no arguments, once per seed, one run at a time.
 
-    python scripts/bench_main_job.py                      # seeds 0 1 2 (issue 18's target)
-    python scripts/bench_main_job.py --seeds 3 4 -- method=rune       # overrides after --
-    python scripts/bench_main_job.py --out runs/main_rune -- method=rune
+    python benchmarks/bench_main_job.py                      # seeds 0 1 2 (issue 18's target)
+    python benchmarks/bench_main_job.py --seeds 3 4 -- method=rune       # overrides after --
+    python benchmarks/bench_main_job.py --out runs/main_rune -- method=rune
 
 Each run is the launcher a user types, plus ``seed=<k>`` and ``hydra.run.dir=OUT/seed<k>``
 (and the overrides after ``--``), with every core to itself: runs go one after the other so

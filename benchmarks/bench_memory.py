@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Peak memory of 1M-step run configurations, with every preallocated array touched.
 
-    python scripts/bench_memory.py
-    python scripts/bench_memory.py --configs halfcheetah
+    python benchmarks/bench_memory.py
+    python benchmarks/bench_memory.py --configs halfcheetah
 
 Each configuration is built in its own process (peak RSS is per process): the workspace of a
 1M-step run is created (replay buffer or PPO episode store, preference dataset of

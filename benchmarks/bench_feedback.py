@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Learning quality: PEBBLE with an oracle teacher against SAC on the true reward, same budget.
 
-    python scripts/bench_feedback.py           # HalfCheetah-v5, 100k steps, 500 queries, 3 seeds
-    python scripts/bench_feedback.py --quick   # a smoke test of a few minutes
-    python scripts/bench_feedback.py --jobs 2  # two runs at a time, one torch thread each
-    python scripts/bench_feedback.py --seeds 0 1 2 3 4 --steps 200000 --max-feedback 1000
+    python benchmarks/bench_feedback.py           # HalfCheetah-v5, 100k steps, 500 queries, 3 seeds
+    python benchmarks/bench_feedback.py --quick   # a smoke test of a few minutes
+    python benchmarks/bench_feedback.py --jobs 2  # two runs at a time, one torch thread each
+    python benchmarks/bench_feedback.py --seeds 0 1 2 3 4 --steps 200000 --max-feedback 1000
 
 Each run goes through ``./themis_train.sh`` (as a user would) into ``--out/METHOD/seed_N``;
 runs already finished there are reused and interrupted ones resume from their last checkpoint,

@@ -2,8 +2,8 @@
 """The env-side cost of :class:`themis.PreferenceLearningWrapper`, and an agent's steps/s with
 and without it, in one run.
 
-    python scripts/bench_wrapper.py                          # HalfCheetah-v5, 20000 steps
-    python scripts/bench_wrapper.py --env Pendulum-v1 --steps 5000 --sac-steps 500
+    python benchmarks/bench_wrapper.py                          # HalfCheetah-v5, 20000 steps
+    python benchmarks/bench_wrapper.py --env Pendulum-v1 --steps 5000 --sac-steps 500
 
 (a) µs/step: the same random actions stepped through the bare env and through the wrapper
     (synthetic oracle teacher, B-Pref's network: 3 members of 3×256), timed once the first

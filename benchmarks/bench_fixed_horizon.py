@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """Hopper with and without a fixed horizon: does ending the episode at the fall hurt PEBBLE?
 
-    python scripts/bench_fixed_horizon.py                   # 2 variants x 3 seeds, 500 queries
-    python scripts/bench_fixed_horizon.py --jobs 2          # resumable: run it again to go on
-    python scripts/bench_fixed_horizon.py --table-only      # the table of the finished runs
+    python benchmarks/bench_fixed_horizon.py                   # 2 variants x 3 seeds, 500 queries
+    python benchmarks/bench_fixed_horizon.py --jobs 2          # resumable: run it again to go on
+    python benchmarks/bench_fixed_horizon.py --table-only      # the table of the finished runs
 
 The hypothesis of docs/results/fixed-horizon.md: Bradley–Terry fixes the learned reward r̂
 only up to a constant, and where r̂ is negative, an episode that ends when the robot falls pays,
 so the agent learns to fall. seals' fixed-horizon Hopper (``domain=seals env=Hopper-v1``:
 gymnasium's Hopper-v4 with ``terminate_when_unhealthy=False`` and the position observed) takes
 that exit away. Variants, each PEBBLE at ``--budget`` (500) queries in 10 rounds, ``--steps``
-(100k) steps, seeds ``--seeds`` (0 1 2), with the same overrides as ``scripts/bench_methods.py``:
+(100k) steps, seeds ``--seeds`` (0 1 2), with the same overrides as ``benchmarks/bench_methods.py``:
 
 - ``early``: ``domain=Control env=Hopper-v4``, which ends the episode when the robot falls;
 - ``fixed``: ``domain=seals env=Hopper-v1``, always 1000 steps;
@@ -19,7 +19,7 @@ that exit away. Variants, each PEBBLE at ``--budget`` (500) queries in 10 rounds
 
 Each run is ``./themis_train.sh`` in ``OUT/<variant>/seed<k>/`` (``--out``, default
 ``runs/bench_fixed_horizon``); a finished run (its ``eval.csv`` reached the last step) is
-skipped and an interrupted one resumes from its checkpoint (``scripts/bench_methods.py``'s
+skipped and an interrupted one resumes from its checkpoint (``benchmarks/bench_methods.py``'s
 ``run_one``). Printed last: per variant, the final true return's IQM with its 95 % bootstrap CI
 (``scripts/summarize.py``), the seeds' finals, and the mean length of the last ten training
 episodes (a policy that falls early shows short ones). The returns of the two variants are
@@ -49,8 +49,9 @@ VARIANTS = {
 
 
 def load_script(name: str):
-    """``scripts/<name>.py`` as a module."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    """``benchmarks/<name>.py`` (or ``scripts/<name>.py``) as a module."""
+    folder = "benchmarks" if name.startswith("bench_") else "scripts"
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """One SAC update against the arithmetic limit of the core: ms per update, GFLOP/s, peak.
 
-    python scripts/bench_update.py                  # 2×256, batch 256, HalfCheetah's sizes
-    python scripts/bench_update.py --hidden 128 --threads 2
+    python benchmarks/bench_update.py                  # 2×256, batch 256, HalfCheetah's sizes
+    python benchmarks/bench_update.py --hidden 128 --threads 2
 
 Times :meth:`themis.agents.sac.SAC.update` (critic, actor and temperature steps, target update)
 in float32 and with bfloat16 products (``precision=bf16``), counts its multiply-adds from the

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Proof that any library learns from preferences through the wrapper: SB3 beside Themis.
 
-    python scripts/bench_wrapper_sb3.py --out bench_wrapper --jobs 2          # everything
-    python scripts/bench_wrapper_sb3.py --out bench_wrapper --only sac,pebble # HalfCheetah only
-    python scripts/bench_wrapper_sb3.py --out bench_wrapper --table           # print the table
+    python benchmarks/bench_wrapper_sb3.py --out bench_wrapper --jobs 2          # everything
+    python benchmarks/bench_wrapper_sb3.py --out bench_wrapper --only sac,pebble # HalfCheetah only
+    python benchmarks/bench_wrapper_sb3.py --out bench_wrapper --table           # print the table
 
 Jobs (each one process, ``--jobs`` at once, seeds ``--seeds``; resumable: a finished job's
 result is kept in ``OUT/results.jsonl`` and not run again):

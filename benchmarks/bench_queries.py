@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Query-selection cost: k-center alone and a whole query round, at growing candidate pools.
 
-    python scripts/bench_queries.py                       # pools of 1k, 10k, 100k candidates
-    python scripts/bench_queries.py --pools 1000 10000 --labelled 1000
+    python benchmarks/bench_queries.py                       # pools of 1k, 10k, 100k candidates
+    python benchmarks/bench_queries.py --pools 1000 10000 --labelled 1000
 
 HalfCheetah-sized segments (50 steps × 17 observation + 6 action dims), a replay buffer of 100k
 random transitions, ``--labelled`` pairs already labelled, ``reward_batch`` = 100 picks. For each

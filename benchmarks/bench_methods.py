@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """PEBBLE and its successors side by side: one IQM table, methods × envs × budgets × seeds.
 
-    python scripts/bench_methods.py                                   # the grid of issue 18
-    python scripts/bench_methods.py --envs HalfCheetah-v5 --steps 20000 --seeds 0 --budgets 100
-    python scripts/bench_methods.py --jobs 4 --out results/methods     # resumable: run again
-    python scripts/bench_methods.py --noisy HalfCheetah-v5             # + PEBBLE vs RIME, 30 %
+    python benchmarks/bench_methods.py                                   # the grid of issue 18
+    python benchmarks/bench_methods.py --envs HalfCheetah-v5 --steps 20000 --seeds 0 --budgets 100
+    python benchmarks/bench_methods.py --jobs 4 --out results/methods     # resumable: run again
+    python benchmarks/bench_methods.py --noisy HalfCheetah-v5             # + PEBBLE vs RIME, 30 %
                                                                       #   wrong labels
-    python scripts/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
-    python scripts/bench_methods.py --protocol ppe --jobs 2          # PPE's Table 1 (walker_walk)
-    python scripts/bench_methods.py --protocol ppe --record results/ppe_walker_walk.csv
+    python benchmarks/bench_methods.py --domain Classic --envs Pendulum-v1 -- num_unsup_steps=500
+    python benchmarks/bench_methods.py --protocol ppe --jobs 2     # PPE's Table 1 (walker_walk)
+    python benchmarks/bench_methods.py --protocol ppe --record results/ppe_walker_walk.csv
                                      # + the seeds recorded by earlier sessions
-    python scripts/bench_methods.py --protocol ppe_window_open --methods pebble --seeds 0 \
+    python benchmarks/bench_methods.py --protocol ppe_window_open --methods pebble --seeds 0 \
         --jobs 1 --threads 1 --record results/ppe_window_open.csv   # PPE's Meta-World row
 
 Every run is ``./themis_train.sh`` with the same overrides a user would type (``env=``,

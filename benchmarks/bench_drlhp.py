@@ -2,13 +2,13 @@
 """Deep RL from Human Preferences reproduced: MovingDot and Pong from an oracle teacher against
 PPO on the true reward, and what DRLHP's recipe changes on MovingDot.
 
-    python scripts/bench_drlhp.py dot                        # MovingDot: 0.15M steps, seeds 0-2
-    python scripts/bench_drlhp.py dot --jobs 2 --out runs/bench_drlhp   # resumable: run again
-    python scripts/bench_drlhp.py pong --steps 2000000       # Pong: the true score's curve
-    python scripts/bench_drlhp.py dot --steps 4096 --seeds 0 --quick    # a smoke run
-    python scripts/bench_drlhp.py speed                      # reward model: ms per frame
-    python scripts/bench_drlhp.py trunk --episodes 20        # shared trunk vs separate members
-    python scripts/bench_drlhp.py commands                   # paper-scale and Enduro commands
+    python benchmarks/bench_drlhp.py dot                        # MovingDot: 0.15M steps, seeds 0-2
+    python benchmarks/bench_drlhp.py dot --jobs 2 --out runs/bench_drlhp   # resumable: run again
+    python benchmarks/bench_drlhp.py pong --steps 2000000       # Pong: the true score's curve
+    python benchmarks/bench_drlhp.py dot --steps 4096 --seeds 0 --quick    # a smoke run
+    python benchmarks/bench_drlhp.py speed                      # reward model: ms per frame
+    python benchmarks/bench_drlhp.py trunk --episodes 20        # shared trunk vs separate members
+    python benchmarks/bench_drlhp.py commands                   # paper-scale and Enduro commands
 
 ``dot``: MovingDot (``domain=MovingDot``, themis/environments/moving_dot.py) at mrahtz's budget,
 0.15M agent steps, seeds 0-2, one run per (variant, seed) in ``OUT/dot/<variant>/seed<k>/``:

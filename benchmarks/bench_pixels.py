@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Pixel envs: steps/s, pixel rate, reward-training time and peak memory of a short PrefPPO run.
 
-    python scripts/bench_pixels.py                       # CarRacing-v3 and Breakout, 1024 steps
-    python scripts/bench_pixels.py --steps 2048 --envs CarRacing-v3
+    python benchmarks/bench_pixels.py                       # CarRacing-v3 and Breakout, 1024 steps
+    python benchmarks/bench_pixels.py --steps 2048 --envs CarRacing-v3
 
 Each (env, variant) runs in its own process (peak RSS is per process) with the same config: 8
 envs × 128 steps per rollout, state-entropy pretraining for half the steps, then one feedback

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Does PPO learn a discrete task from preferences alone? A table against random and true reward.
 
-    python scripts/bench_discrete.py                                   # MiniGrid Empty-5x5
-    python scripts/bench_discrete.py --domain Box2d --env LunarLander-v3 --steps 200000
-    python scripts/bench_discrete.py --seeds 0 1 2 -- max_feedback=400 feed_type=1
+    python benchmarks/bench_discrete.py                                   # MiniGrid Empty-5x5
+    python benchmarks/bench_discrete.py --domain Box2d --env LunarLander-v3 --steps 200000
+    python benchmarks/bench_discrete.py --seeds 0 1 2 -- max_feedback=400 feed_type=1
 
 For every seed it runs Themis twice with the same budget: PrefPPO with the oracle teacher (the
 agent sees only the learned reward) and PPO on the environment reward; a uniformly random policy

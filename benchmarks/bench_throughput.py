@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Environment steps per second: Stable-Baselines3 SAC vs Themis SAC vs the full PEBBLE loop.
 
-    python scripts/bench_throughput.py                        # every variant, 10000 steps each
-    python scripts/bench_throughput.py --variants sb3:1,sac:auto:bf16 --steps 2000
-    python scripts/bench_throughput.py --device cuda --variants sb3:1,sac:1:fp32,pebble:1:fp32
+    python benchmarks/bench_throughput.py                        # every variant, 10000 steps each
+    python benchmarks/bench_throughput.py --variants sb3:1,sac:auto:bf16 --steps 2000
+    python benchmarks/bench_throughput.py --device cuda --variants sb3:1,sac:1:fp32,pebble:1:fp32
 
 HalfCheetah-v5, equal networks (2×256), batch 256, one gradient update per step. A variant
 ``KIND:THREADS[:PRECISION]`` runs in its own process, one after the other (run this on an
