@@ -35,7 +35,7 @@ one at +67 after 10k);
 After a run, its final agent (``checkpoints/agent.pt``) plays ``--episodes`` (10) episodes from
 random starts; tabled are the dot's distance to the middle at the end of the episode (pixels of
 the 160 × 210 frame; a random start is 66 px away on average, the corner 132 px), the true
-return (+1 per frame closer, −1 per frame away), mean ± std over seeds (cached in
+return (+1 per frame closer, −1 per frame away), mean ± standard error over seeds (cached in
 ``drlhp_eval.json`` beside the run), and each run's wall-clock and CPU time (``timing.json``,
 summed over resumes).
 
@@ -256,12 +256,12 @@ def run_grid(cells: list[tuple[Path, list[str]]], steps: int, jobs: int, threads
 
 
 def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
-              episodes: int) -> None:
-    """The MovingDot table: final distance and true return per variant, mean ± std over
-    seeds."""
+              episodes: int, record: Path | None = None) -> None:
+    """The MovingDot table: final distance and true return per variant, mean ± standard error
+    over seeds; ``record``: also each run's row in that CSV (:func:`record_dot`)."""
     print(f"\nMovingDot, {steps} agent steps, oracle teacher; the final agent from random "
           f"starts ({episodes} episodes per seed): distance to the middle at the end (px) and "
-          "true return, mean ± std over seeds\n")
+          "true return, mean ± standard error over seeds\n")
     print("| variant | seeds | final distance (px) | true return | last val accuracy | "
           "wall-clock per run (min) | CPU per run (min) |")
     print("|---|---|---|---|---|---|---|")
@@ -270,18 +270,21 @@ def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
         for seed in seeds:
             run = out / "dot" / variant / f"seed{seed}"
             if variant == "random":
-                rows.append({**evaluate_random(seed, episodes, steps), "val_accuracy": np.nan})
+                rows.append({**evaluate_random(seed, episodes, steps), "val_accuracy": np.nan,
+                             "seed": seed})
             elif finished(run, steps) and (run / "checkpoints" / "agent.pt").is_file():
                 row = evaluate_dot(run, episodes)
                 rounds = run / "reward.csv"
                 val = pd.read_csv(rounds) if rounds.is_file() else pd.DataFrame()
                 row["val_accuracy"] = float(val["val_accuracy"].iloc[-1]) \
                     if "val_accuracy" in val and len(val) else np.nan
-                rows.append(row)
+                rows.append({**row, "seed": seed})
         if not rows:
             print(f"| {variant} | 0 | - | - | - | - | - |")
             continue
         t = pd.DataFrame(rows)
+        if record is not None:
+            record_dot(record, variant, t, steps)
         val = "-" if t["val_accuracy"].isna().all() else mean_std(t["val_accuracy"], ".2f")
         times = "- | -" if variant == "random" else \
             f"{mean_std(t['wall_s'] / 60)} | {mean_std(t['cpu_s'] / 60)}"
@@ -290,8 +293,36 @@ def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
 
 
 def mean_std(values: pd.Series, fmt: str = ".1f") -> str:
-    """``mean ± std`` (population std over seeds)."""
-    return f"{values.mean():{fmt}} ± {values.std(ddof=0):{fmt}}"
+    """``mean ± standard error`` over seeds (sample std / √n; ``mean ± -`` for one seed)."""
+    values = values.dropna()
+    if len(values) < 2:
+        return f"{values.mean():{fmt}} ± -"
+    return f"{values.mean():{fmt}} ± {values.std(ddof=1) / np.sqrt(len(values)):{fmt}}"
+
+
+def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None:
+    """Keep one row per (variant, seed) of the MovingDot table in the CSV ``path``: final
+    distance (px), true return, last validation accuracy, wall-clock and CPU seconds, the
+    date, commit, machine and command; a row of the same (variant, seed, steps) is replaced."""
+    import datetime
+    import platform
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    rows = pd.DataFrame({
+        "variant": variant, "seed": runs["seed"], "steps": steps,
+        "final_distance": runs["final_distance"].round(2),
+        "true_return": runs["true_return"].round(2),
+        "val_accuracy": runs["val_accuracy"].round(3),
+        "wall_s": runs["wall_s"].round(0), "cpu_s": runs["cpu_s"].round(0),
+        "date": datetime.date.today().isoformat(), "commit": commit,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])})
+    key = ["variant", "seed", "steps"]
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=rows.columns)
+    merged = pd.concat([old, rows], ignore_index=True).drop_duplicates(key, keep="last")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged.sort_values(key).to_csv(path, index=False)
 
 
 def pong_table(out: Path, seeds: list[int], steps: int) -> None:
@@ -513,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="PyTorch threads per run (default: cores / jobs)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_drlhp")
     parser.add_argument("--quick", action="store_true", help="a smoke run's small schedule")
+    parser.add_argument("--record", type=Path, metavar="CSV",
+                        help="dot: keep each finished run's row in this CSV (e.g. "
+                        "results/drlhp_dot.csv)")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -543,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                   [*dot_overrides(v, steps, s, queries, args.quick), *args.extra])
                  for v in variants for s in seeds if v != "random"]
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
-        dot_table(args.out, variants, seeds, steps, args.episodes)
+        dot_table(args.out, variants, seeds, steps, args.episodes, args.record)
     else:
         steps, seeds = args.steps or 2_000_000, args.seeds or [0]
         queries = args.queries or 1500
