@@ -456,3 +456,31 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
                for line in lines)
     assert ws.remote.version >= 1 and ws.pretraining_done  # switched when answers came
     assert bot.answered >= 4
+
+
+def test_prefppo_writes_the_last_full_episode_when_it_ends_across_rollouts(tmp_path):
+    """PPO's synchronous loop stages each env's steps and flushes them at the end of a rollout
+    and of an episode: the episode's clip (DRLHP's second window) is written once, when the
+    episode ends, from all its frames, downscaled to the ring's height and halved."""
+    import imageio_ffmpeg
+    import torch
+
+    from lib.clips import EpisodeClips, newest_episode_clip
+    from themis.agents.buffers import EpisodeStore
+    from themis.environments.frames import FrameStore
+    from themis.loops.prefppo import _EpisodeStaging
+
+    store = EpisodeStore((3,), 2, 100, torch.device("cpu"))
+    frames = FrameStore(100, 100, 32)
+    clips = EpisodeClips(tmp_path / "episodes", fps=10)
+    stage = _EpisodeStaging(4)
+    rng = np.random.default_rng(0)
+    for steps, ends in ((6, False), (5, True)):  # one episode over two rollouts
+        for _ in range(steps):
+            stage.append(np.zeros(3, np.float32), np.eye(2, dtype=np.float32)[0], 0.0,
+                         rng.integers(0, 255, (64, 48, 3), dtype=np.uint8))
+        stage.flush(store, terminated=ends, frames=frames, episode_clips=clips, ends=ends)
+        assert newest_episode_clip(tmp_path / "episodes") == (5 if ends else None)
+    reader = imageio_ffmpeg.read_frames(str(next((tmp_path / "episodes").glob("*.mp4"))))
+    assert next(reader)["size"] == (12, 16)  # 64×48 -> 32×24 (the ring) -> 16×12 (halved)
+    assert sum(1 for _ in reader) == 11

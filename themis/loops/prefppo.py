@@ -29,7 +29,7 @@ from themis.agents.buffers import EpisodeStore
 from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
 from themis.environments.domains import make_env
-from themis.environments.frames import FrameStore
+from themis.environments.frames import FrameStore, downscale
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -67,10 +67,15 @@ class _EpisodeStaging:
         self.episode_return += reward
 
     def flush(self, buffer: EpisodeStore, terminated: bool = False,
-              frames: FrameStore | None = None) -> None:
-        """Move the staged steps into ``buffer`` (and their frames into ``frames``);
-        ``terminated``: the last one ended the episode (its ``not_done`` is 0)."""
+              frames: FrameStore | None = None, episode_clips: Any = None,
+              ends: bool = False) -> None:
+        """Move the staged steps into ``buffer`` (and their frames into ``frames`` and
+        ``episode_clips``, a ``lib.clips.EpisodeClips``); ``terminated``: the last one ended
+        the episode (its ``not_done`` is 0); ``ends``: the episode ended (or was cut)."""
         last = len(self.obs) - 1
+        if episode_clips is not None and frames is not None and self.frames:
+            episode_clips.add(self.episode, self.t,
+                              np.stack([downscale(f, frames.height) for f in self.frames]), ends)
         for i, (o, a, r) in enumerate(zip(self.obs, self.actions, self.rewards, strict=True)):
             if frames is not None:
                 frames.add(buffer.ptr, self.frames[i])
@@ -228,7 +233,8 @@ def run(ws: Workspace, until: int) -> None:
                     if terminated[i] or truncated[i]:
                         remote.end_episode(i)
                 if terminated[i] or truncated[i]:
-                    staging[i].flush(buffer, bool(terminated[i]), ws.frames)
+                    staging[i].flush(buffer, bool(terminated[i]), ws.frames, ws.episode_clips,
+                                     ends=True)
                     ws.end_episode(staging[i].episode_return, staging[i].t)
                     staging[i] = _EpisodeStaging(new_episode_id(ws))
             obs = next_obs
@@ -239,7 +245,7 @@ def run(ws: Workspace, until: int) -> None:
             if remote is not None:
                 remote.stepped(n_envs)
         for stage in staging:  # unfinished episodes: this rollout's steps to the store
-            stage.flush(buffer, frames=ws.frames)
+            stage.flush(buffer, frames=ws.frames, episode_clips=ws.episode_clips)
 
         # ------------------------------------------------------------ rewards and update
         phase = ws.phase

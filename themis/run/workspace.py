@@ -35,6 +35,7 @@ from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     decaying_schedule,
+    make_episode_clips,
     make_label_store,
     make_learner,
     run_title,
@@ -218,6 +219,10 @@ class Workspace:
         self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
                                  frame_size(cfg)) if self.needs_frames else None
         self.remote: RemoteLearner | None = None  # reward_training=async: the background learner
+        # the last full episode, beside the pair a person labels (DRLHP's second window; in
+        # async runs the learner process writes it)
+        self.episode_clips: Any = make_episode_clips(self) \
+            if cfg.human_teacher and cfg.reward_training == "sync" else None
         web = make_label_store(self) if cfg.reward_training == "sync" else None
         self.label_store: LabelStore | None = web[0] if web is not None else None
         self.label_tokens: list[tuple[str, str | None]] = web[1] if web is not None else []
