@@ -40,6 +40,7 @@ FLOORS: list[set[str]] = [
     {"feedback"},  # selector, teachers, channels, learner, factory (the one lib/ importer)
     {"run"},  # workspace, config, checkpoints, logging, evaluation, threads
     {"loops", "online"},  # the SAC and PPO loops; the wrapper for any RL library
+    {"builder"},  # a config and a run dir -> the Workspace (entry points, tools, tests)
     {"cli"},  # the entry points of ./themis_train.sh and ./themis_pretrain.sh
     {"interpret", "themis"},  # run reports, reward inspection; the public API
 ]
@@ -204,6 +205,26 @@ def test_only_the_factory_imports_lib():
     assert lib_importers() == {LIB_FACTORY}
 
 
+def test_the_builder_is_imported_from_the_builder_not_from_the_entry_point():
+    """Tools, scripts, benchmarks, lib/ and the tests build a run with
+    ``themis.builder.make_workspace``; only the tests of the command line import
+    ``themis.cli`` (and no one imports ``make_workspace`` from there)."""
+    offenders = []
+    for folder in ("themis", "lib", "scripts", "benchmarks", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.is_relative_to(PACKAGE / "cli"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.ImportFrom) and node.module
+                        and node.module.startswith("themis.cli")):
+                    continue
+                names = {alias.name for alias in node.names}
+                if folder != "tests" or "make_workspace" in names:
+                    offenders.append(f"{path.relative_to(ROOT)}: from {node.module} import "
+                                     f"{', '.join(sorted(names))}")
+    assert not offenders, "import the builder from themis.builder:\n" + "\n".join(offenders)
+
+
 def test_no_loose_top_level_modules():
     """themis/ holds packages, the public API (__init__.py) and the ground floor (utils.py)."""
     loose = {path.name for path in PACKAGE.glob("*.py")} - TOP_LEVEL_MODULES
@@ -361,7 +382,7 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeyp
     import tempfile
 
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     temp = tmp_path / "tmp"
     temp.mkdir()

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, TINY_PENDULUM
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.loops import pebble, prefppo
 from themis.reward import load_reward_model
 from themis.utils import ConfigError

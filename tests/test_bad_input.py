@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import launch
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.utils import ConfigError
 
 

@@ -146,7 +146,7 @@ def test_reward_batch_auto_fits_a_short_schedule_and_the_run_spends_its_budget(
     import pandas as pd
 
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "max_feedback"))]
     ws = make_workspace(compose([*tiny, "max_feedback=20"]), tmp_path / "auto")

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import TINY_PENDULUM
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.reward import PreferenceDataset
 
 

@@ -319,7 +319,7 @@ def test_wrong_agent_for_the_action_space_fails_before_training(tmp_path):
 
 
 def test_ppo_episode_store_keeps_whole_episodes_in_order(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false",
                    "num_train_steps=1024", "num_seed_steps=128", "num_unsup_steps=128",
@@ -353,7 +353,7 @@ def test_ppo_episode_store_keeps_whole_episodes_in_order(compose, tmp_path):
 
 def test_ppo_bootstraps_time_limit_truncations(compose, tmp_path, monkeypatch):
     """CartPole cut at 5 steps: every episode ends by truncation, whose reward gets γ V(s_T)."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     cfg = compose(["domain=Classic", "env=CartPole-v1", "learn_reward=false",
                    "+env_kwargs.max_episode_steps=5", "num_train_steps=256",

@@ -348,7 +348,7 @@ def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_l
 # ---------------------------------------------------------------------- issue 61 item 5
 def test_make_learner_builds_the_decay_schedule_and_the_normaliser(compose, tmp_path):
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.feedback.selector import DecayingSchedule
 
     ws = make_workspace(compose([*TINY_PENDULUM, "query_schedule=decay",
@@ -393,7 +393,7 @@ def test_decay_and_reward_norm_std_work_through_the_wrapper(tmp_path):
 @pytest.mark.slow
 def test_decay_and_reward_norm_std_work_with_async(compose, tmp_path):
     from tests.test_async_training import ASYNC
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.loops import pebble
 
     ws = make_workspace(compose([*ASYNC, "num_train_steps=3000", "max_feedback=60",
@@ -419,7 +419,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     the end of pretraining on the pretraining reward (a console line says so); a bot answers
     later over HTTP on 127.0.0.1 and the loop switches to the first reward model."""
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([
         *[o for o in TINY_PENDULUM if not o.startswith(("reward_batch", "num_train_steps"))],

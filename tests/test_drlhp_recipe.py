@@ -17,7 +17,7 @@ import torch
 import themis.environments  # noqa: F401  (registers MovingDot)
 from tests.conftest import TINY_PENDULUM
 from themis.agents.buffers import SegmentPairs
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.environments.domains import episode_limit, frame_stack_size, make_env
 from themis.environments.moving_dot import MovingDotEnv
 from themis.feedback.selector import DecayingSchedule

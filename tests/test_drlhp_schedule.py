@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from themis.agents.buffers import SegmentPairs
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.networks import DRLHPCNN, FastDropout, MovingDotFeatures, dropout_mask
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts

@@ -186,7 +186,7 @@ def test_explain_renders_mujoco_clips_with_no_gl_variable_set(compose, tmp_path)
     from omegaconf import OmegaConf
 
     from tests.conftest import ROOT
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     cfg = compose(["domain=Control", "env=HalfCheetah-v5", "segment=10", "sac.hidden_dim=32",
                    "reward_hidden_dim=32", "ensemble_size=1", "max_feedback=10"])

@@ -50,7 +50,7 @@ import numpy._core._multiarray_umath as npcore
 import torch
 assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
 assert not any(npcore.__cpu_features__[f] for f in ("AVX", "AVX2", "FMA3", "AVX512F"))
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.run.config import compose
 ws = make_workspace(compose(json.loads(sys.argv[1])), sys.argv[2])
 ws.run()

@@ -114,7 +114,7 @@ def test_the_runs_instructions_come_before_the_first_query_and_with_help(tmp_pat
     (tmp_path / "web").mkdir()
     (tmp_path / "web" / "instructions.md").symlink_to(md)
     assert read_instructions(tmp_path) == ""
-    from themis.cli.train import make_workspace  # a web run writes them where its page reads
+    from themis.builder import make_workspace  # a web run writes them where its page reads
 
     ws = make_workspace(compose([*HUMAN_RUN, "teacher_ui=web", f"label_instructions={md}"]),
                         tmp_path / "run")
@@ -256,7 +256,7 @@ def test_piped_answers_label_minigrid_clips_for_ppo(tmp_path):
 @pytest.mark.slow
 def test_collect_prefs_only_asks_and_learns_but_never_relabels_the_agents_reward(compose,
                                                                                   tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "collect_prefs_only=true"]), tmp_path)
     ws.run()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from themis.cli.train import check_overrides, make_workspace, preflight
+from themis.builder import make_workspace
+from themis.cli.train import check_overrides, preflight
 from themis.environments.domains import get_domain
 from themis.run.hints import resume_problem
 from themis.utils import ConfigError

@@ -135,7 +135,7 @@ def test_a_method_only_needs_its_hooks(compose, tmp_path, monkeypatch):
     agent's reward through its hook, with nothing else edited."""
     from dataclasses import dataclass
 
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.methods import registry
 
     @dataclass

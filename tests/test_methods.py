@@ -12,7 +12,7 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.agents.buffers import ReplayBuffer, SegmentPairs
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.methods.base import MethodContext, choose_augmentation
 from themis.methods.crop import TemporalCrop
 from themis.methods.mrn import MRN

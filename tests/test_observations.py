@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from tests import obs_envs
 from tests.conftest import TINY_PENDULUM, launch
 from themis.agents.encoders import GridCNN, NatureCNN, make_encoder, observation_kind
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.environments.domains import make_env
 from themis.environments.observations import (
     image_layout,

@@ -9,7 +9,7 @@ import numpy as np
 
 from lib.human_interface import KeyReader, TerminalTeacher
 from tests.conftest import TINY_PENDULUM
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 
 TINY = [o for o in TINY_PENDULUM if not o.startswith(("num_seed_steps", "num_unsup_steps"))] + [
     "num_seed_steps=50", "num_unsup_steps=50"]

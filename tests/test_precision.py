@@ -10,7 +10,7 @@ from tests.conftest import TINY_PENDULUM, launch
 from themis.agents.buffers import ReplayBufferSamples
 from themis.agents.networks import EnsembleMLP, FullPrecisionLinear, mlp
 from themis.agents.sac import SAC, SACConfig
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.core.precision import autocast, cpu_has_bf16, resolve_precision
 from themis.reward.ensemble import RewardEnsemble
 

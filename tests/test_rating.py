@@ -361,7 +361,7 @@ def test_chunked_rating_gradients_equal_the_whole_batch_with_fixed_min_max_and_b
 
 
 def test_saved_labels_of_the_other_kind_are_refused_with_one_line(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.utils import ConfigError
 
     pairs = PreferenceDataset(2, 20, 3, 1)

@@ -647,7 +647,8 @@ def test_a_full_disk_mid_run_ends_with_one_line_not_a_traceback(compose, tmp_pat
     import errno
 
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace, run_or_stop
+    from themis.builder import make_workspace
+    from themis.cli.train import run_or_stop
     from themis.run.workspace import Workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "torch_threads=1"]), tmp_path / "run")

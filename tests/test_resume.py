@@ -97,7 +97,7 @@ def test_sigkill_then_resume_continues_the_run(tmp_path, agent):
 
 
 def test_resume_keeps_later_human_labels_and_drops_later_synthetic_ones(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     overrides = [*TINY_PENDULUM, "checkpoint_frequency=100000"]
     ws = make_workspace(compose(overrides), tmp_path)
@@ -165,7 +165,7 @@ def test_a_checkpoint_is_read_onto_the_cpu_whatever_the_run_device(compose, tmp_
     """A run on CUDA read its checkpoint onto the GPU, and torch refused the CPU generator's
     state from there ("RNG state must be a torch.ByteTensor"): resume=... device=cuda failed.
     The meta device stands in for the GPU here; modules and optimisers copy to their device."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "checkpoint_frequency=100000"]), tmp_path)
     ws.run(until=300)
@@ -194,7 +194,7 @@ def test_resume_from_a_checkpoint_with_no_label_keeps_the_labels_given_after_it(
     """A checkpoint written before the first round counts 0 pairs; a person's terminal labels
     saved after it are kept and counted on resume, and stay on disk at the next save."""
     from themis.agents.buffers import SegmentPairs
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     overrides = [*TINY_PENDULUM, "checkpoint_frequency=300"]
     ws = make_workspace(compose(overrides), tmp_path)
@@ -287,7 +287,7 @@ def test_agent_and_reward_model_files_survive_a_crash_while_they_are_written(com
                                                                              monkeypatch):
     import io
 
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.core.safe_loading import safe_load
     from themis.reward import load_reward_model
 

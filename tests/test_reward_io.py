@@ -245,7 +245,7 @@ def test_tensorboard_scalars_beside_the_csvs(tmp_path):
 # ---------------------------------------------------------------- prefs_path in a run
 @pytest.mark.slow
 def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run()
@@ -272,7 +272,7 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
 
 
 def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run(until=first.pretrain_end + 1)  # one round: its labels are saved at once
@@ -290,7 +290,7 @@ def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
     ("segment=10", "set segment=4"),
 ])
 def test_prefs_path_errors(tmp_path, compose, override, message):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.utils import ConfigError
 
     dataset = PreferenceDataset(4, 4, 3, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 
 
 @pytest.mark.slow

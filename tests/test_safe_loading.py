@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY_PENDULUM
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.core.safe_loading import UnsafeFileError, safe_load
 from themis.utils import ConfigError
 

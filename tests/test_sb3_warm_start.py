@@ -18,7 +18,7 @@ import torch
 from tests.conftest import TINY_PENDULUM, launch
 from themis.agents import PPO, SAC, PPOConfig, SACConfig
 from themis.agents.sb3 import load_sb3_policy, read_sb3_zip
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.utils import ConfigError, save_durably
 
 sb3 = pytest.importorskip("stable_baselines3")

@@ -66,7 +66,7 @@ def test_position_dims_outside_the_observation_are_refused_with_one_line(compose
 
 
 def test_a_run_with_senior_asks_its_queries_after_the_first_round(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "method=senior"]), tmp_path)
     ws.run()

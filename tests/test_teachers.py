@@ -172,7 +172,7 @@ def test_bpref_threshold_schedule_squares_eps():
 def test_a_run_says_once_when_negative_returns_turn_the_skip_and_equal_thresholds_off(
         compose, tmp_path, capsys):
     from tests.conftest import TINY_PENDULUM
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*TINY_PENDULUM, "teacher=skip", "teacher_eps_equal=0.1"]),
                         tmp_path)

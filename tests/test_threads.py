@@ -10,8 +10,9 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from tests.conftest import TINY_PENDULUM, launch
+from themis.builder import make_workspace
 from themis.cli import train
-from themis.cli.train import make_workspace, threads_per_job
+from themis.cli.train import threads_per_job
 from themis.run.threads import ThreadChoice, auto_threads, choose_threads
 
 

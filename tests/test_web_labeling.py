@@ -124,7 +124,7 @@ def test_store_to_prefs_turns_every_answer_in_a_store_into_a_dataset_that_trains
                                                                                   tmp_path):
     """Used and unused queries, complete and partly answered ones: every labelled answer
     becomes a label (or one per query, majority); skips and gold give none; a run loads it."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     run = tmp_path / "run"
     store, ids = posted_store(run, n=4, labels_needed=2)
@@ -825,7 +825,7 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     import imageio_ffmpeg
 
     from lib.human_interface import BANNER
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", "label_port=0"]),
                         tmp_path)
@@ -1037,7 +1037,7 @@ def test_web_channel_mixes_gold_queries_in_and_counts_only_the_others(tmp_path):
 
 
 def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*WEB_RUN, "labelers=2", "gold_fraction=0.5",
                                  "label_quality=filter", "min_gold_answers=1"]), tmp_path)
@@ -1066,7 +1066,7 @@ def test_training_leaves_out_flagged_labelers_earlier_labels_too(compose, tmp_pa
 def test_web_skips_reach_reward_csvs_skipped_column(compose, tmp_path):
     """A "can't tell" on the page counts as a skipped query in the round (reward.csv
     ``skipped``, the eval rows' skip_fraction), as a terminal skip does."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose(WEB_RUN), tmp_path)
     rng = np.random.default_rng(0)
@@ -1086,7 +1086,7 @@ def test_web_skips_reach_reward_csvs_skipped_column(compose, tmp_path):
 
 
 def test_web_labels_keep_the_time_the_person_answered(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.reward import PreferenceDataset
 
     ws = make_workspace(compose([*WEB_RUN, "label_aggregate=majority", "labels_per_query=2",
@@ -1154,7 +1154,7 @@ def _pairs(n: int, seed: int = 0, horizon: int = 20) -> SegmentPairs:
 def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path, aggregate):
     """labels_per_query=3, the run ends with queries answered by 1 or 2 people: their answers
     reach preferences/ (each a label, or their majority), and the queries are closed."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*WEB_RUN, "labelers=3", "labels_per_query=3",
                                  f"label_aggregate={aggregate}"]), tmp_path)
@@ -1184,7 +1184,7 @@ def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path,
 def test_a_flagged_labelers_later_answers_stay_in_preferences_out_of_training(compose, tmp_path):
     """label_quality=filter: answers given after a labeler was flagged are saved (and their
     queries used) but not trained on."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     ws = make_workspace(compose([*WEB_RUN, "labelers=2", "gold_fraction=0.5",
                                  "label_quality=filter", "min_gold_answers=1"]), tmp_path)
@@ -1214,7 +1214,7 @@ def test_a_crash_while_people_answer_the_first_round_resumes_with_every_answer(c
                                                                                tmp_path):
     """People's first round is preceded by a checkpoint: a crash after its queries were posted
     resumes from it, the resumed round posts nothing again and gathers every answer."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.run.checkpoint import load_checkpoint
 
     ws = make_workspace(compose([*WEB_RUN, "label_port=0"]), tmp_path)
@@ -1418,7 +1418,7 @@ def test_random_sigkills_of_an_async_web_run_lose_no_answer_the_named_tool_recov
 
 
 def test_resume_of_an_async_web_run_names_the_tool_that_has_every_answer(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.utils import ConfigError
 
     with pytest.raises(ConfigError, match=r"scripts/store_to_prefs\.py RUN_DIR DIR"):
@@ -1426,7 +1426,7 @@ def test_resume_of_an_async_web_run_names_the_tool_that_has_every_answer(compose
 
 
 def test_resume_without_a_checkpoint_names_the_tool_that_keeps_the_answers(compose, tmp_path):
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.utils import ConfigError
 
     store, ids = posted_store(tmp_path)  # a store of an earlier version's run, no checkpoint

@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import TINY_PENDULUM
 from themis.agents.intrinsic import knn_distance
-from themis.cli.train import make_workspace
+from themis.builder import make_workspace
 from themis.methods.mrn import MRN
 from themis.methods.registry import find
 from themis.methods.rime import RIME

@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from themis.builder import earlier_run, make_workspace
 from themis.online.online_reward import PreferenceLearnerError
 from themis.run.config import (
     CONFIG_DIR,
@@ -32,9 +33,8 @@ from themis.run.config import (
 )
 from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
 from themis.run.received_config import mark_config
-from themis.run.snapshot import take_snapshot_schedule
 from themis.run.threads import available_cores, parse_threads
-from themis.run.workspace import Workspace, query_rounds
+from themis.run.workspace import Workspace
 from themis.utils import ConfigError
 
 register_configs()
@@ -156,7 +156,7 @@ def preflight(config_name: str, argv: list[str]) -> None:
 def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     """Compose ``overrides`` as Hydra will and build the typed config; bad input ends the
     program with one line (:func:`fail`). Returns the composed config."""
-    from themis.run.config import TrainConfig, compose
+    from themis.run.config import compose
 
     try:
         cfg = compose(overrides, config_name)
@@ -290,47 +290,6 @@ def resumed_config(cfg: DictConfig, out: Path) -> tuple[Path, DictConfig]:
     return out, merged
 
 
-def make_workspace(cfg: DictConfig | TrainConfig, run_dir: Path) -> Workspace:
-    """The workspace of a config with the training loop its action space needs: PEBBLE with
-    SAC for ``Box`` actions (:mod:`themis.loops.pebble`), PrefPPO with PPO for ``Discrete``
-    (:mod:`themis.loops.prefppo`), or the one ``agent=`` names.
-
-    Raises:
-        ConfigError: an invalid config, or an agent that cannot act in the env.
-    """
-    from themis.agents import resolve_agent
-    from themis.environments.domains import make_env
-    from themis.feedback.selector import resolve_reward_batch
-    from themis.loops import pebble, prefppo
-    from themis.methods.registry import check_methods
-    from themis.online.loop import AsyncLearner
-    from themis.run.validation import validate
-
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    assert isinstance(cfg, TrainConfig)
-    auto_batch = cfg.reward_batch == "auto"
-    if cfg.pretrained_snapshot:  # a method that cannot start from a snapshot: say so first
-        check_methods(cfg)
-    snapshot_note = take_snapshot_schedule(cfg) if cfg.pretrained_snapshot and \
-        resume_target(cfg.resume) is None else None
-    validate(cfg)
-    probe = make_env(cfg.domain, cfg.env, obs_transform=cfg.obs_transform, **cfg.env_kwargs)
-    try:
-        name, _ = resolve_agent(cfg.agent, probe.action_space)
-    except ValueError as e:
-        raise ConfigError(f"{cfg.env}: {e}") from None
-    finally:
-        probe.close()
-    check_methods(cfg, agent=name)
-    if auto_batch:  # fewer than ten rounds: larger ones (docs/guide/configuration.md)
-        cfg.reward_batch = resolve_reward_batch("auto", cfg.max_feedback, query_rounds(cfg, name))
-    ws = Workspace(cfg, run_dir, pebble if name == "sac" else prefppo, async_learner=AsyncLearner)
-    if snapshot_note is not None:
-        ws.logger.info(snapshot_note, "cyan")
-    return ws
-
-
 CREATED_DIRS: set[Path] = set()
 """Folders that did not exist before this process (:func:`preflight` records them; absolute)."""
 USER_DIRS: set[Path] = set()
@@ -367,15 +326,6 @@ def remove_if_unused(run: Path) -> None:
             parent.rmdir()
         except OSError:  # not empty: another run's
             break
-
-
-RESULTS = ("train.csv", "eval.csv", "reward.csv", "checkpoints")
-"""What a run writes into its run dir once it has started."""
-
-
-def earlier_run(run: Path) -> str | None:
-    """The first of :data:`RESULTS` already in ``run`` (a run was started there), or None."""
-    return next((name for name in RESULTS if (run / name).exists()), None)
 
 
 def build_workspace(cfg: DictConfig) -> Workspace:

@@ -253,7 +253,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         ValueError: an ``agent.pt`` or ``reward_model.pt`` that is not this run's (a crafted,
             truncated or replaced file).
     """
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.core.safe_loading import MALFORMED, describe, safe_load
     from themis.reward import load_reward_model
     from themis.run.received_config import check_named_code, load_received_config

@@ -2,7 +2,7 @@
 
 - :mod:`themis.run.workspace`: the :class:`Workspace` that owns env, agent, store, learner and
   logger for one run (its loop and, with ``reward_training=async``, its background learner are
-  handed to it by :func:`themis.cli.train.make_workspace`: the loops and the online learner
+  handed to it by :func:`themis.builder.make_workspace`: the loops and the online learner
   read the workspace, it imports neither);
 - :mod:`themis.run.config` / :mod:`themis.run.config_help`: the schema of every key, its
   validation and ``--help``;

@@ -4,7 +4,7 @@ reading a snapshot: :mod:`themis.run.snapshot`).
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
-(:func:`themis.cli.train.make_workspace`) and hands it to the Workspace, which asks it for the agent
+(:func:`themis.builder.make_workspace`) and hands it to the Workspace, which asks it for the agent
 and its store and calls it to run. A checkpoint is the list of the components' ``state_dict``.
 """
 
@@ -125,7 +125,7 @@ class Workspace:
         driver: the training loop that fits the env's action space.
         async_learner: builds the background learner of ``reward_training=async`` from the
             workspace (:class:`themis.online.loop.AsyncLearner`, passed by
-            :func:`themis.cli.train.make_workspace`, so the workspace and the learner that
+            :func:`themis.builder.make_workspace`, so the workspace and the learner that
             reads it do not import each other).
 
     Raises:
@@ -230,7 +230,7 @@ class Workspace:
         if cfg.reward_training == "async":  # labels, store and training are in its process
             if async_learner is None:
                 raise ValueError("reward_training=async needs async_learner "
-                                 "(themis.cli.train.make_workspace passes it)")
+                                 "(themis.builder.make_workspace passes it)")
             self.remote = async_learner(self)
             # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
