@@ -49,7 +49,7 @@ def worker(workload: str, threads: str, steps: str, run_dir: str, extra: list[st
     ``{"steps_per_s": x, "wall_s": s, "threads": n}``."""
     import torch
 
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.run.config import compose
 
     overrides = [*WORKLOADS[workload], *extra, f"torch_threads={threads}",

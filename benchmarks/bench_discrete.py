@@ -45,7 +45,7 @@ def random_return(domain: str, env: str, episodes: int, seed: int) -> float:
 
 def run(overrides: list[str], run_dir: Path) -> tuple[float, int, float]:
     """One Themis run; returns (final eval return, total feedback, seconds)."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
 
     start = time.time()
     ws = make_workspace(compose(overrides), run_dir)

@@ -32,7 +32,7 @@ CONFIGS = {
 
 def measure(overrides: list[str]) -> dict[str, float]:
     """Build the workspace, touch its arrays, return sizes (GB) and peak RSS (GB)."""
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.run.config import compose
 
     cfg = compose(overrides)

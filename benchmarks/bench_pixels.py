@@ -36,7 +36,7 @@ def one(env: str, chunk: int | None, steps: int, labels: int, epochs: int) -> di
     """Run one configuration in this process; returns its numbers."""
     import numpy as np
 
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.run.config import compose
     from themis.run.threads import set_num_threads
 

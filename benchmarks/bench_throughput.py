@@ -64,7 +64,7 @@ def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, de
         model.learn(steps, reset_num_timesteps=False)
         return {"steps_per_s": steps / (time.perf_counter() - start),
                 "threads": torch.get_num_threads()}
-    from themis.cli.train import make_workspace
+    from themis.builder import make_workspace
     from themis.run.config import TrainConfig, compose
 
     # PEBBLE keeps the main job's schedule (num_train_steps and so reward_batch=auto: 100
