@@ -305,8 +305,13 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
     distance (px), true return, last validation accuracy, wall-clock and CPU seconds, the
     date, commit, machine and command; a row of the same (variant, seed, steps) is replaced."""
     import datetime
-    import platform
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "benchmarks" / "bench_methods.py")
+    assert spec is not None and spec.loader is not None
+    bench_methods = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_methods)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     rows = pd.DataFrame({
@@ -316,7 +321,7 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
         "val_accuracy": runs["val_accuracy"].round(3),
         "wall_s": runs["wall_s"].round(0), "cpu_s": runs["cpu_s"].round(0),
         "date": datetime.date.today().isoformat(), "commit": commit,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": bench_methods.machine(),
         "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])})
     key = ["variant", "seed", "steps"]
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=rows.columns)
