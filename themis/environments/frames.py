@@ -49,8 +49,9 @@ class FrameStore:
         self.owner = np.full(capacity, -1, dtype=np.int64)  # ring slot -> buffer slot
         self.ptr = 0
 
-    def add(self, buffer_slot: int, frame: np.ndarray) -> None:
-        """Store the frame of the step held in ``buffer_slot`` (``(H, W, 3)`` uint8, any size).
+    def add(self, buffer_slot: int, frame: np.ndarray) -> np.ndarray:
+        """Store the frame of the step held in ``buffer_slot`` (``(H, W, 3)`` uint8, any size);
+        returns it as stored (downscaled to ``height`` rows).
 
         Raises:
             ValueError: the frame is not an RGB image.
@@ -69,6 +70,7 @@ class FrameStore:
         self.owner[self.ptr] = buffer_slot
         self.slot_of[buffer_slot] = self.ptr
         self.ptr = (self.ptr + 1) % self.capacity
+        return small
 
     def has(self, buffer_slots: np.ndarray) -> np.ndarray:
         """Whether the frame of each buffer slot is still stored; same shape as the input."""

@@ -29,7 +29,6 @@ from tqdm import tqdm
 from themis.agents import SAC
 from themis.agents.buffers import ReplayBuffer
 from themis.agents.intrinsic import NoveltySample
-from themis.environments.frames import downscale
 from themis.utils import ConfigError, eval_mode, mode_dependent
 
 if TYPE_CHECKING:
@@ -206,10 +205,9 @@ def run(ws: Workspace, until: int) -> None:
                 remote.end_episode(0)
             remote.stepped(1)
         if ws.frames is not None:  # the frame shows `obs`, the state the action was taken in
-            ws.frames.add(buffer.ptr, frame)
+            small = ws.frames.add(buffer.ptr, frame)
             if ws.episode_clips is not None:  # the last full episode, beside the pair
-                ws.episode_clips.add(ws.episode, episode_step,
-                                     downscale(frame, ws.frames.height)[None],
+                ws.episode_clips.add(ws.episode, episode_step, small[None],
                                      bool(terminated or truncated))
             frame = env.render()
         buffer.add(obs, action, stored_reward, next_obs, terminated, ws.episode, episode_step,

@@ -29,7 +29,7 @@ from themis.agents.buffers import EpisodeStore
 from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
 from themis.environments.domains import make_env
-from themis.environments.frames import FrameStore, downscale
+from themis.environments.frames import FrameStore
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -73,13 +73,13 @@ class _EpisodeStaging:
         ``episode_clips``, a ``lib.clips.EpisodeClips``); ``terminated``: the last one ended
         the episode (its ``not_done`` is 0); ``ends``: the episode ended (or was cut)."""
         last = len(self.obs) - 1
-        if episode_clips is not None and frames is not None and self.frames:
-            episode_clips.add(self.episode, self.t,
-                              np.stack([downscale(f, frames.height) for f in self.frames]), ends)
+        stored = []
         for i, (o, a, r) in enumerate(zip(self.obs, self.actions, self.rewards, strict=True)):
             if frames is not None:
-                frames.add(buffer.ptr, self.frames[i])
+                stored.append(frames.add(buffer.ptr, self.frames[i]))
             buffer.add(o, a, 0.0, o, terminated and i == last, self.episode, self.t + i, r)
+        if episode_clips is not None and stored:
+            episode_clips.add(self.episode, self.t, np.stack(stored), ends)
         self.t += len(self.obs)
         self.obs, self.actions, self.rewards, self.frames = [], [], [], []
 
