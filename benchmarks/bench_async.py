@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides after -- reach "extra"
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     todo = []
     for mode in args.modes:

@@ -24,6 +24,8 @@ one at +67 after 10k);
   epochs on them, then 0.1 label-passes per agent step over the newest 3000 labels, the rest of
   the ``--queries`` (1000) in rounds every 5000 steps at a rate decaying as T₀ / (T + T₀) with
   T₀ = steps / 5, bootstrap members validated out-of-bag, adaptive L2, rewards at std 0.05;
+- ``drlhp_onehot``: the same with the action one-hot into the dot's MLP
+  (``reward_net=drlhp_dot_onehot``) instead of mrahtz's action index / 4;
 - what the recipe's pieces change, one each: ``drlhp_rounds`` (B-Pref's schedule: up to 50
   epochs over every label after each round, ``reward_schedule=rounds``), ``drlhp_cnn`` (the
   paper's Atari network on the frames instead of the dot's position, ``reward_net=drlhp``),
@@ -67,8 +69,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-DOT_VARIANTS = ("random", "ppo_true", "drlhp", "drlhp_rounds", "drlhp_cnn", "drlhp_no_l2",
-                "drlhp_constant", "themis")
+DOT_VARIANTS = ("random", "ppo_true", "drlhp", "drlhp_onehot", "drlhp_rounds", "drlhp_cnn",
+                "drlhp_no_l2", "drlhp_constant", "themis")
 DOT_DEFAULT = ("random", "ppo_true", "drlhp", "drlhp_rounds", "drlhp_no_l2", "drlhp_constant")
 DOT_SEED_STEPS = 10_000
 """MovingDot: steps of the random policy before the first round (DRLHP's 500 labels)."""
@@ -99,6 +101,8 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
             f"query_decay_steps={max(1, steps // 5)}"]
     if variant == "drlhp_rounds":
         out += ["reward_schedule=rounds"]
+    elif variant == "drlhp_onehot":
+        out += ["reward_net=drlhp_dot_onehot"]
     elif variant == "drlhp_cnn":
         out += ["reward_net=drlhp"]
     elif variant == "drlhp_no_l2":
@@ -555,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides after -- reach "extra"
     if args.part == "commands":
         print(COMMANDS)
         return 0

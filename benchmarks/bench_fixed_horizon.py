@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing; table the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides after -- reach "extra"
     if args.jobs < 1 or args.steps < 1 or args.budget < 1 or args.rounds < 1:
         print("bench_fixed_horizon: --jobs, --steps, --budget and --rounds must be positive",
               file=sys.stderr)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-minutes", type=float, default=20.0)
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides after -- reach "extra"
     todo = [s for s in args.seeds if not (args.out / f"seed{s}.json").is_file()]
     print(f"{len(args.seeds)} seeds, {len(args.seeds) - len(todo)} already done; "
           f"logs: {args.out}/seed<k>.log", flush=True)

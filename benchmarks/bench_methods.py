@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides after -- reach "extra"
     protocol = PROTOCOLS.get(args.protocol or "", {})
     for key, default in (("domain", "Control"), ("envs", ["HalfCheetah-v5", "Hopper-v5"]),
                          ("methods", list(METHODS)), ("budgets", [100, 500]),

@@ -61,22 +61,72 @@ def _empty_like(pairs: SegmentPairs) -> Gathered:
 
 
 class Channel(Protocol):
+    """What a feedback round asks of a teacher channel (:class:`AnswersAtOnce` gives the
+    channels whose answers come at once the no-op defaults; :class:`WebChannel` people who
+    answer later)."""
+
+    gold: tuple[SegmentPairs, np.ndarray] | None
+    """Gold queries with their known answers, mixed into the next post (:meth:`gold_count`)."""
+
     def post(self, queries: SegmentPairs) -> int:
         """Post queries; returns how many were asked (they count towards ``max_feedback``)."""
 
-    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+    def gather(self, template: SegmentPairs, at_least: int = 0,
+               partial: bool = False) -> Gathered:
         """The answers available now (``at_least``: wait for that many labels while more can
-        still come); ``template`` gives the shapes of an empty result."""
+        still come; ``partial``: the run ends, take queries with fewer answers than asked
+        for); ``template`` gives the shapes of an empty result."""
+
+    def posted(self) -> int:
+        """Queries the coming round posted before the run stopped (a resumed run)."""
+
+    def pending(self) -> int:
+        """Posted queries whose answers have not been gathered yet."""
+
+    def unsaved(self) -> bool:
+        """Some answer exists that is not in the preference dataset yet."""
+
+    def flagged(self) -> set[str]:
+        """Labelers whose labels are left out of training (``label_quality=filter``)."""
+
+    def gold_count(self, n_queries: int) -> int:
+        """Gold queries to mix into a round of ``n_queries`` (set in :attr:`gold`)."""
+
+    def reconcile(self, saved_answers: set[int]) -> int:
+        """After a resume: agree with the dataset on which answers were used; how many
+        queries changed."""
 
 
 class AnswersAtOnce:
-    """A channel whose posted queries are answered before ``post`` returns."""
+    """A channel whose posted queries are answered before ``post`` returns: nothing pending,
+    nothing posted earlier, no gold queries, no flagged labelers (the :class:`Channel`
+    protocol's no-op defaults)."""
 
     _answered: Gathered | None = None
+    gold: tuple[SegmentPairs, np.ndarray] | None = None
 
-    def gather(self, template: SegmentPairs, at_least: int = 0) -> Gathered:
+    def gather(self, template: SegmentPairs, at_least: int = 0,
+               partial: bool = False) -> Gathered:
         answered, self._answered = self._answered, None
         return answered if answered is not None else _empty_like(template)
+
+    def posted(self) -> int:
+        return 0
+
+    def pending(self) -> int:
+        return 0
+
+    def unsaved(self) -> bool:
+        return False
+
+    def flagged(self) -> set[str]:
+        return set()
+
+    def gold_count(self, n_queries: int) -> int:
+        return 0
+
+    def reconcile(self, saved_answers: set[int]) -> int:
+        return 0
 
 
 class SyntheticChannel(AnswersAtOnce):
@@ -203,6 +253,15 @@ class WebChannel:
     def pending(self) -> int:
         """Posted queries still waiting for answers, or answered and not gathered yet."""
         return int(self.store.pending_count()) + int(self.store.ungathered_count())
+
+    def unsaved(self) -> bool:
+        """Some answer in the store is not in the dataset yet (a query complete and not
+        gathered, or one with part of its answers)."""
+        return self.store.ungathered_count(partial=True) > 0
+
+    def gold_count(self, n_queries: int) -> int:
+        """``gold_fraction`` of a round's queries, at least one (0 without gold queries)."""
+        return max(1, round(self.gold_fraction * n_queries)) if self.gold_fraction > 0 else 0
 
     def posted(self) -> int:
         """The queries (not gold) the coming round posted already: a run that crashed after

@@ -21,7 +21,7 @@ import numpy as np
 
 from themis.agents.buffers import NoSegmentsError, SegmentPairs
 from themis.agents.intrinsic import NoveltySample
-from themis.feedback.channels import Channel, WebChannel
+from themis.feedback.channels import Channel, Gathered
 from themis.feedback.selector import QuerySelector
 from themis.feedback.teachers import SyntheticTeacher, TeacherStats
 from themis.methods.base import Method, overrides, reward_with_bonus
@@ -34,6 +34,9 @@ from themis.utils import ConfigError, eval_mode
 ORACLE = SyntheticTeacher()  # the reference the teacher's labels are compared with
 
 Info = Callable[[str, str], None]
+Quality = tuple[float, float, float, float]
+"""Held-out quality of r̂ on a round's fresh labels: accuracy against the labels and against
+the oracle, Pearson and Spearman correlation of predicted and true segment returns."""
 
 
 def flagged_rows(labelers: Sequence[str] | np.ndarray, flagged: set[str]) -> np.ndarray:
@@ -205,14 +208,12 @@ class PreferenceLearner:
         return self.total_feedback < self.max_feedback or self.pending() > 0
 
     def pending(self) -> int:
-        """Web: posted queries still waiting for answers (0 for other channels)."""
-        return self.channel.pending() if isinstance(self.channel, WebChannel) else 0
+        """Posted queries still waiting for answers (web; 0 for channels that answer at once)."""
+        return self.channel.pending() if self.channel is not None else 0
 
     def unsaved_answers(self) -> bool:
-        """Web: some answer in the store is not in the dataset yet (a query complete and not
-        gathered, or one with part of its answers); ``False`` for other channels."""
-        return isinstance(self.channel, WebChannel) and \
-            self.channel.store.ungathered_count(partial=True) > 0
+        """Some answer exists that is not in the dataset yet (web; ``False`` otherwise)."""
+        return self.channel is not None and self.channel.unsaved()
 
     def fit_saved_labels(self, source: str) -> None:
         """Train on the labels loaded from ``prefs_path`` before any query is asked."""
@@ -227,7 +228,8 @@ class PreferenceLearner:
               recent_returns: Sequence[float], recent_lengths: Sequence[int],
               usable: Callable[[np.ndarray], np.ndarray] | None = None,
               ask: bool = True, final: bool = False) -> RoundReport | None:
-        """One feedback round; ``None`` when there was nothing to ask or gather.
+        """One feedback round — select, post, gather, record, train, report — or ``None``
+        when there was nothing to ask or gather.
 
         Args:
             store: replay buffer or episode store the segments are cut from.
@@ -241,52 +243,90 @@ class PreferenceLearner:
                 answers than ``labels_per_query`` are taken as they are.
         """
         assert self.channel is not None
+        n_queries, posted = self.queries_due(step, first, ask)
+        if n_queries <= 0 and not posted and self.pending() == 0:
+            if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
+                self.fit_saved_labels("prefs_path")
+            return None
+        sampler = self.selector.chooser_name(first)
+        queries = self.select(store, step, n_queries, first, min_episode, usable)
+        if queries is not None:
+            self.post(queries, store, min_episode, usable, recent_returns, recent_lengths)
+        got = self.channel.gather(self.empty_pairs(), partial=final, at_least=0 if final
+                                  else max(0, self.min_labels - len(self.dataset)))
+        round_stats, quality = self.record_answers(got, step)
+        self.rounds += 1
+        fit = self.train_after_round()
+        if fit is not None:
+            self.model_changed()
+            self.reward_accuracy = fit.accuracy
+        return self.report(step, sampler, round_stats, quality, fit,
+                           postponed=n_queries > 0 and queries is None, new_labels=len(got.labels))
+
+    def report(self, step: int, sampler: str, round_stats: TeacherStats, quality: Quality,
+               fit: RewardTrainStats | None, postponed: bool, new_labels: int) -> RoundReport:
+        """The round's ``reward.csv`` row."""
+        nan = float("nan")
+        return RoundReport(
+            step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
+            round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
+            *quality, fit.accuracy if fit else nan, fit.loss if fit else nan,
+            fit.epochs if fit else 0, int(postponed), new_labels, self.method_stats())
+
+    def queries_due(self, step: int, first: bool, ask: bool) -> tuple[int, int]:
+        """How many queries this round asks (the query schedule, B-Pref's ``reward_batch``,
+        DRLHP's first round; 0 without ``ask``), and how many it had posted before a resumed
+        run stopped (then it posts none again)."""
+        assert self.channel is not None
         left = self.max_feedback - self.total_feedback
         n_queries = (self.schedule(step, left) if self.schedule is not None and left > 0
                      else min(self.reward_batch, left)) if ask else 0
         if ask and first and self.first_round_queries:  # DRLHP: n_initial_prefs
             n_queries = min(self.first_round_queries, left)
-        posted = self.channel.posted() if isinstance(self.channel, WebChannel) else 0
+        posted = self.channel.posted()
         if posted:  # a resumed run: this round's queries were posted before the crash
             self.total_feedback += posted
             n_queries = 0
             self.info(f"step {step}: round {self.rounds + 1} posted its {posted} queries before "
                       "the run stopped: they are not posted again", "cyan")
-        if n_queries <= 0 and not posted and self.pending() == 0:
-            if first and len(self.dataset):  # prefs_path alone: learn from the saved labels
-                offline = self.trainer.train(self.dataset, self.reward_update)
-                self.model_changed()
-                self.reward_accuracy = offline.accuracy
-                self.info(f"reward model trained on {len(self.dataset)} saved preferences "
-                          f"(train accuracy {offline.accuracy:.3f})", "cyan")
+        return n_queries, posted
+
+    def select(self, store: Any, step: int, n: int, first: bool, min_episode: int,
+               usable: Callable[[np.ndarray], np.ndarray] | None) -> SegmentPairs | None:
+        """This round's ``n`` queries (:meth:`select_queries`), and the methods' unlabelled
+        pairs (``after_queries``); ``None`` when there are none to ask, or no episode holds
+        a whole segment yet (the round is postponed: asked again next round)."""
+        if n <= 0:
             return None
-        sampler = self.selector.chooser_name(first)
-        postponed = False
-        if n_queries > 0:
-            try:
-                queries = self.select_queries(store, n_queries, first, min_episode, usable)
-            except NoSegmentsError as e:  # e.g. Hopper falling early: ask again next round
-                postponed, n_queries = True, 0
-                self.postponed_rounds += 1
-                self.info(f"step {step}: feedback round postponed: {e}", "yellow")
-        if n_queries > 0:  # the methods' after_queries (e.g. uniform unlabelled pairs)
-            for method in self.methods:
-                method.after_queries(lambda k: self.selector.select(
-                    store, k, self.model, self.dataset.observations[:0], True, min_episode,
-                    usable), n_queries)
-        if n_queries > 0:
-            self.set_margin(recent_returns, recent_lengths)
-            self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
-            if isinstance(self.channel, WebChannel) and self.channel.gold_fraction > 0:
-                self.channel.gold = self.gold_queries(
-                    store, max(1, round(self.channel.gold_fraction * n_queries)), min_episode,
-                    usable)
-            self.total_feedback += self.channel.post(queries)  # skipped queries count (B-Pref)
-        if isinstance(self.channel, WebChannel):
-            wait_for = 0 if final else max(0, self.min_labels - len(self.dataset))
-            got = self.channel.gather(self.empty_pairs(), at_least=wait_for, partial=final)
-        else:
-            got = self.channel.gather(self.empty_pairs())
+        try:
+            queries = self.select_queries(store, n, first, min_episode, usable)
+        except NoSegmentsError as e:  # e.g. Hopper falling early: ask again next round
+            self.postponed_rounds += 1
+            self.info(f"step {step}: feedback round postponed: {e}", "yellow")
+            return None
+        for method in self.methods:  # e.g. SURF's uniform unlabelled pairs
+            method.after_queries(lambda k: self.selector.select(
+                store, k, self.model, self.dataset.observations[:0], True, min_episode,
+                usable), n)
+        return queries
+
+    def post(self, queries: SegmentPairs, store: Any, min_episode: int,
+             usable: Callable[[np.ndarray], np.ndarray] | None,
+             recent_returns: Sequence[float], recent_lengths: Sequence[int]) -> None:
+        """Set the teacher's margin and thresholds, mix in the channel's gold queries and post
+        the queries; asked queries count towards ``max_feedback`` (skipped ones too, B-Pref)."""
+        assert self.channel is not None
+        self.set_margin(recent_returns, recent_lengths)
+        self.teacher.threshold_power = 2 if self.bpref_thresholds and self.rounds > 0 else 1
+        if gold := self.channel.gold_count(len(queries)):
+            self.channel.gold = self.gold_queries(store, gold, min_episode, usable)
+        self.total_feedback += self.channel.post(queries)
+
+    def record_answers(self, got: Gathered, step: int) -> tuple[TeacherStats, Quality]:
+        """Count the gathered answers, measure the current model on them (held out: not
+        trained on yet; labels of flagged labelers left out), write them to the dataset
+        (:meth:`record`) and let the channel commit them. Returns the round's teacher
+        statistics and the held-out quality (accuracy, oracle accuracy, Pearson, Spearman)."""
         answered, labels = got.pairs.take(got.keep), got.labels
         self.labeled_feedback += int(got.keep.sum())
         oracle_labels = self.oracle_labels(got.pairs.true_rewards[got.keep])
@@ -298,9 +338,7 @@ class PreferenceLearner:
             self.info(f"step {step}: the teacher answered only ties this round ({len(labels)} "
                       "equal): no preference to learn from (a sparse reward gives equal "
                       "segment returns; see docs/guide/teachers.md)", "yellow")
-
-        # quality of the current model on the fresh labels (held out: not trained on yet)
-        quality = (float("nan"),) * 4
+        quality: Quality = (float("nan"),) * 4
         flagged = self.flagged()  # label_quality=filter: flagged labelers' labels left out
         trusted = np.flatnonzero(~flagged_rows(got.labelers, flagged)) if flagged \
             else np.arange(len(labels))
@@ -317,16 +355,7 @@ class PreferenceLearner:
             self.dataset.save(self.folder)  # labels are on disk at once
         if got.commit is not None:  # web: only now are the answers marked used in the store
             got.commit()
-        self.rounds += 1
-        fit = self.train_after_round()
-        if fit is not None:
-            self.model_changed()
-            self.reward_accuracy = fit.accuracy
-        return RoundReport(
-            step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
-            round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
-            *quality, fit.accuracy if fit else float("nan"), fit.loss if fit else float("nan"),
-            fit.epochs if fit else 0, int(postponed), len(labels), self.method_stats())
+        return round_stats, quality
 
     def train_after_round(self) -> RewardTrainStats | None:
         """A round's reward training: up to ``reward_update`` epochs over every label
@@ -419,7 +448,7 @@ class PreferenceLearner:
 
     def flagged(self) -> set[str]:
         """Web, ``label_quality=filter``: the flagged labelers (empty otherwise)."""
-        return self.channel.flagged() if isinstance(self.channel, WebChannel) else set()
+        return self.channel.flagged() if self.channel is not None else set()
 
     def record(self, pairs: SegmentPairs, labels: np.ndarray, labeler: str,
                save: bool = True, answers: list[str] | None = None,
@@ -467,7 +496,7 @@ class PreferenceLearner:
         self.thresholds_off = off
 
     def quality(self, pairs: SegmentPairs,
-                labels: np.ndarray) -> tuple[float, float, float, float]:
+                labels: np.ndarray) -> Quality:
         """Held-out quality of the reward model on labelled pairs it was not trained on:
         accuracy against the labels and against the true returns' labels (ties excluded; the
         two differ when the teacher errs, e.g. a crowd), and Pearson / Spearman correlation of
@@ -558,7 +587,7 @@ class PreferenceLearner:
         """Web: make the label store agree with the dataset on which answers were used (a
         crash between saving labels and marking them used). Skipped for datasets written
         before answer IDs were stored, whose people's labels carry none."""
-        if not isinstance(self.channel, WebChannel):
+        if self.channel is None:
             return
         saved = self.dataset.answer_ids()
         people = any(str(w).startswith("human:") for w in self.dataset.labelers[:len(self.dataset)])

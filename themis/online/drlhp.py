@@ -43,7 +43,8 @@ DRLHP_TO_THEMIS = {
 
 REFUSED = {
     "reward_predictor_network": "Themis builds r̂ from its keys (reward_net: bpref, drlhp, "
-                                "drlhp_dot; reward_hidden_dim, reward_hidden_depth)",
+                                "drlhp_dot, drlhp_dot_onehot; reward_hidden_dim, "
+                                "reward_hidden_depth)",
     "mp_context": "Themis starts its learner process itself (forkserver, else spawn)",
     "reward_predictor_refresh_interval": "the wrapper takes every new model version at once",
     "reward_database_refresh_interval": "every label enters training as soon as it is "

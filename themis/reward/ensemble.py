@@ -3,9 +3,9 @@
 Each member is an MLP ``(obs, action) -> r`` with a tanh output, as in BPref. Members are
 evaluated in one batched matmul (:class:`themis.agents.networks.EnsembleMLP`). For pixel and grid
 observations each member first encodes the observation with its own CNN
-(:mod:`themis.agents.encoders`); discrete actions arrive one-hot. ``reward_net=drlhp`` /
-``drlhp_dot`` give the members DRLHP's networks instead (:mod:`themis.reward.networks`), and
-``reward_shared_trunk`` one encoder with a head per member.
+(:mod:`themis.agents.encoders`); discrete actions arrive one-hot. ``reward_net=drlhp``,
+``drlhp_dot`` and ``drlhp_dot_onehot`` give the members DRLHP's networks instead
+(:mod:`themis.reward.networks`), and ``reward_shared_trunk`` one encoder with a head per member.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from themis.agents.networks import EnsembleMLP
 from themis.core.precision import autocast
 from themis.core.safe_loading import MALFORMED, describe, safe_load
 from themis.reward.networks import (
+    DOT_NETS,
     DRLHPCNN,
     REWARD_NETS,
     MovingDotFeatures,
@@ -52,8 +53,9 @@ class RewardEnsemble(nn.Module):
             connected layer of 64 and a scalar; no action input; ``dropout`` / ``batchnorm``
             on the convolutions only, as the paper); ``drlhp_dot``: mrahtz's MovingDot network
             (:class:`MovingDotFeatures` and the action index / 4 into an MLP 64-64-64-1; no
-            dropout or batch norm). ``hidden_dim`` / ``hidden_depth`` are then the paper's
-            (64 and 1 for ``drlhp``, 64 and 3 for ``drlhp_dot``), whatever is passed.
+            dropout or batch norm); ``drlhp_dot_onehot``: the same with the action one-hot.
+            ``hidden_dim`` / ``hidden_depth`` are then the paper's (64 and 1 for ``drlhp``, 64
+            and 3 for the dot's), whatever is passed.
         shared_trunk: one encoder for every member, each with its own head
             (``reward_shared_trunk``): scoring shared observations runs the CNN once.
 
@@ -63,7 +65,7 @@ class RewardEnsemble(nn.Module):
 
     Raises:
         ValueError: ``ensemble_size < 1``, ``obs_shape`` does not hold ``obs_dim`` values, an
-            unknown ``net``, or ``drlhp`` / ``drlhp_dot`` for vector observations.
+            unknown ``net``, or a DRLHP network for vector observations.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, ensemble_size: int = 3,
@@ -110,8 +112,8 @@ class RewardEnsemble(nn.Module):
                                    output_activation=nn.Tanh, dropout=dropout,
                                    batchnorm=batchnorm)
         else:  # DRLHP: a linear scalar; regularisation on the convolutions only
-            self.uses_action = net == "drlhp_dot"
-            inputs = feature_dim + (1 if self.uses_action else 0)
+            self.uses_action = net in DOT_NETS
+            inputs = feature_dim + {"drlhp_dot": 1, "drlhp_dot_onehot": action_dim}.get(net, 0)
             self.net = EnsembleMLP(ensemble_size, inputs, hidden_dim, 1, hidden_depth,
                                    activation=nn.LeakyReLU)  # α = 0.01
 
@@ -121,7 +123,7 @@ class RewardEnsemble(nn.Module):
             cnn = DRLHPCNN(self.obs_shape, dropout, batchnorm)
             cnn.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
             return cnn
-        if net == "drlhp_dot":
+        if net in DOT_NETS:
             return MovingDotFeatures(self.obs_shape)
         return make_encoder(self.obs_shape, dropout, batchnorm)
 
@@ -131,10 +133,10 @@ class RewardEnsemble(nn.Module):
 
     @property
     def fixed_encoder(self) -> bool:
-        """Whether the observation encoder has no parameters (``drlhp_dot``: the dot's
+        """Whether the observation encoder has no parameters (the dot's nets: the dot's
         position), so that a dataset's observations can be encoded once (:meth:`encode`) and
         trained on as features (``encoded=True``)."""
-        return self.net_name == "drlhp_dot"
+        return self.net_name in DOT_NETS
 
     @torch.no_grad()
     def encode(self, obs: torch.Tensor, chunk: int = 4096) -> torch.Tensor:

@@ -10,6 +10,9 @@
 - :class:`MovingDotFeatures`: mrahtz's MovingDot network's input (``net_moving_dot_features``):
   no CNN, the dot's position read from the last frame (argmax of the column and row sums),
   scaled to [0, 1], beside the action index / 4; the ensemble's head is its 64-64-64-1 MLP.
+  ``drlhp_dot_onehot`` gives the head the action one-hot instead (five inputs), as Themis's
+  other reward networks: the index / 4 makes the MLP carve one input into five actions, and
+  learns MovingDot's reward from the same labels far more slowly (docs/results/drlhp.md).
 
 :data:`REWARD_NETS` names every choice of ``reward_net``; ``bpref`` is Themis's default (a
 Nature-DQN CNN per member for pixels, then a 3×256 tanh MLP over features and action).
@@ -24,9 +27,12 @@ from torch import nn
 
 from themis.agents.encoders import Encoder
 
-REWARD_NETS = ("bpref", "drlhp", "drlhp_dot")
+REWARD_NETS = ("bpref", "drlhp", "drlhp_dot", "drlhp_dot_onehot")
 """``reward_net`` values: B-Pref's MLP (and Nature CNN on pixels), DRLHP's Atari network,
-mrahtz's MovingDot feature network."""
+mrahtz's MovingDot feature network, and the same with the action one-hot."""
+
+DOT_NETS = ("drlhp_dot", "drlhp_dot_onehot")
+"""The ``reward_net`` values that read the dot's position (:class:`MovingDotFeatures`)."""
 
 LEAKY_SLOPE = 0.01
 """α of DRLHP's leaky ReLUs (App. A.2)."""
@@ -146,5 +152,5 @@ def action_index_feature(action: torch.Tensor) -> torch.Tensor:
     return index / 4.0
 
 
-__all__ = ["DRLHPCNN", "REWARD_NETS", "FastDropout", "MovingDotFeatures",
+__all__ = ["DOT_NETS", "DRLHPCNN", "REWARD_NETS", "FastDropout", "MovingDotFeatures",
            "action_index_feature", "dropout_mask"]

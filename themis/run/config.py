@@ -144,8 +144,9 @@ class BaseTrainConfig:
     reward_net: str = "bpref"
     """bpref (a Nature-DQN CNN per member for pixels, then a 3×reward_hidden_dim tanh MLP over
     features and action), drlhp (the paper's Atari network: 4 convolutions of 16 filters, FC
-    64, a scalar; no action input; dropout / batch norm on the convolutions only) or drlhp_dot
-    (mrahtz's MovingDot network: the dot's position and the action into an MLP 64-64-64-1).
+    64, a scalar; no action input; dropout / batch norm on the convolutions only), drlhp_dot
+    (mrahtz's MovingDot network: the dot's position and the action index / 4 into an MLP
+    64-64-64-1) or drlhp_dot_onehot (the same with the action one-hot).
     themis/reward/networks.py."""
     reward_shared_trunk: bool = False
     """One CNN for every ensemble member, each with its own head (pixels)."""
