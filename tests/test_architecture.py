@@ -396,3 +396,46 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeyp
     # holds no lock and is PyTorch's; anything else is a run's
     assert sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")) \
         == []
+
+
+
+# Where a config is still being written: the wrapper turns its keyword arguments into one
+# before validating it, inspection turns a finished run's config into an inspection run's.
+CONFIG_WRITERS = {"themis.online.keys", "themis.interpret.inspection"}
+
+
+def config_assignments(path: Path) -> list[int]:
+    """Lines of every assignment to a config's key (``cfg.x = ...``, ``cfg.x += ...``,
+    ``cfg["x"] = ...``, ``setattr(cfg, ...)``; ``cfg`` or ``cfg_obj``) in one source file."""
+    names = {"cfg", "cfg_obj"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in
+                       (target.elts if isinstance(target, ast.Tuple) else [target])]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "setattr" and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        found += [node.lineno for target in targets
+                  if isinstance(target, ast.Attribute | ast.Subscript)
+                  and isinstance(target.value, ast.Name) and target.value.id in names]
+    return sorted(found)
+
+
+def test_nothing_assigns_to_a_config_once_it_is_resolved():
+    """The config is resolved once (themis.run.resolve: threads, a snapshot's schedule,
+    reward_batch=auto, resume) into a new object; validation, the builder, the entry points
+    and the loops never assign to it (issue 62, step 2)."""
+    found = [f"{path.relative_to(ROOT)}:{line}" for name, path in source_modules().items()
+             if name not in CONFIG_WRITERS for line in config_assignments(path)]
+    assert found == []
+
+
+def test_the_config_scan_sees_each_kind_of_assignment(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("cfg.a = 1\ncfg.b += 1\ncfg['c'] = 1\nsetattr(cfg, 'd', 1)\n"
+                      "cfg_obj.e, x = 1, 2\nother.f = 1\nx = cfg.g\ncfg = other\n")
+    assert config_assignments(source) == [1, 2, 3, 4, 5]

@@ -37,9 +37,12 @@ def test_defaults_compose_and_validate(compose):
     (["max_feedback=500", "reward_batch=30"], 30),  # B-Pref's key, as given
 ])
 def test_reward_batch_auto_spreads_the_budget_over_ten_rounds(compose, overrides, reward_batch):
+    from themis.run.resolve import resolve
+
     cfg = OmegaConf.to_object(compose(overrides))
     validate(cfg)
-    assert cfg.reward_batch == reward_batch
+    assert cfg.reward_batch == (reward_batch if "reward_batch=30" in overrides else "auto")
+    assert resolve(cfg).cfg.reward_batch == reward_batch  # validate assigns nothing
 
 def test_clip_frames_are_larger_for_people_than_for_explained_synthetic_runs(compose):
     from themis.run.config import frame_capacity, frame_size
@@ -158,3 +161,18 @@ def test_reward_batch_auto_fits_a_short_schedule_and_the_run_spends_its_budget(
     fixed = make_workspace(compose([*tiny, "max_feedback=20", "reward_batch=5"]), tmp_path / "b")
     fixed.banner()  # a number given is used as is, and the start says what it leaves unasked
     assert "queries: 15 of max_feedback=20" in capsys.readouterr().out
+
+
+def test_resolve_fills_what_is_derived_in_a_new_config_and_leaves_its_input_alone(compose):
+    """Issue 62, step 2: the derived keys are computed once, into a new object."""
+    from themis.run.resolve import config_yaml, resolve
+
+    cfg = OmegaConf.to_object(compose(["resume=false", "max_feedback=500", "agent=auto"]))
+    resolved = resolve(cfg, torch_threads=3)
+    assert (cfg.reward_batch, str(cfg.resume).lower(), cfg.torch_threads) \
+        == ("auto", "false", "auto")
+    assert (resolved.cfg.reward_batch, resolved.cfg.resume, resolved.cfg.torch_threads) \
+        == (50, None, 3)
+    assert resolved.agent == "sac" and resolved.cfg.agent == "auto" and resolved.note is None
+    saved = OmegaConf.create(config_yaml(resolved.cfg))  # what config.yaml holds
+    assert saved.reward_batch == 50 and saved.max_feedback == 500

@@ -151,10 +151,9 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
         TrainConfigError: bad keys or values, with the launcher's one line (before anything
             is trained or written).
     """
-    from omegaconf import OmegaConf
-
     from themis.cli import train as cli
     from themis.run.config import resume_target
+    from themis.run.resolve import config_yaml
     from themis.run.threads import parse_threads
 
     given = {k: v for k, v in (("env", env), ("max_feedback", max_feedback), ("seed", seed))
@@ -178,18 +177,15 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
             fixed = parse_threads(cfg.torch_threads)
         except ValueError as e:
             raise TrainConfigError(str(e)) from None
-        cfg.torch_threads = "auto" if fixed is None else fixed  # the launcher's single run
         out.mkdir(parents=True, exist_ok=True)
-        try:
-            ws = cli.make_workspace(cfg, out)
+        try:  # torch_threads: the launcher's single run
+            ws = cli.make_workspace(cfg, out, torch_threads="auto" if fixed is None else fixed)
         except ConfigError as e:
             cli.remove_if_unused(out)
             raise TrainConfigError(str(e)) from None
     finally:
         cli.RAISE_INSTEAD.on = before
-    for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
-        cfg[key] = getattr(ws.cfg, key)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (out / "config.yaml").write_text(config_yaml(ws.cfg))  # resolved: what the run uses
     try:
         ws.run()
     except BaseException:

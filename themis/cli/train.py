@@ -33,6 +33,7 @@ from themis.run.config import (
 )
 from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
 from themis.run.received_config import mark_config
+from themis.run.resolve import config_yaml
 from themis.run.threads import available_cores, parse_threads
 from themis.run.workspace import Workspace
 from themis.utils import ConfigError
@@ -338,16 +339,13 @@ def build_workspace(cfg: DictConfig) -> Workspace:
     elif (found := earlier_run(out)) is not None:
         fail(f"run dir {out} already holds a run ({found}); continue it with resume={out}, "
              "or give this run another hydra.run.dir")
-    cfg.torch_threads = threads_per_job(cfg)
     try:
-        ws = make_workspace(cfg, out)
+        ws = make_workspace(cfg, out, torch_threads=threads_per_job(cfg))
     except ConfigError as e:
         if resume_target(cfg.resume) is None:
             remove_if_unused(out)
         fail(str(e))
-    for key in ("num_seed_steps", "num_unsup_steps"):  # a snapshot's (resume needs them)
-        cfg[key] = getattr(ws.cfg, key)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (out / "config.yaml").write_text(config_yaml(ws.cfg))  # resolved: what the run uses
     mark_config(out)  # yours: a later resume= trusts its addresses, paths and trackers
     return ws
 

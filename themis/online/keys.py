@@ -235,9 +235,10 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
         cfg_obj.reward_batch = 1
     elif cfg_obj.query_schedule == "continuous":  # the wrapper's learner is always async
         validate(dataclasses.replace(cfg_obj, query_schedule="constant"))
-        cfg_obj.reward_batch = resolve_reward_batch(cfg_obj.reward_batch, cfg_obj.max_feedback)
     else:
         validate(cfg_obj)
+    if not frozen:  # validate assigns nothing: the queries per round of reward_batch=auto
+        cfg_obj.reward_batch = resolve_reward_batch(cfg_obj.reward_batch, cfg_obj.max_feedback)
     check_methods(cfg_obj, agent="ppo" if discrete else None,
                   where="wrapper")
     return cfg_obj, online

@@ -50,12 +50,12 @@ def run_checkpoint(snap: dict[str, Any]) -> bool:
     return "pretraining_done" in snap and "num_unsup_steps" not in snap
 
 
-def take_snapshot_schedule(cfg: TrainConfig) -> str:
-    """Set ``num_seed_steps`` and ``num_unsup_steps`` to the pretraining the snapshot of
+def snapshot_schedule(cfg: TrainConfig) -> tuple[int, int, str]:
+    """The ``num_seed_steps`` and ``num_unsup_steps`` of the pretraining the snapshot of
     ``cfg.pretrained_snapshot`` ran (saved in it; for a snapshot of an earlier version, a
     pretraining that ended at its step), so the run continues where it ended: neither random
     actions again nor pretraining to the defaults' step 6000, and no pretraining keys to
-    repeat. Returns the console line that says so.
+    repeat; with the console line that says so. An agent checkpoint keeps ``cfg``'s.
 
     Raises:
         ConfigError: see :func:`read_snapshot`.
@@ -63,9 +63,10 @@ def take_snapshot_schedule(cfg: TrainConfig) -> str:
     path = Path(str(cfg.pretrained_snapshot))
     snap = read_snapshot(path, mmap=True)
     if agent_only(snap):  # a run's agent.pt: a warm start, the run's own schedule
-        return (f"pretrained_snapshot={path} is an agent checkpoint (agent.pt), not a "
-                "pretraining snapshot: the agent is loaded, nothing else (empty buffer, step 0, "
-                f"num_seed_steps={cfg.num_seed_steps}, num_unsup_steps={cfg.num_unsup_steps})")
+        return cfg.num_seed_steps, cfg.num_unsup_steps, (
+            f"pretrained_snapshot={path} is an agent checkpoint (agent.pt), not a pretraining "
+            "snapshot: the agent is loaded, nothing else (empty buffer, step 0, "
+            f"num_seed_steps={cfg.num_seed_steps}, num_unsup_steps={cfg.num_unsup_steps})")
     if run_checkpoint(snap):  # a run's state.pt: no pretraining schedule to take from it
         run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         raise ConfigError(f"pretrained_snapshot={path} is a training run's checkpoint "
@@ -76,10 +77,9 @@ def take_snapshot_schedule(cfg: TrainConfig) -> str:
     seed = int(snap.get("num_seed_steps", min(cfg.num_seed_steps, step)))
     unsup = int(snap.get("num_unsup_steps", step - seed))
     given = (cfg.num_seed_steps, cfg.num_unsup_steps)
-    cfg.num_seed_steps, cfg.num_unsup_steps = seed, unsup
     end = seed + unsup
     then = "reward learning starts at once" if step >= end else \
         f"pretraining continues to step {end}, then reward learning starts"
     note = f" (instead of {given[0]} and {given[1]})" if given != (seed, unsup) else ""
-    return (f"pretraining from the snapshot: num_seed_steps={seed}, num_unsup_steps={unsup}"
-            f"{note}; it ended at step {step}: {then}")
+    return seed, unsup, (f"pretraining from the snapshot: num_seed_steps={seed}, "
+                         f"num_unsup_steps={unsup}{note}; it ended at step {step}: {then}")

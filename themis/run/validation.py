@@ -91,10 +91,11 @@ NUMERIC_KEYS.update(numeric_keys())  # each method's own keys (its RANGES)
 
 
 
-def check_numbers(cfg: Any) -> None:
+def check_numbers(cfg: Any, resolved: dict[str, Any] | None = None) -> None:
     """Every key of :data:`NUMERIC_KEYS`: finite (no NaN, no inf) and inside its range, and the
     numeric combinations that must hold (``sac.log_std_min < sac.log_std_max``, a PPO rollout
-    that fills its minibatches).
+    that fills its minibatches). ``resolved``: values to check instead of ``cfg``'s (the
+    ``reward_batch`` an ``auto`` stands for).
 
     Raises:
         ConfigError: ``KEY=VALUE`` and the rule it breaks, for the first key that breaks one.
@@ -103,6 +104,7 @@ def check_numbers(cfg: Any) -> None:
         value: Any = cfg
         for part in key.split("."):
             value = getattr(value, part)
+        value = (resolved or {}).get(key, value)
         if value is not None and not allowed.holds(value):
             raise ConfigError(f"{key}={value} {allowed.rule(value)}")
     if cfg.sac.log_std_min >= cfg.sac.log_std_max:
@@ -173,7 +175,7 @@ def check_reward_training(cfg: Any) -> None:
     why = None
     if not cfg.learn_reward:
         why = "learn_reward=false has no reward to learn"
-    elif cfg.resume:
+    elif resume_target(cfg.resume) is not None:
         why = ("resume of an async run is not supported (the background learner's labels and "
                "the agent's checkpoint are not saved together); start a new run with "
                "prefs_path=RUN_DIR/preferences to keep its labels")
@@ -215,13 +217,14 @@ def validate(cfg: Any) -> None:
     Args:
         cfg: a composed ``DictConfig`` or a :class:`TrainConfig`.
 
+    It assigns nothing: what is derived from the keys is computed once by
+    :func:`themis.run.resolve.resolve`.
+
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
     """
-    if resume_target(cfg.resume) is None:
-        cfg.resume = None
     try:
-        cfg.reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
+        reward_batch = resolve_reward_batch(cfg.reward_batch, cfg.max_feedback)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     try:
@@ -230,15 +233,15 @@ def validate(cfg: Any) -> None:
         raise ConfigError(str(e)) from None
     if cfg.precision not in PRECISIONS:
         raise ConfigError(f"precision={cfg.precision} is not one of {', '.join(PRECISIONS)}")
-    check_numbers(cfg)
+    check_numbers(cfg, {"reward_batch": reward_batch})
     if cfg.num_seed_steps + cfg.num_unsup_steps >= cfg.num_train_steps:
         raise ConfigError(
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
             f"must be smaller than num_train_steps ({cfg.num_train_steps})"
         )
-    if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < cfg.reward_batch:
+    if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < reward_batch:
         raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
-                          f"reward_batch={cfg.reward_batch}; raise max_feedback")
+                          f"reward_batch={reward_batch}; raise max_feedback")
     if cfg.pretrained_policy and cfg.pretrained_snapshot:
         raise ConfigError("pretrained_policy and pretrained_snapshot are both set: a snapshot "
                           "holds its own agent; drop one of them")
