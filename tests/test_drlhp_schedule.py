@@ -129,6 +129,25 @@ def test_the_moving_dot_features_find_the_dot_in_the_last_frame():
                                                               + 64 + 1)
 
 
+def test_the_one_hot_dot_network_tells_every_action_apart_with_five_inputs():
+    """drlhp_dot_onehot: the dot's (x, y) and the one-hot action (5) into the 64-64-64-1 MLP;
+    the reward of the dot's position then depends on which action, not on its index's size."""
+    torch.manual_seed(0)
+    model = RewardEnsemble(4 * 84 * 84, 5, 2, obs_shape=(4, 84, 84), net="drlhp_dot_onehot")
+    assert model.fixed_encoder and model.uses_action
+    assert sum(p.numel() for p in model.parameters()) == 2 * (7 * 64 + 64 + 2 * (64 * 64 + 64)
+                                                              + 64 + 1)
+    frames = torch.zeros(5, 4 * 84 * 84, dtype=torch.uint8)
+    frames.view(5, 4, 84, 84)[:, -1, 40, 40] = 255
+    with torch.no_grad():
+        rewards = model(frames, torch.eye(5))  # (E, 5): the same position, five actions
+    assert rewards.shape == (2, 5)
+    assert torch.unique(rewards[0]).numel() == 5  # every action its own reward
+    encoded = model.encode(frames)  # (5, 2): the position, computed once
+    with torch.no_grad():
+        assert torch.allclose(model(encoded, torch.eye(5), encoded=True), rewards)
+
+
 def test_a_shared_trunk_runs_shared_observations_through_one_cnn():
     torch.manual_seed(0)
     model = RewardEnsemble(4 * 48 * 48, 3, 3, obs_shape=(4, 48, 48), net="drlhp",
