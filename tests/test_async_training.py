@@ -24,6 +24,7 @@ from tests.conftest import ROOT, TINY_PENDULUM
 from themis.builder import make_workspace
 from themis.loops import pebble, prefppo
 from themis.reward import load_reward_model
+from themis.run.snapshot import save_snapshot
 from themis.utils import ConfigError
 
 ASYNC = [*TINY_PENDULUM, "num_train_steps=2000", "reward_training=async", "torch_threads=1",
@@ -179,7 +180,7 @@ def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp
     instead of the loop waiting for steps the learner never got."""
     pre = make_workspace(compose([*TINY_PENDULUM, "torch_threads=1"]), tmp_path / "pre")
     pre.run(until=400)
-    snapshot = pre.save_snapshot()
+    snapshot = save_snapshot(pre)
     ws = make_workspace(compose([*ASYNC, f"pretrained_snapshot={snapshot}"]), tmp_path / "run")
     assert ws.step == 400
     ws.run()

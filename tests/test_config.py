@@ -7,6 +7,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from themis.run.config import TrainConfig
+from themis.run.plan import log_banner
 from themis.run.validation import validate
 from themis.utils import ConfigError
 
@@ -159,7 +160,7 @@ def test_reward_batch_auto_fits_a_short_schedule_and_the_run_spends_its_budget(
     assert "queries: 20 of max_feedback=20, in 3 rounds of 7" in capsys.readouterr().out
 
     fixed = make_workspace(compose([*tiny, "max_feedback=20", "reward_batch=5"]), tmp_path / "b")
-    fixed.banner()  # a number given is used as is, and the start says what it leaves unasked
+    log_banner(fixed)  # a number given is used as is, and the start says what it leaves unasked
     assert "queries: 15 of max_feedback=20" in capsys.readouterr().out
 
 

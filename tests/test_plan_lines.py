@@ -10,6 +10,7 @@ import numpy as np
 from lib.human_interface import KeyReader, TerminalTeacher
 from tests.conftest import TINY_PENDULUM
 from themis.builder import make_workspace
+from themis.run.plan import query_plan
 
 TINY = [o for o in TINY_PENDULUM if not o.startswith(("num_seed_steps", "num_unsup_steps"))] + [
     "num_seed_steps=50", "num_unsup_steps=50"]
@@ -28,7 +29,7 @@ def test_ppos_plan_says_rounds_come_at_whole_rollouts(compose, tmp_path):
                                  "num_seed_steps=500", "num_unsup_steps=1000",
                                  "num_interact=1000", "ppo.num_envs=1", "ppo.num_steps=1024",
                                  "max_feedback=100", "reward_batch=10"]), tmp_path)
-    line, _ = ws.query_schedule()
+    line, _ = query_plan(ws)
     ws.logger.close()
     assert "every 1024 steps (whole rollouts of 1024) from step 2048" in line, line
     assert "every 1000 steps" not in line and "from step 1500" not in line
@@ -36,7 +37,7 @@ def test_ppos_plan_says_rounds_come_at_whole_rollouts(compose, tmp_path):
 
 def test_one_round_is_one_round(compose, tmp_path):
     ws = make_workspace(compose([*TINY, "max_feedback=10", "reward_batch=10"]), tmp_path)
-    line, _ = ws.query_schedule()
+    line, _ = query_plan(ws)
     ws.logger.close()
     assert "in 1 round of 10 (reward_batch)" in line and "1 rounds" not in line, line
 

@@ -13,6 +13,7 @@ from tests.conftest import TINY_PENDULUM, launch
 from themis.builder import make_workspace
 from themis.cli import train
 from themis.cli.train import threads_per_job
+from themis.run.plan import log_banner
 from themis.run.threads import ThreadChoice, auto_threads, choose_threads
 
 
@@ -80,7 +81,7 @@ def test_themis_threads_overrides_the_key(monkeypatch):
 
 def test_the_banner_states_the_thread_count(compose, tmp_path, capsys):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    ws.banner()
+    log_banner(ws)
     out = capsys.readouterr()
     assert "1 thread (auto: small SAC networks)" in out.out + out.err
     assert "torch_threads=" not in out.out + out.err  # no hint for small vector networks

@@ -23,6 +23,7 @@ from themis.methods.mrn import MRN
 from themis.methods.registry import find
 from themis.methods.rime import RIME
 from themis.methods.surf import SURF
+from themis.run.snapshot import save_snapshot
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
             "ppo.num_steps=32"]
@@ -244,7 +245,7 @@ def test_a_snapshot_keeps_the_recent_returns_for_the_first_margin(compose, tmp_p
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=1200"]), tmp_path / "pre")
     ws.run(until=ws.pretrain_end - 1)
     assert len(ws.recent_returns) >= 1
-    snapshot = ws.save_snapshot()
+    snapshot = save_snapshot(ws)
     ws.logger.close()
     resumed = make_workspace(compose([*TINY_PENDULUM, f"pretrained_snapshot={snapshot}"]),
                              tmp_path / "train")
@@ -260,7 +261,7 @@ def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ende
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path / "pre")  # 200 seed + 200 unsup
     ws.run(until=ws.pretrain_end)
-    snapshot = ws.save_snapshot()
+    snapshot = save_snapshot(ws)
     ws.logger.close()
     # no pretraining keys given: the defaults (1000 + 5000) would not even fit 1500 steps
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("num_seed", "num_unsup"))]

@@ -12,6 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from themis.cli.train import build_workspace, main_or_stop, preflight, register_configs, run_or_stop
+from themis.run.snapshot import save_snapshot
 
 register_configs()
 
@@ -20,7 +21,7 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
     run_or_stop(ws, "./themis_pretrain.sh", until=ws.pretrain_end)
-    path = ws.save_snapshot()
+    path = save_snapshot(ws)
     ws.logger.info(f"snapshot written: {path}\n"
                    f"continue with: ./themis_train.sh pretrained_snapshot={path.resolve()}",
                    "cyan")

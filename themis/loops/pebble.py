@@ -29,6 +29,7 @@ from tqdm import tqdm
 from themis.agents import SAC
 from themis.agents.buffers import ReplayBuffer
 from themis.agents.intrinsic import NoveltySample
+from themis.run.plan import log_banner
 from themis.utils import ConfigError, eval_mode, mode_dependent
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ def run(ws: Workspace, until: int) -> None:
     agent: SAC = ws.agent  # type: ignore[assignment]
     # where SAC's batches come from: the whole buffer, or a method's replay (e.g. hybrid)
     batches: Any = ws.learner.replay(buffer) if ws.learner is not None else buffer
-    ws.banner()
+    log_banner(ws)
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
     ws.episodes_started = ws.episode + 1  # the query pool counts the current episode ...
     ws.running_episodes = [ws.episode]  # ... and leaves it out of the queries until it ends

@@ -30,6 +30,7 @@ from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
 from themis.environments.domains import make_env
 from themis.environments.frames import FrameStore
+from themis.run.plan import log_banner
 from themis.utils import ConfigError, eval_mode
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def run(ws: Workspace, until: int) -> None:
     """Collect rollouts and update PPO from the current step up to ``until``."""
     cfg, ppo, buffer = ws.cfg, ws.cfg.ppo, ws.buffer
     agent: PPO = ws.agent  # type: ignore[assignment]
-    ws.banner(f" | {ppo.num_envs} envs x {ppo.num_steps} steps per rollout")
+    log_banner(ws, f" | {ppo.num_envs} envs x {ppo.num_steps} steps per rollout")
     stored = buffer.episode[: len(buffer)]
     if len(stored):  # continuing (e.g. from a snapshot): new ids after the stored ones
         ws.episodes_started = max(ws.episodes_started, int(stored.max()) + 1)

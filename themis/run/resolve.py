@@ -49,9 +49,9 @@ def resolve(cfg: DictConfig | TrainConfig, **given: Any) -> Resolved:
     from themis.environments.domains import make_env
     from themis.feedback.selector import resolve_reward_batch
     from themis.methods.registry import check_methods
+    from themis.run.plan import query_rounds
     from themis.run.snapshot import snapshot_schedule
     from themis.run.validation import validate
-    from themis.run.workspace import query_rounds
 
     typed = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
     assert isinstance(typed, TrainConfig)

@@ -1,16 +1,17 @@
-"""Reading pretraining snapshots: what ``./themis_pretrain.sh`` leaves (agent, replay buffer,
-counters, state-entropy statistics; written by ``Workspace.save_snapshot``) and the schedule a
-training run continues with (``pretrained_snapshot=``), read without pickle — a snapshot may
-come from someone else. The split follows PEBBLE's (B-Pref's ``train_PEBBLE.py`` after
-its unsupervised phase)."""
+"""Pretraining snapshots and other starting points of a run: what ``./themis_pretrain.sh``
+leaves (agent, replay buffer, counters, state-entropy statistics; :func:`save_snapshot`), read
+without pickle — a snapshot may come from someone else — with the schedule a training run
+continues with (``pretrained_snapshot=``; :func:`load_snapshot`), and a Stable-Baselines3 model
+as the agent's start (``pretrained_policy=``; :func:`load_pretrained_policy`). The split
+follows PEBBLE's (B-Pref's ``train_PEBBLE.py`` after its unsupervised phase)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from themis.core.safe_loading import UnsafeFileError, safe_load
-from themis.utils import ConfigError
+from themis.core.safe_loading import MALFORMED, UnsafeFileError, describe, safe_load
+from themis.utils import ConfigError, save_durably
 
 if TYPE_CHECKING:
     from themis.run.config import TrainConfig
@@ -83,3 +84,74 @@ def snapshot_schedule(cfg: TrainConfig) -> tuple[int, int, str]:
     note = f" (instead of {given[0]} and {given[1]})" if given != (seed, unsup) else ""
     return seed, unsup, (f"pretraining from the snapshot: num_seed_steps={seed}, "
                          f"num_unsup_steps={unsup}{note}; it ended at step {step}: {then}")
+
+
+def save_snapshot(ws: Any, path: Path | None = None) -> Path:
+    """Write a workspace's (``ws``) snapshot after pretraining to ``path`` (default
+    ``RUN_DIR/snapshot.pt``, durably) and return it: agent, store, counters, the pretraining
+    schedule it ran, entropy statistics and the recent returns (the teacher's first
+    margin). Plain tensors and lists: :func:`themis.run.snapshot.read_snapshot` loads it
+    without pickle."""
+    path = path or ws.run_dir / "snapshot.pt"
+    save_durably({
+        "version": SNAPSHOT_VERSION, "env": ws.env_id, "domain": ws.cfg.domain,
+        "step": ws.step, "episode": ws.episode,
+        "num_seed_steps": ws.cfg.num_seed_steps,  # the pretraining it ran
+        "num_unsup_steps": ws.cfg.num_unsup_steps,
+        "agent_name": ws.driver.NAME, "agent": ws.agent.state_dict(),
+        "buffer": ws.buffer.state_dict(),
+        "state_entropy_stats": ws.state_entropy.stats.state_dict(),
+        "state_entropy_range": ws.state_entropy.range_state(),
+        "recent_returns": list(ws.recent_returns),
+        "recent_lengths": list(ws.recent_lengths),
+    }, path)
+    return path
+
+def load_snapshot(ws: Any, path: Path) -> None:
+    """Continue a workspace from a pretraining snapshot (or start its agent from a run's
+    ``agent.pt``: :func:`agent_only`).
+
+    Raises:
+        ConfigError: the file is missing or was written for another env or shape.
+    """
+    snap = read_snapshot(path, ws.device)
+    if snap.get("env") != ws.env_id:
+        raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
+                          f"not {ws.env_id}")
+    if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
+        try:
+            ws.agent.load_state_dict(snap["agent"])
+        except MALFORMED as e:
+            raise ConfigError(f"pretrained_snapshot={path}: the agent does not fit this "
+                              f"run: {describe(e)}") from None
+        ws.logger.info(f"loaded the agent of {path} (trained {int(snap['step'])} steps); "
+                         "the run starts at step 0 with an empty buffer", "cyan")
+        return
+    try:  # other shapes, or a crafted file that is plain data but not a snapshot
+        ws.agent.load_state_dict(snap["agent"])
+        ws.buffer.load_state_dict(snap["buffer"])
+        ws.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
+        ws.state_entropy.low, ws.state_entropy.high = snap.get(
+            "state_entropy_range", [float("inf"), float("-inf")])
+        ws.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
+        ws.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
+        ws.step = int(snap["step"])
+        ws.episode = int(snap["episode"]) + 1
+    except MALFORMED as e:
+        raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
+    ws.logger.info(f"loaded snapshot {path} at step {ws.step}", "cyan")
+
+def load_pretrained_policy(ws: Any, path: Path) -> None:
+    """Start a workspace's agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).
+
+    Raises:
+        ConfigError: one line: the file is missing or unsafe, holds another algorithm, or
+            its networks do not have this run's shapes (what was expected).
+    """
+    try:
+        from themis.agents.sb3 import load_sb3_policy  # Stable-Baselines3's zip reader
+
+        loaded = load_sb3_policy(path, ws.agent)
+    except ValueError as e:
+        raise ConfigError(f"pretrained_policy={path}: {e}") from None
+    ws.logger.info(f"loaded {loaded} from {path}", "cyan")

@@ -1,6 +1,6 @@
 """The Workspace: what one run owns — envs, agent, store, preference learner, logger — and the
-pieces both training loops share (evaluation, CSV rows, checkpoints, snapshots;
-reading a snapshot: :mod:`themis.run.snapshot`).
+pieces both training loops share (evaluation, CSV rows, checkpoints); snapshots are
+:mod:`themis.run.snapshot`'s, the banner and query plan :mod:`themis.run.plan`'s.
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
@@ -24,7 +24,6 @@ from themis.agents import Agent
 from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import observation_kind, random_encoder
 from themis.agents.intrinsic import StateEntropyReward
-from themis.agents.sb3 import load_sb3_policy
 from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
 from themis.core.safe_loading import MALFORMED, describe
@@ -34,16 +33,12 @@ from themis.environments.frames import FrameStore
 from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
-    decaying_schedule,
     make_episode_clips,
     make_label_store,
     make_learner,
     run_title,
     start_label_server,
-    teacher_description,
-    teacher_name,
 )
-from themis.feedback.selector import feedback_rounds, round_grid
 from themis.reward import RewardEnsemble, save_reward_model
 from themis.run.checkpoint import (
     STATE_FILE,
@@ -57,7 +52,7 @@ from themis.run.checkpoint import (
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
-from themis.run.snapshot import SNAPSHOT_VERSION, agent_only, read_snapshot
+from themis.run.snapshot import SNAPSHOT_VERSION, load_pretrained_policy, load_snapshot
 from themis.run.threads import apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
@@ -67,19 +62,6 @@ ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_
                  "oracle_agreement": "round_oracle_agreement"}
 """Console names of ``reward.csv`` columns in a round's line: ``*_total`` counts the whole run,
 ``round_*`` this round (the held-out numbers are on this round's new labels too)."""
-
-
-def plural(count: int, word: str) -> str:
-    """``1 round``, ``3 rounds``."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
-def query_rounds(cfg: TrainConfig, agent: str) -> int:
-    """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
-    step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
-    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
-    return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
-                           cfg.num_interact, rollout)
 
 
 class Driver(Protocol):
@@ -276,9 +258,9 @@ class Workspace:
             self.logger.info(f"resumed from {self.run_dir / 'checkpoints'} at step {self.step} "
                              f"({self.total_feedback} queries asked)", "cyan")
         elif cfg.pretrained_snapshot:
-            self.load_snapshot(Path(cfg.pretrained_snapshot))
+            load_snapshot(self, Path(cfg.pretrained_snapshot))
         elif cfg.pretrained_policy:
-            self.load_pretrained_policy(Path(cfg.pretrained_policy))
+            load_pretrained_policy(self, Path(cfg.pretrained_policy))
         # W&B / MLflow (logger=wandb|mlflow): rows queued for their threads, never waited for
         self.tracking = start_tracking(cfg, self.run_dir, self.env_id, self.title,
                                        self.logger_info_warning)
@@ -319,68 +301,6 @@ class Workspace:
         if self.cfg.collect_prefs_only:
             return "collect"
         return "reward" if self.cfg.learn_reward else "true_reward"
-
-    def banner(self, extra: str = "") -> None:
-        """The run's first console line: env, agent, reward source, device, run dir."""
-        cfg = self.cfg
-        if not cfg.learn_reward:
-            reward = "environment"
-        elif cfg.human_teacher:
-            web = cfg.teacher_ui == "web"
-            where = self.run_dir / ("web/clips" if web else "queries")
-            reward = (f"learned from {'people' if web else 'a person'} ({teacher_name(cfg)}, "
-                      f"clips in {where})")
-        elif cfg.max_feedback == 0:
-            reward = f"learned from the saved preferences in {cfg.prefs_path}"
-        else:
-            reward = f"learned from {teacher_description(cfg)}"
-        self.logger.info(
-            f"Themis | {self.env_id} | {self.title} | agent {self.driver.NAME} "
-            f"({self.agent_reason}: "
-            f"{self.env.action_space}){extra} | reward: {reward} | device {self.device}, "
-            f"{self.thread_choice.describe()}"
-            f"{', bf16 matmuls' if self.precision is not None else ''} | "
-            f"run dir {self.run_dir}", "cyan")
-        schedule = self.query_schedule()
-        if schedule is not None:
-            self.logger.info(*schedule)
-
-    def query_schedule(self) -> tuple[str, str] | None:
-        """The console line (and its colour) that says at the start how many queries the run
-        will ask, in how many rounds (docs/guide/configuration.md); yellow when the schedule cannot
-        spend ``max_feedback``. ``None`` without queries."""
-        cfg = self.cfg
-        if self.learner is None or cfg.max_feedback == 0:
-            return None
-        until = getattr(self, "until", None)  # ./themis_pretrain.sh: ends before any round
-        if until is not None and until <= self.pretrain_end:
-            return None
-        rounds = query_rounds(cfg, self.driver.NAME)
-        rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if self.driver.NAME == "ppo" else 1
-        first, every, _ = round_grid(cfg.num_train_steps, self.pretrain_end, cfg.num_interact,
-                                     rollout)  # PPO: rounds come after whole rollouts
-        spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1
-                                            else "")
-        if self.learner.schedule is not None:  # query_schedule=decay
-            plan = decaying_schedule(cfg, self.driver.NAME).plan(first, cfg.max_feedback,
-                                                                 cfg.first_round_queries)
-            return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in "
-                    f"{plural(len(plan), 'round')} {spacing} from step {first}, decaying as "
-                    f"{cfg.query_decay_steps}/(T+{cfg.query_decay_steps}): "
-                    f"{', '.join(map(str, plan[:3]))}{', ...' if len(plan) > 3 else ''} "
-                    f"(query_schedule=decay)", "cyan")
-        first_round = cfg.first_round_queries or cfg.reward_batch  # DRLHP: 500 first
-        asked = min(cfg.max_feedback, first_round + max(0, rounds - 1) * cfg.reward_batch) \
-            if rounds else 0
-        used = min(rounds, 1 + -(-max(0, asked - first_round) // cfg.reward_batch))
-        line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in "
-                f"{plural(used, 'round')} of {cfg.reward_batch} (reward_batch), {spacing} from "
-                f"step {first}")
-        if asked < cfg.max_feedback:
-            return (f"{line}: the run holds only {plural(rounds, 'round')}, so "
-                    f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
-                    "num_train_steps or reward_batch, or lower num_interact", "yellow")
-        return line, "cyan"
 
     @property
     def title(self) -> str:
@@ -596,74 +516,6 @@ class Workspace:
         if self.learner is not None:
             self.learner.load_state_dict(state)
         self.driver.resumed(self)
-
-    def save_snapshot(self, path: Path | None = None) -> Path:
-        """Write the run's snapshot after pretraining to ``path`` (default
-        ``RUN_DIR/snapshot.pt``, durably) and return it: agent, store, counters, the pretraining
-        schedule it ran, entropy statistics and the recent returns (the teacher's first
-        margin). Plain tensors and lists: :func:`themis.run.snapshot.read_snapshot` loads it
-        without pickle."""
-        path = path or self.run_dir / "snapshot.pt"
-        save_durably({
-            "version": SNAPSHOT_VERSION, "env": self.env_id, "domain": self.cfg.domain,
-            "step": self.step, "episode": self.episode,
-            "num_seed_steps": self.cfg.num_seed_steps,  # the pretraining it ran
-            "num_unsup_steps": self.cfg.num_unsup_steps,
-            "agent_name": self.driver.NAME, "agent": self.agent.state_dict(),
-            "buffer": self.buffer.state_dict(),
-            "state_entropy_stats": self.state_entropy.stats.state_dict(),
-            "state_entropy_range": self.state_entropy.range_state(),
-            "recent_returns": list(self.recent_returns),
-            "recent_lengths": list(self.recent_lengths),
-        }, path)
-        return path
-
-    def load_snapshot(self, path: Path) -> None:
-        """Continue from a pretraining snapshot (or start its agent from a run's
-        ``agent.pt``: :func:`agent_only`).
-
-        Raises:
-            ConfigError: the file is missing or was written for another env or shape.
-        """
-        snap = read_snapshot(path, self.device)
-        if snap.get("env") != self.env_id:
-            raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
-                              f"not {self.env_id}")
-        if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
-            try:
-                self.agent.load_state_dict(snap["agent"])
-            except MALFORMED as e:
-                raise ConfigError(f"pretrained_snapshot={path}: the agent does not fit this "
-                                  f"run: {describe(e)}") from None
-            self.logger.info(f"loaded the agent of {path} (trained {int(snap['step'])} steps); "
-                             "the run starts at step 0 with an empty buffer", "cyan")
-            return
-        try:  # other shapes, or a crafted file that is plain data but not a snapshot
-            self.agent.load_state_dict(snap["agent"])
-            self.buffer.load_state_dict(snap["buffer"])
-            self.state_entropy.stats.load_state_dict(snap["state_entropy_stats"])
-            self.state_entropy.low, self.state_entropy.high = snap.get(
-                "state_entropy_range", [float("inf"), float("-inf")])
-            self.recent_returns.extend(float(r) for r in snap.get("recent_returns", []))
-            self.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
-            self.step = int(snap["step"])
-            self.episode = int(snap["episode"]) + 1
-        except MALFORMED as e:
-            raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
-        self.logger.info(f"loaded snapshot {path} at step {self.step}", "cyan")
-
-    def load_pretrained_policy(self, path: Path) -> None:
-        """Start the agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).
-
-        Raises:
-            ConfigError: one line: the file is missing or unsafe, holds another algorithm, or
-                its networks do not have this run's shapes (what was expected).
-        """
-        try:
-            loaded = load_sb3_policy(path, self.agent)  # type: ignore[arg-type]
-        except ValueError as e:
-            raise ConfigError(f"pretrained_policy={path}: {e}") from None
-        self.logger.info(f"loaded {loaded} from {path}", "cyan")
 
     def stopped(self, launcher: str) -> str:
         """After Ctrl-C: stop the labeling server, close the logs,

@@ -1,0 +1,94 @@
+"""The console lines that say what a run will do: its banner (env, method, agent, reward
+source, device, run dir) and its plan of queries (how many, in how many rounds, from which
+step), both from the resolved config and the built :class:`~themis.run.workspace.Workspace`
+(docs/guide/configuration.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from themis.feedback.factory import decaying_schedule, teacher_description, teacher_name
+from themis.feedback.selector import feedback_rounds, round_grid
+
+
+def plural(count: int, word: str) -> str:
+    """``1 round``, ``3 rounds``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def query_rounds(cfg: Any, agent: str) -> int:
+    """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
+    step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
+                           cfg.num_interact, rollout)
+
+
+def log_banner(ws: Any, extra: str = "") -> None:
+    """The run's first console lines: env, method, agent, reward source, device, threads, run
+    dir (``extra``: the loop's own, e.g. PPO's rollout), then the query plan
+    (:func:`query_plan`)."""
+    cfg = ws.cfg
+    if not cfg.learn_reward:
+        reward = "environment"
+    elif cfg.human_teacher:
+        web = cfg.teacher_ui == "web"
+        where = ws.run_dir / ("web/clips" if web else "queries")
+        reward = (f"learned from {'people' if web else 'a person'} ({teacher_name(cfg)}, "
+                  f"clips in {where})")
+    elif cfg.max_feedback == 0:
+        reward = f"learned from the saved preferences in {cfg.prefs_path}"
+    else:
+        reward = f"learned from {teacher_description(cfg)}"
+    ws.logger.info(
+        f"Themis | {ws.env_id} | {ws.title} | agent {ws.driver.NAME} "
+        f"({ws.agent_reason}: "
+        f"{ws.env.action_space}){extra} | reward: {reward} | device {ws.device}, "
+        f"{ws.thread_choice.describe()}"
+        f"{', bf16 matmuls' if ws.precision is not None else ''} | "
+        f"run dir {ws.run_dir}", "cyan")
+    schedule = query_plan(ws)
+    if schedule is not None:
+        ws.logger.info(*schedule)
+
+
+def query_plan(ws: Any) -> tuple[str, str] | None:
+    """The console line (and its colour) that says at the start how many queries the run
+    will ask, in how many rounds (docs/guide/configuration.md); yellow when the schedule cannot
+    spend ``max_feedback``. ``None`` without queries."""
+    cfg = ws.cfg
+    if ws.learner is None or cfg.max_feedback == 0:
+        return None
+    until = getattr(ws, "until", None)  # ./themis_pretrain.sh: ends before any round
+    if until is not None and until <= ws.pretrain_end:
+        return None
+    rounds = query_rounds(cfg, ws.driver.NAME)
+    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if ws.driver.NAME == "ppo" else 1
+    first, every, _ = round_grid(cfg.num_train_steps, ws.pretrain_end, cfg.num_interact,
+                                 rollout)  # PPO: rounds come after whole rollouts
+    spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1
+                                        else "")
+    if ws.learner.schedule is not None:  # query_schedule=decay
+        plan = decaying_schedule(cfg, ws.driver.NAME).plan(first, cfg.max_feedback,
+                                                             cfg.first_round_queries)
+        return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in "
+                f"{plural(len(plan), 'round')} {spacing} from step {first}, decaying as "
+                f"{cfg.query_decay_steps}/(T+{cfg.query_decay_steps}): "
+                f"{', '.join(map(str, plan[:3]))}{', ...' if len(plan) > 3 else ''} "
+                f"(query_schedule=decay)", "cyan")
+    first_round = cfg.first_round_queries or cfg.reward_batch  # DRLHP: 500 first
+    asked = min(cfg.max_feedback, first_round + max(0, rounds - 1) * cfg.reward_batch) \
+        if rounds else 0
+    used = min(rounds, 1 + -(-max(0, asked - first_round) // cfg.reward_batch))
+    line = (f"queries: {asked} of max_feedback={cfg.max_feedback}, in "
+            f"{plural(used, 'round')} of {cfg.reward_batch} (reward_batch), {spacing} from "
+            f"step {first}")
+    if asked < cfg.max_feedback:
+        return (f"{line}: the run holds only {plural(rounds, 'round')}, so "
+                f"{cfg.max_feedback - asked} queries of the budget stay unasked; raise "
+                "num_train_steps or reward_batch, or lower num_interact", "yellow")
+    return line, "cyan"
+
+
+__all__ = ["log_banner", "plural", "query_plan", "query_rounds"]
