@@ -24,10 +24,13 @@ one at +67 after 10k);
   epochs on them, then 0.1 label-passes per agent step over the newest 3000 labels, the rest of
   the ``--queries`` (1000) in rounds every 5000 steps at a rate decaying as T₀ / (T + T₀) with
   T₀ = steps / 5, bootstrap members validated out-of-bag, adaptive L2, rewards at std 0.05;
-- ``drlhp_onehot``: the same with the action one-hot into the dot's MLP
+- ``drlhp_passes10``: the same with 10× the label-passes per agent step
+  (``reward_passes_per_step=1.0``; mrahtz's MovingDot run trains as fast as its process runs);
+- ``drlhp_onehot``: the recipe with the action one-hot into the dot's MLP
   (``reward_net=drlhp_dot_onehot``) instead of mrahtz's action index / 4;
-- what the recipe's pieces change, one each: ``drlhp_rounds`` (B-Pref's schedule: up to 50
-  epochs over every label after each round, ``reward_schedule=rounds``), ``drlhp_cnn`` (the
+- what the recipe's pieces change, one each, from ``drlhp_onehot``: ``drlhp_rounds`` (B-Pref's
+  schedule: up to 50 epochs over every label after each round, ``reward_schedule=rounds``),
+  ``drlhp_cnn`` (the
   paper's Atari network on the frames instead of the dot's position, ``reward_net=drlhp``),
   ``drlhp_no_l2`` (``reward_adaptive_l2=false reward_l2=0``), ``drlhp_constant`` (a constant
   labelling rate: the budget after the first round spread evenly over the later rounds);
@@ -69,9 +72,10 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-DOT_VARIANTS = ("random", "ppo_true", "drlhp", "drlhp_onehot", "drlhp_rounds", "drlhp_cnn",
-                "drlhp_no_l2", "drlhp_constant", "themis")
-DOT_DEFAULT = ("random", "ppo_true", "drlhp", "drlhp_rounds", "drlhp_no_l2", "drlhp_constant")
+DOT_VARIANTS = ("random", "ppo_true", "drlhp", "drlhp_passes10", "drlhp_onehot", "drlhp_rounds",
+                "drlhp_cnn", "drlhp_no_l2", "drlhp_constant", "themis")
+DOT_DEFAULT = ("random", "ppo_true", "drlhp", "drlhp_onehot", "drlhp_rounds", "drlhp_no_l2",
+               "drlhp_constant")
 DOT_SEED_STEPS = 10_000
 """MovingDot: steps of the random policy before the first round (DRLHP's 500 labels)."""
 PONG_VARIANTS = ("ppo_true", "oracle")
@@ -96,13 +100,16 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
     out += [f"max_feedback={queries}", "segment=25", f"num_interact={interact}"]
     if variant == "themis":
         return [*out, "num_unsup_steps=5000"]
-    out += ["+recipe=drlhp", "reward_net=drlhp_dot", f"num_seed_steps={seed_steps}",
+    # mrahtz's dot network (the action index / 4) for drlhp and drlhp_passes10; the action
+    # one-hot for drlhp_onehot and the rows of the recipe's pieces, which change one piece of it
+    net = "drlhp_dot" if variant in ("drlhp", "drlhp_passes10") else "drlhp_dot_onehot"
+    out += ["+recipe=drlhp", f"reward_net={net}", f"num_seed_steps={seed_steps}",
             f"num_unsup_steps={unsup}", f"first_round_queries={initial}",
             f"query_decay_steps={max(1, steps // 5)}"]
-    if variant == "drlhp_rounds":
+    if variant == "drlhp_passes10":
+        out += ["reward_passes_per_step=1.0"]
+    elif variant == "drlhp_rounds":
         out += ["reward_schedule=rounds"]
-    elif variant == "drlhp_onehot":
-        out += ["reward_net=drlhp_dot_onehot"]
     elif variant == "drlhp_cnn":
         out += ["reward_net=drlhp"]
     elif variant == "drlhp_no_l2":
