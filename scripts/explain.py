@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             frame, episode, t = env.render(), episode + 1, 0
     queries = ws.buffer.sample_segment_pairs(args.clips, cfg.segment, rng,
                                              usable=ws.frames.has)
-    make_clips(ws, ws.reward_model).save_explained(queries)
+    make_clips(ws.cfg, ws.learner_spec(), ws.reward_model).save_explained(queries)
     out = ws.run_dir / "queries"
     print(f"{len(queries)} explained clips ({cfg.xplain_method}) in {out}")
     return 0

@@ -105,12 +105,15 @@ class Bot:
         self.thread.join(timeout=30)
 
 
-def step_until(env: gym.Env, done, most: int = 20_000, pause: float = 0.001):
-    """Step ``env`` with random actions until ``done()`` (at most ``most`` steps, ``pause``
-    seconds each); the last step's ``(reward, info)``."""
+def step_until(env: gym.Env, done, seconds: float = 300, pause: float = 0.001):
+    """Step ``env`` with random actions until ``done()`` (for at most ``seconds`` of wall
+    clock, ``pause`` seconds a step: the bot and the learner process answer in time, not in
+    steps, so a busy machine needs more steps, not a different test); the last step's
+    ``(reward, info)``."""
     env.reset(seed=0)
     out = None
-    for _ in range(most):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         _, reward, terminated, truncated, info = env.step(env.action_space.sample())
         out = (reward, info)
         if terminated or truncated:

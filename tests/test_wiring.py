@@ -413,3 +413,28 @@ def test_progress_shows_steps_per_second(compose, tmp_path, monkeypatch):
     ws.log_progress = lambda rate: rates.append(rate)
     ws.run(until=800)
     assert rates == [pytest.approx(250.0)] * 2  # the fake clock: 250 steps a second
+
+
+def test_the_learner_is_built_from_a_frozen_spec_in_both_processes(compose, tmp_path):
+    """Issue 62, step 3: make_learner(cfg, LearnerSpec) — the Workspace and the async learner
+    process build the same typed, frozen spec, not a workspace-like object."""
+    import dataclasses
+
+    from themis.feedback.factory import LearnerSpec
+    from themis.online.learner_process import EnvSpec, LearnerSpace
+
+    ws = make_workspace(compose([*TINY_PENDULUM]), tmp_path / "run")
+    spec = ws.learner_spec()
+    assert isinstance(spec, LearnerSpec) and spec.store is ws.buffer and not spec.on_policy
+    assert (spec.obs_dim, spec.action_dim, spec.obs_kind) == (3, 1, "vector")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.run_dir = tmp_path  # type: ignore[misc]
+    ws.step = 123
+    assert spec.clock() == 123  # a method's clock reads the run's step when it asks
+    ws.logger.close()
+
+    space = LearnerSpace(ws.cfg, EnvSpec("Pendulum-v1", (3,), "float32", 1, False, 200,
+                                         capacity=1000), tmp_path / "learner", ws.logger)
+    other = space.spec()
+    assert isinstance(other, LearnerSpec) and other.store is space.buffer
+    assert (other.obs_shape, other.frame_stack, other.agent, other.env) == ((3,), 1, None, None)

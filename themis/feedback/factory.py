@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from themis.agents.encoders import observation_kind
 from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
 from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
 from themis.feedback.learner import PreferenceLearner
@@ -34,6 +37,70 @@ from themis.reward.rating import RatingTrainer
 from themis.reward.recipe import RewardNormaliser, trainer_kwargs
 from themis.reward.schedule import LabelPassSchedule
 from themis.utils import ConfigError
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """What the preference learner needs of the run it serves: shapes, device, generators,
+    where segments and frames come from, where labels go. Built by the Workspace
+    (:meth:`themis.run.workspace.Workspace.learner_spec`) and by the async learner process
+    (:mod:`themis.online.learner_process`) alike.
+
+    Attributes:
+        env_id: the environment's id (dataset metadata, messages).
+        obs_shape: one observation's shape, e.g. ``(17,)`` or ``(4, 84, 84)``.
+        obs_dtype: stored observations' dtype (``float32`` vectors, ``uint8`` pixels).
+        action_dim: action vector size (``Discrete(n)``: ``n``, one-hot).
+        discrete: the action space is ``Discrete``.
+        frame_stack: frames per stacked observation (1: none); the dataset stores each once.
+        max_episode_steps: the env's time limit (the teacher's margin), ``None`` without one.
+        device: the torch device of the reward model.
+        precision: ``torch.bfloat16`` for bf16 matrix products, ``None`` for float32.
+        rng: the run's generator (query selection, explanations).
+        run_dir: the run folder (``preferences/``, ``queries/``, ``web/``).
+        on_policy: the agent is PPO (rounds after whole rollouts; methods' clocks).
+        store: the replay buffer or episode store segments are cut from.
+        clock: the run's environment step, read when a method needs it.
+        info: console line writer ``(message, colour)``.
+        feature_encoder: the random encoder of pixel observations (k-center samplers), or
+            ``None``.
+        frames: the ring of rendered frames for clips, or ``None``.
+        label_store: the run's SQLite label store (``teacher_ui=web``), or ``None``.
+        agent, env: the run's agent and env, for explained clips (``None`` where there are
+            none, e.g. the async learner process).
+    """
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: Any
+    action_dim: int
+    discrete: bool
+    frame_stack: int
+    max_episode_steps: int | None
+    device: Any
+    precision: Any
+    rng: np.random.Generator
+    run_dir: Path
+    on_policy: bool
+    store: Any
+    clock: Callable[[], int]
+    info: Callable[[str, str], None]
+    feature_encoder: Any = None
+    frames: Any = None
+    label_store: LabelStore | None = None
+    agent: Any = None
+    env: Any = None
+
+    @property
+    def obs_dim(self) -> int:
+        """Flat observation size."""
+        return int(np.prod(self.obs_shape))
+
+    @property
+    def obs_kind(self) -> str:
+        """``vector``, ``pixels`` or ``grid`` (:func:`themis.agents.encoders.observation_kind`)."""
+        return observation_kind(self.obs_shape)
+
 
 EPOCH_HOOKS = ("select_labels", "start_epoch", "end_epoch", "round_epochs", "stop_rule")
 """Method hooks that act on a round's epochs (``reward_schedule=passes`` has none)."""
@@ -119,13 +186,12 @@ def explaining(cfg: Any) -> bool:
     return bool(cfg.xplain_action or cfg.xplain_state)
 
 
-def make_dataset(ws: Any) -> PreferenceDataset:
+def make_dataset(cfg: Any, ws: LearnerSpec) -> PreferenceDataset:
     """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
 
     Raises:
         ConfigError: ``prefs_path`` is missing, unreadable, or recorded for other shapes.
     """
-    cfg = ws.cfg
     meta = {"env": ws.env_id, "domain": cfg.domain, "teacher": teacher_description(cfg),
             "obs_shape": list(ws.obs_shape)}
     # on the web each query may get labels_per_query labels, all kept as training labels
@@ -174,8 +240,9 @@ def decaying_schedule(cfg: Any, agent: str) -> DecayingSchedule:
     return DecayingSchedule(cfg.query_decay_steps, every, last)
 
 
-def make_learner(ws: Any) -> PreferenceLearner:
-    """The preference learner of a workspace (reads its config, shapes, store and generators),
+def make_learner(cfg: Any, ws: LearnerSpec) -> PreferenceLearner:
+    """The preference learner of a run (``cfg``, the resolved config; ``ws``, what it needs of
+    the run: :class:`LearnerSpec`),
     with DRLHP's query schedule (``query_schedule=decay``) and reward normaliser
     (``reward_norm_std``) when they are on — built here, so that Themis's sync loops, the
     async learner process and the wrappers' learner get the same ones.
@@ -183,15 +250,14 @@ def make_learner(ws: Any) -> PreferenceLearner:
     Raises:
         ConfigError: an unknown ``xplain_method``, or a bad ``prefs_path``.
     """
-    cfg = ws.cfg
     try:
         model = reward_model_from(cfg, ws.obs_dim, ws.action_dim, ws.obs_shape).to(ws.device)
     except ValueError as e:  # e.g. reward_net=drlhp for vector observations
         raise ConfigError(f"{ws.env_id}: {e}") from None
     model.precision = ws.precision
     methods = build_methods(cfg, MethodContext(
-        cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=lambda: int(ws.step),
-        on_policy=ws.driver.NAME == "ppo"))
+        cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=ws.clock,
+        on_policy=ws.on_policy))
     rating = cfg.feedback == "rating"
     trainer: RewardTrainer = RatingTrainer(
         model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
@@ -210,14 +276,14 @@ def make_learner(ws: Any) -> PreferenceLearner:
     selector = QuerySelector(resolve_feed_type(cfg.feed_type), cfg.segment, cfg.large_batch,
                              ws.rng, ws.feature_encoder, ws.obs_shape)
     learner = (RatingLearner if rating else PreferenceLearner)(
-        model, trainer, make_dataset(ws), teacher, selector, ws.run_dir / "preferences",
+        model, trainer, make_dataset(cfg, ws), teacher, selector, ws.run_dir / "preferences",
         cfg.max_feedback, cfg.reward_batch, cfg.reward_update, cfg.segment,
-        ws.max_episode_steps, cfg.min_labels_before_training, ws.logger_info,
+        ws.max_episode_steps, cfg.min_labels_before_training, ws.info,
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
-    learner.channel = make_channel(ws, learner)
+    learner.channel = make_channel(cfg, ws, learner)
     learner.methods = methods
     if cfg.query_schedule == "decay":  # DRLHP's decaying labelling rate
-        learner.schedule = decaying_schedule(cfg, ws.driver.NAME)
+        learner.schedule = decaying_schedule(cfg, "ppo" if ws.on_policy else "sac")
     if cfg.reward_norm_std:  # DRLHP's per-member normalisation of the policy's reward
         learner.normaliser = RewardNormaliser(cfg.ensemble_size, cfg.reward_norm_std)
     learner.first_round_queries = cfg.first_round_queries
@@ -246,16 +312,15 @@ def make_learner(ws: Any) -> PreferenceLearner:
     return learner
 
 
-def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
+def make_channel(cfg: Any, ws: LearnerSpec, learner: PreferenceLearner) -> Channel:
     """Who answers: a synthetic teacher, a person in the terminal, or people on the web."""
-    cfg = ws.cfg
-    clips = make_clips(ws, learner.model) if ws.frames is not None else None
+    clips = make_clips(cfg, ws, learner.model) if ws.frames is not None else None
     labeler = teacher_description(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
         assert ws.label_store is not None
         aggregate = "model" if cfg.label_quality == "model" else cfg.label_aggregate
         return WebChannel(ws.label_store, clips, cfg.labels_per_query, aggregate,
-                          ws.logger_info, lambda: learner.rounds + 1,
+                          ws.info, lambda: learner.rounds + 1,
                           gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
                           min_gold_answers=cfg.min_gold_answers,
                           min_gold_accuracy=cfg.min_gold_accuracy,
@@ -293,7 +358,7 @@ def make_channel(ws: Any, learner: PreferenceLearner) -> Channel:
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
 
 
-def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
+def make_clips(cfg: Any, ws: LearnerSpec, reward_model: RewardEnsemble) -> Any:
     """A ``lib.clips.ClipMaker`` over the run's frame ring, with Captum panels when
     ``xplain_*`` is on (an explainer built each round from the current agent and model).
 
@@ -302,7 +367,6 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
     """
     from lib.clips import ClipMaker
 
-    cfg = ws.cfg
     explainer = None
     if explaining(cfg):
         from lib.explain import METHODS, Explainer, action_forward, feature_names, reward_forward
@@ -312,7 +376,7 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
                               f"{', '.join(METHODS)} (or register one in lib/explain.py)")
 
         def explainer() -> Any:
-            store = ws.buffer
+            store = ws.store
             idx = ws.rng.integers(0, len(store), size=64)
             idx = idx[store.readable(idx)]
             if len(idx) == 0:  # unlikely: take the readable ones in storage order
@@ -327,7 +391,7 @@ def make_clips(ws: Any, reward_model: RewardEnsemble) -> Any:
                 names=feature_names(ws.env, ws.obs_dim) if ws.obs_kind == "vector" else (),
                 top_k=cfg.xplain_top_k, device=ws.device)
 
-    return ClipMaker(ws.frames, ws.buffer.capacity, ws.run_dir, cfg.clip_fps, explainer)
+    return ClipMaker(ws.frames, ws.store.capacity, ws.run_dir, cfg.clip_fps, explainer)
 
 
 def make_episode_clips(ws: Any) -> Any:
@@ -394,7 +458,7 @@ def start_label_server(ws: Any) -> Any:
     return server
 
 
-__all__ = ["decaying_schedule", "label_instructions", "make_channel", "make_clips",
+__all__ = ["LearnerSpec", "decaying_schedule", "label_instructions", "make_channel", "make_clips",
            "make_episode_clips", "make_label_store",
            "make_learner", "run_title",
            "start_label_server", "teacher_description", "teacher_name"]

@@ -36,7 +36,6 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -79,45 +78,54 @@ class EnvSpec:
 
 
 class LearnerSpace:
-    """The workspace-like object :func:`themis.feedback.factory.make_learner` reads: config,
-    shapes, store, generators, frames and label store of the learner process."""
+    """The learner process's side of a run: its config, the store of the steps it receives,
+    the frame ring, the label store and the step counter; :meth:`spec` is the
+    :class:`~themis.feedback.factory.LearnerSpec` :func:`~themis.feedback.factory.make_learner`
+    builds the learner from (the same kind of spec the Workspace gives in a sync run)."""
 
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, run_dir: Path, logger: Any) -> None:
-        from themis.agents.encoders import observation_kind, random_encoder
-        from themis.core.precision import resolve_precision
+        from themis.agents.encoders import observation_kind
         from themis.environments.frames import FrameStore
         from themis.feedback.factory import make_label_store
-        from themis.utils import get_device
 
-        self.cfg, self.run_dir, self.logger = cfg, run_dir, logger
-        self.device = get_device(cfg.device)
-        self.precision = resolve_precision(cfg.precision, self.device)
-        self.env_id, self.max_episode_steps = spec.env_id, spec.max_episode_steps
+        self.cfg, self.env_spec, self.run_dir, self.logger = cfg, spec, run_dir, logger
         self.obs_shape = tuple(spec.obs_shape)
         try:
-            self.obs_kind = observation_kind(self.obs_shape)
+            observation_kind(self.obs_shape)
         except ValueError as e:
             raise ConfigError(f"{spec.env_id}: {e}") from None
-        self.obs_dim = int(np.prod(self.obs_shape))
-        self.obs_dtype = np.dtype(spec.obs_dtype)
-        self.frame_stack = 1  # whole observations per slot (runs overlap: no frame links)
-        self.action_dim, self.discrete = spec.action_dim, spec.discrete
-        self.rng = np.random.default_rng(cfg.seed)
-        self.feature_encoder = None if self.obs_kind == "vector" else \
-            random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
+        from themis.utils import get_device
+
+        self.device = get_device(cfg.device)
         try:
-            self.buffer = EpisodeStore(self.obs_shape, self.action_dim, spec.capacity,
-                                       self.device, obs_dtype=self.obs_dtype)
+            self.buffer = EpisodeStore(self.obs_shape, spec.action_dim, spec.capacity,
+                                       self.device, obs_dtype=np.dtype(spec.obs_dtype))
         except MemoryError as e:
             raise ConfigError(f"replay_buffer_capacity={spec.capacity}: {e}; lower it") from None
         self.frames = FrameStore(frame_capacity(cfg), spec.capacity, frame_size(cfg)) \
             if cfg.human_teacher else None
         self.step = 0
-        self.driver = SimpleNamespace(NAME="sac")  # a method's clock counts env steps
-        self.env = self.agent = None  # no agent here (explanations of the policy are refused)
         web = make_label_store(self)
         self.label_store = web[0] if web is not None else None
         self.label_tokens = web[1] if web is not None else []
+
+    def spec(self) -> Any:
+        """The :class:`~themis.feedback.factory.LearnerSpec` of this process: whole
+        observations per slot (runs overlap: no frame links), no agent (explanations of the
+        policy are refused), a method's clock counting the steps received."""
+        from themis.agents.encoders import observation_kind, random_encoder
+        from themis.core.precision import resolve_precision
+        from themis.feedback.factory import LearnerSpec
+
+        spec, cfg = self.env_spec, self.cfg
+        encoder = None if observation_kind(self.obs_shape) == "vector" else \
+            random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
+        return LearnerSpec(
+            spec.env_id, self.obs_shape, np.dtype(spec.obs_dtype), spec.action_dim,
+            spec.discrete, 1, spec.max_episode_steps, self.device,
+            resolve_precision(cfg.precision, self.device), np.random.default_rng(cfg.seed),
+            self.run_dir, False, self.buffer, lambda: int(self.step), self.logger_info,
+            encoder, self.frames, self.label_store)
 
     def logger_info(self, message: str, colour: str = "") -> None:
         """A console line (learner, channels, label server)."""
@@ -155,7 +163,7 @@ class OnlineLearner:
         self.logger = Logger(run_dir, backends=("csv", "tensorboard") if cfg.logger.tensorboard
                              else ("csv",))
         self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
-        self.learner: PreferenceLearner = make_learner(self.space)
+        self.learner: PreferenceLearner = make_learner(cfg, self.space.spec())
         # the schedule as a target over the agent's steps (themis/online/stream.py): a round
         # asks what is due and not asked yet, so rounds the learner was too busy for are
         # asked later, never lost; with Themis's loop the decay is planned over its horizon

@@ -81,7 +81,7 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
     except OSError as e:  # a file there, or no permission
         raise ConfigError(f"{out} cannot be the output folder ({e.strerror or e})") from None
     space = LearnerSpace(cfg, spec, out, _Console())
-    learner = make_learner(space)
+    learner = make_learner(cfg, space.spec())
     learner.fit_saved_labels(str(prefs_dir))
     (out / "checkpoints").mkdir(exist_ok=True)
     path = save_reward_model(learner.model, out / "checkpoints" / "reward_model.pt",

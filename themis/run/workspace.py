@@ -33,6 +33,7 @@ from themis.environments.frames import FrameStore
 from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
+    LearnerSpec,
     make_episode_clips,
     make_label_store,
     make_learner,
@@ -217,7 +218,7 @@ class Workspace:
             # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
             self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
         else:
-            self.learner = make_learner(self) if cfg.learn_reward else None
+            self.learner = make_learner(cfg, self.learner_spec()) if cfg.learn_reward else None
         self.reward_model: RewardEnsemble | None = \
             self.learner.model if self.learner is not None else None
 
@@ -265,6 +266,15 @@ class Workspace:
         self.tracking = start_tracking(cfg, self.run_dir, self.env_id, self.title,
                                        self.logger_info_warning)
         self.logger.attach(self.tracking)
+
+    def learner_spec(self) -> LearnerSpec:
+        """What the preference learner needs of this run (:func:`make_learner`)."""
+        return LearnerSpec(
+            self.env_id, self.obs_shape, self.obs_dtype, self.action_dim, self.discrete,
+            self.frame_stack, self.max_episode_steps, self.device, self.precision, self.rng,
+            self.run_dir, self.driver.NAME == "ppo", self.buffer, lambda: int(self.step),
+            self.logger_info, self.feature_encoder, self.frames, self.label_store, self.agent,
+            self.env)
 
     # ------------------------------------------------------------------ running
     def run(self, until: int | None = None) -> None:
