@@ -304,7 +304,7 @@ class PreferenceLearner:
             self.postponed_rounds += 1
             self.info(f"step {step}: feedback round postponed: {e}", "yellow")
             return None
-        for method in self.methods:  # e.g. SURF's uniform unlabelled pairs
+        for method in self.methods:  # e.g. a method's uniform unlabelled pairs
             method.after_queries(lambda k: self.selector.select(
                 store, k, self.model, self.dataset.observations[:0], True, min_episode,
                 usable), n)
