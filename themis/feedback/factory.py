@@ -186,22 +186,22 @@ def explaining(cfg: Any) -> bool:
     return bool(cfg.xplain_action or cfg.xplain_state)
 
 
-def make_dataset(cfg: Any, ws: LearnerSpec) -> PreferenceDataset:
+def make_dataset(cfg: Any, spec: LearnerSpec) -> PreferenceDataset:
     """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
 
     Raises:
         ConfigError: ``prefs_path`` is missing, unreadable, or recorded for other shapes.
     """
-    meta = {"env": ws.env_id, "domain": cfg.domain, "teacher": teacher_description(cfg),
-            "obs_shape": list(ws.obs_shape)}
+    meta = {"env": spec.env_id, "domain": cfg.domain, "teacher": teacher_description(cfg),
+            "obs_shape": list(spec.obs_shape)}
     # on the web each query may get labels_per_query labels, all kept as training labels
     capacity = cfg.max_feedback * (cfg.labels_per_query if cfg.human_teacher
                                    and cfg.teacher_ui == "web" else 1)
     classes = cfg.rating_classes if cfg.feedback == "rating" else 0
     if not cfg.prefs_path:
-        return PreferenceDataset(capacity, cfg.segment, ws.obs_dim, ws.action_dim,
-                                 metadata=meta, obs_dtype=ws.obs_dtype,
-                                 frame_stack=ws.frame_stack, rating_classes=classes)
+        return PreferenceDataset(capacity, cfg.segment, spec.obs_dim, spec.action_dim,
+                                 metadata=meta, obs_dtype=spec.obs_dtype,
+                                 frame_stack=spec.frame_stack, rating_classes=classes)
     try:
         loaded = PreferenceDataset.load(cfg.prefs_path)
     except (FileNotFoundError, ValueError) as e:
@@ -210,11 +210,11 @@ def make_dataset(cfg: Any, ws: LearnerSpec) -> PreferenceDataset:
             raise ConfigError(f"prefs_path={cfg.prefs_path} is a run dir; its labels are in "
                               f"{labels}: use prefs_path={labels}") from None
         raise ConfigError(f"prefs_path={cfg.prefs_path}: {e}") from None
-    if (loaded.obs_dim, loaded.action_dim) != (ws.obs_dim, ws.action_dim):
+    if (loaded.obs_dim, loaded.action_dim) != (spec.obs_dim, spec.action_dim):
         raise ConfigError(
             f"prefs_path={cfg.prefs_path} holds obs_dim={loaded.obs_dim}, "
             f"action_dim={loaded.action_dim} (env {loaded.metadata.get('env')}); "
-            f"{ws.env_id} has obs_dim={ws.obs_dim}, action_dim={ws.action_dim}")
+            f"{spec.env_id} has obs_dim={spec.obs_dim}, action_dim={spec.action_dim}")
     if loaded.rating_classes != classes:
         raise ConfigError(f"prefs_path={cfg.prefs_path} holds "
                           + (f"ratings in {loaded.rating_classes} classes" if
@@ -224,9 +224,9 @@ def make_dataset(cfg: Any, ws: LearnerSpec) -> PreferenceDataset:
     if loaded.segment != cfg.segment:
         raise ConfigError(f"prefs_path={cfg.prefs_path} was recorded with "
                           f"segment={loaded.segment}; set segment={loaded.segment}")
-    data = PreferenceDataset(len(loaded) + capacity, cfg.segment, ws.obs_dim, ws.action_dim,
-                             metadata={**loaded.metadata, **meta}, obs_dtype=ws.obs_dtype,
-                             frame_stack=ws.frame_stack, rating_classes=classes)
+    data = PreferenceDataset(len(loaded) + capacity, cfg.segment, spec.obs_dim, spec.action_dim,
+                             metadata={**loaded.metadata, **meta}, obs_dtype=spec.obs_dtype,
+                             frame_stack=spec.frame_stack, rating_classes=classes)
     data.extend(loaded)
     return data
 
@@ -240,8 +240,8 @@ def decaying_schedule(cfg: Any, agent: str) -> DecayingSchedule:
     return DecayingSchedule(cfg.query_decay_steps, every, last)
 
 
-def make_learner(cfg: Any, ws: LearnerSpec) -> PreferenceLearner:
-    """The preference learner of a run (``cfg``, the resolved config; ``ws``, what it needs of
+def make_learner(cfg: Any, spec: LearnerSpec) -> PreferenceLearner:
+    """The preference learner of a run (``cfg``, the resolved config; ``spec``, what it needs of
     the run: :class:`LearnerSpec`),
     with DRLHP's query schedule (``query_schedule=decay``) and reward normaliser
     (``reward_norm_std``) when they are on — built here, so that Themis's sync loops, the
@@ -251,13 +251,14 @@ def make_learner(cfg: Any, ws: LearnerSpec) -> PreferenceLearner:
         ConfigError: an unknown ``xplain_method``, or a bad ``prefs_path``.
     """
     try:
-        model = reward_model_from(cfg, ws.obs_dim, ws.action_dim, ws.obs_shape).to(ws.device)
+        model = reward_model_from(cfg, spec.obs_dim, spec.action_dim, spec.obs_shape)
+        model = model.to(spec.device)
     except ValueError as e:  # e.g. reward_net=drlhp for vector observations
-        raise ConfigError(f"{ws.env_id}: {e}") from None
-    model.precision = ws.precision
+        raise ConfigError(f"{spec.env_id}: {e}") from None
+    model.precision = spec.precision
     methods = build_methods(cfg, MethodContext(
-        cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=ws.clock,
-        on_policy=ws.on_policy))
+        cfg.segment, spec.obs_dim, spec.action_dim, spec.obs_dtype, clock=spec.clock,
+        on_policy=spec.on_policy))
     rating = cfg.feedback == "rating"
     trainer: RewardTrainer = RatingTrainer(
         model, cfg.rating_classes, cfg.rating_k, cfg.reward_lr, cfg.reward_train_batch,
@@ -274,16 +275,16 @@ def make_learner(cfg: Any, ws: LearnerSpec) -> PreferenceLearner:
         SyntheticTeacher(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
                          cfg.teacher_eps_skip, cfg.teacher_eps_equal, rng=teacher_rng)
     selector = QuerySelector(resolve_feed_type(cfg.feed_type), cfg.segment, cfg.large_batch,
-                             ws.rng, ws.feature_encoder, ws.obs_shape)
+                             spec.rng, spec.feature_encoder, spec.obs_shape)
     learner = (RatingLearner if rating else PreferenceLearner)(
-        model, trainer, make_dataset(cfg, ws), teacher, selector, ws.run_dir / "preferences",
+        model, trainer, make_dataset(cfg, spec), teacher, selector, spec.run_dir / "preferences",
         cfg.max_feedback, cfg.reward_batch, cfg.reward_update, cfg.segment,
-        ws.max_episode_steps, cfg.min_labels_before_training, ws.info,
+        spec.max_episode_steps, cfg.min_labels_before_training, spec.info,
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
-    learner.channel = make_channel(cfg, ws, learner)
+    learner.channel = make_channel(cfg, spec, learner)
     learner.methods = methods
     if cfg.query_schedule == "decay":  # DRLHP's decaying labelling rate
-        learner.schedule = decaying_schedule(cfg, "ppo" if ws.on_policy else "sac")
+        learner.schedule = decaying_schedule(cfg, "ppo" if spec.on_policy else "sac")
     if cfg.reward_norm_std:  # DRLHP's per-member normalisation of the policy's reward
         learner.normaliser = RewardNormaliser(cfg.ensemble_size, cfg.reward_norm_std)
     learner.first_round_queries = cfg.first_round_queries
@@ -304,23 +305,23 @@ def make_learner(cfg: Any, ws: LearnerSpec) -> PreferenceLearner:
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(f"gold_path={cfg.gold_path}: {e}") from None
         gold = learner.gold_dataset
-        if (gold.segment, gold.obs_dim, gold.action_dim) != (cfg.segment, ws.obs_dim,
-                                                              ws.action_dim):
+        if (gold.segment, gold.obs_dim, gold.action_dim) != (cfg.segment, spec.obs_dim,
+                                                              spec.action_dim):
             raise ConfigError(f"gold_path={cfg.gold_path} holds segment={gold.segment}, "
                               f"obs_dim={gold.obs_dim}, action_dim={gold.action_dim}; this run "
-                              f"has {cfg.segment}, {ws.obs_dim}, {ws.action_dim}")
+                              f"has {cfg.segment}, {spec.obs_dim}, {spec.action_dim}")
     return learner
 
 
-def make_channel(cfg: Any, ws: LearnerSpec, learner: PreferenceLearner) -> Channel:
+def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Channel:
     """Who answers: a synthetic teacher, a person in the terminal, or people on the web."""
-    clips = make_clips(cfg, ws, learner.model) if ws.frames is not None else None
+    clips = make_clips(cfg, spec, learner.model) if spec.frames is not None else None
     labeler = teacher_description(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
-        assert ws.label_store is not None
+        assert spec.label_store is not None
         aggregate = "model" if cfg.label_quality == "model" else cfg.label_aggregate
-        return WebChannel(ws.label_store, clips, cfg.labels_per_query, aggregate,
-                          ws.info, lambda: learner.rounds + 1,
+        return WebChannel(spec.label_store, clips, cfg.labels_per_query, aggregate,
+                          spec.info, lambda: learner.rounds + 1,
                           gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
                           min_gold_answers=cfg.min_gold_answers,
                           min_gold_accuracy=cfg.min_gold_accuracy,
@@ -330,7 +331,7 @@ def make_channel(cfg: Any, ws: LearnerSpec, learner: PreferenceLearner) -> Chann
     if cfg.human_teacher:
         from lib.human_interface import KeyReader, RatingTerminalTeacher, TerminalTeacher
 
-        clip_dir = ws.run_dir / "queries"
+        clip_dir = spec.run_dir / "queries"
         done = len(list(clip_dir.glob("query_*"))) if clip_dir.is_dir() else 0
         reader = KeyReader(piped=cfg.human_piped)
         person = RatingTerminalTeacher(clip_dir, reader, cfg.rating_classes, cfg.human_viewer,
@@ -342,7 +343,7 @@ def make_channel(cfg: Any, ws: LearnerSpec, learner: PreferenceLearner) -> Chann
         def header(asked: int = 0) -> str:  # asked: the queries of this round before it
             from lib.clips import EPISODE_PATTERN, newest_episode_clip
 
-            episodes = ws.run_dir / "web" / "episodes"
+            episodes = spec.run_dir / "web" / "episodes"
             newest = newest_episode_clip(episodes)
             shown = "" if newest is None else \
                 f"; the agent's last full episode: {episodes / EPISODE_PATTERN.format(newest)}"
@@ -358,7 +359,7 @@ def make_channel(cfg: Any, ws: LearnerSpec, learner: PreferenceLearner) -> Chann
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
 
 
-def make_clips(cfg: Any, ws: LearnerSpec, reward_model: RewardEnsemble) -> Any:
+def make_clips(cfg: Any, spec: LearnerSpec, reward_model: RewardEnsemble) -> Any:
     """A ``lib.clips.ClipMaker`` over the run's frame ring, with Captum panels when
     ``xplain_*`` is on (an explainer built each round from the current agent and model).
 
@@ -376,22 +377,22 @@ def make_clips(cfg: Any, ws: LearnerSpec, reward_model: RewardEnsemble) -> Any:
                               f"{', '.join(METHODS)} (or register one in lib/explain.py)")
 
         def explainer() -> Any:
-            store = ws.store
-            idx = ws.rng.integers(0, len(store), size=64)
+            store = spec.store
+            idx = spec.rng.integers(0, len(store), size=64)
             idx = idx[store.readable(idx)]
             if len(idx) == 0:  # unlikely: take the readable ones in storage order
                 idx = np.flatnonzero(store.readable(np.arange(len(store))))[:64]
             return Explainer(
-                cfg.xplain_method, ws.obs_shape, store.observations(idx), store.actions[idx],
+                cfg.xplain_method, spec.obs_shape, store.observations(idx), store.actions[idx],
                 cfg.xplain_baseline,
-                action_forward(ws.agent, ws.discrete, cfg.xplain_action_dim)
+                action_forward(spec.agent, spec.discrete, cfg.xplain_action_dim)
                 if cfg.xplain_action else None,
                 reward_forward(reward_model) if cfg.xplain_state else None,
-                discrete=ws.discrete,
-                names=feature_names(ws.env, ws.obs_dim) if ws.obs_kind == "vector" else (),
-                top_k=cfg.xplain_top_k, device=ws.device)
+                discrete=spec.discrete,
+                names=feature_names(spec.env, spec.obs_dim) if spec.obs_kind == "vector" else (),
+                top_k=cfg.xplain_top_k, device=spec.device)
 
-    return ClipMaker(ws.frames, ws.store.capacity, ws.run_dir, cfg.clip_fps, explainer)
+    return ClipMaker(spec.frames, spec.store.capacity, spec.run_dir, cfg.clip_fps, explainer)
 
 
 def make_episode_clips(ws: Any) -> Any:

@@ -36,7 +36,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -49,6 +49,9 @@ from themis.online.stream import QueryTarget
 from themis.online.weights import SharedWeights
 from themis.run.config import TrainConfig, frame_capacity, frame_size
 from themis.utils import ConfigError
+
+if TYPE_CHECKING:
+    from themis.feedback.factory import LearnerSpec
 
 ORPHAN_GRACE = 30.0
 """Seconds the learner may take to save after the agent's process is gone, then it exits."""
@@ -87,15 +90,14 @@ class LearnerSpace:
         from themis.agents.encoders import observation_kind
         from themis.environments.frames import FrameStore
         from themis.feedback.factory import make_label_store
+        from themis.utils import get_device
 
         self.cfg, self.env_spec, self.run_dir, self.logger = cfg, spec, run_dir, logger
         self.obs_shape = tuple(spec.obs_shape)
         try:
-            observation_kind(self.obs_shape)
+            self.obs_kind = observation_kind(self.obs_shape)
         except ValueError as e:
             raise ConfigError(f"{spec.env_id}: {e}") from None
-        from themis.utils import get_device
-
         self.device = get_device(cfg.device)
         try:
             self.buffer = EpisodeStore(self.obs_shape, spec.action_dim, spec.capacity,
@@ -109,16 +111,16 @@ class LearnerSpace:
         self.label_store = web[0] if web is not None else None
         self.label_tokens = web[1] if web is not None else []
 
-    def spec(self) -> Any:
+    def spec(self) -> LearnerSpec:
         """The :class:`~themis.feedback.factory.LearnerSpec` of this process: whole
         observations per slot (runs overlap: no frame links), no agent (explanations of the
         policy are refused), a method's clock counting the steps received."""
-        from themis.agents.encoders import observation_kind, random_encoder
+        from themis.agents.encoders import random_encoder
         from themis.core.precision import resolve_precision
         from themis.feedback.factory import LearnerSpec
 
         spec, cfg = self.env_spec, self.cfg
-        encoder = None if observation_kind(self.obs_shape) == "vector" else \
+        encoder = None if self.obs_kind == "vector" else \
             random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
         return LearnerSpec(
             spec.env_id, self.obs_shape, np.dtype(spec.obs_dtype), spec.action_dim,
