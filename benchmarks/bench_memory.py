@@ -49,7 +49,7 @@ def measure(overrides: list[str]) -> dict[str, float]:
         return {
             "capacity": ws.buffer.capacity,
             "obs_dtype": str(ws.buffer.obs.dtype),
-            "frame_stack": ws.frame_stack,
+            "frame_stack": ws.facts.frame_stack,
             "buffer_gb": sum(a.nbytes for a in buffer_arrays) / 1e9,
             "dataset_gb": sum(a.nbytes for a in dataset_arrays) / 1e9,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,

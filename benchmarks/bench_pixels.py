@@ -66,7 +66,7 @@ def one(env: str, chunk: int | None, steps: int, labels: int, epochs: int) -> di
         start = time.perf_counter()
         ws.run()
         seconds = time.perf_counter() - start
-        pixels = int(np.prod(ws.obs_shape))
+        pixels = int(np.prod(ws.facts.obs_shape))
     return {"seconds": seconds, "reward_seconds": spent[0], "pixels": pixels,
             "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 

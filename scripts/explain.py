@@ -59,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     env, rng = ws.env, np.random.default_rng(args.seed)
     obs, _ = env.reset(seed=args.seed)
     frame, episode, t = env.render(), 0, 0
-    eye = np.eye(ws.action_dim, dtype=np.float32)
+    eye = np.eye(ws.facts.action_dim, dtype=np.float32)
     for _ in range(args.steps):
         action = ws.eval_action(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        stored = eye[action] if ws.discrete else action
+        stored = eye[action] if ws.facts.discrete else action
         ws.frames.add(ws.buffer.ptr, frame)
         ws.buffer.add(obs, stored, 0.0, next_obs, terminated, episode, t, float(reward))
         obs, frame, t = next_obs, env.render(), t + 1

@@ -558,7 +558,7 @@ def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):
     bonus = find(ws.learner.methods, RUNE).uncertainty
     assert bonus.beta(0) == bonus.beta(10**6) == 1.0
     obs = ws.buffer.obs[:50].reshape(50, -1)
-    act = np.eye(ws.action_dim, dtype=np.float32)[np.zeros(50, int)]
+    act = np.eye(ws.facts.action_dim, dtype=np.float32)[np.zeros(50, int)]
     members = ws.reward_model.predict_members(obs, act)
     np.testing.assert_allclose(ws.learner.reward(obs, act),
                                members.mean(0) + members.std(0), rtol=1e-5, atol=1e-6)

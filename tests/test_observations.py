@@ -164,7 +164,7 @@ def test_images_reach_agent_store_and_reward_model_channels_first(compose, tmp_p
                                                                  shape):
     ws = make_workspace(compose([*TINY_PPO, *overrides, "num_train_steps=300",
                                  "num_seed_steps=64", "num_unsup_steps=64"]), tmp_path)
-    assert ws.obs_shape == shape and ws.obs_kind == "pixels"
+    assert ws.facts.obs_shape == shape and ws.facts.obs_kind == "pixels"
     ws.run(until=256)  # seed steps, state-entropy PPO updates through the CNN
     assert ws.buffer.obs.shape[1:] == shape and ws.buffer.obs[: len(ws.buffer)].any()
     assert ws.learner.model.obs_shape == shape

@@ -166,13 +166,14 @@ def test_a_checkpoint_is_read_onto_the_cpu_whatever_the_run_device(compose, tmp_
     state from there ("RNG state must be a torch.ByteTensor"): resume=... device=cuda failed.
     The meta device stands in for the GPU here; modules and optimisers copy to their device."""
     from themis.builder import make_workspace
+    from themis.run.checkpoint import resume_state
 
     ws = make_workspace(compose([*TINY_PENDULUM, "checkpoint_frequency=100000"]), tmp_path)
     ws.run(until=300)
     ws.maybe_checkpoint(force=True)
     ws.logger.close()
     ws.device = torch.device("meta")  # as if the run were on another device than the CPU
-    state = ws.read_checkpoint()
+    state, _ = resume_state(ws.run_dir, ws.facts.env_id, web_answers=False)
     devices = {t.device.type for t in _tensors(state)}
     assert devices == {"cpu"}, devices
     ws.load_state_dict(state)  # restores the global generators from the CPU tensors

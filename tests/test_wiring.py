@@ -59,7 +59,7 @@ def test_after_a_feedback_round_sac_trains_on_the_reward_model(compose, tmp_path
 
 def test_ppo_rollouts_carry_the_reward_models_prediction(compose, tmp_path):
     ws = make_workspace(compose([*PPO_TINY, "num_train_steps=1000"]), tmp_path)
-    eye = np.eye(ws.action_dim, dtype=np.float32)
+    eye = np.eye(ws.facts.action_dim, dtype=np.float32)
     checked = []
     update = ws.agent.update
 

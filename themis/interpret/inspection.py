@@ -292,10 +292,10 @@ def run_reward_curves(ws: Any, episodes: int = 2, max_steps: int = 1000,
     random policy, scored by the run's reward model."""
     assert ws.reward_model is not None
     env = ws.eval_env
-    eye = np.eye(ws.action_dim, dtype=np.float32)
+    eye = np.eye(ws.facts.action_dim, dtype=np.float32)
 
     def vector(action: Any) -> np.ndarray:
-        return eye[int(action)] if ws.discrete else np.asarray(action, dtype=np.float32)
+        return eye[int(action)] if ws.facts.discrete else np.asarray(action, dtype=np.float32)
 
     def agent_act(obs: np.ndarray) -> Any:
         return ws.eval_action(obs)
@@ -327,7 +327,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     out.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
     ws = load_run(run, Path(scratch.name))
-    env_id = ws.env_id
+    env_id = ws.facts.env_id
     from themis.feedback.factory import run_title
     from themis.run.received_config import load_received_config
 
@@ -378,7 +378,7 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
                       f"**{spearman:.3f}**.", ""]
         if ws.cfg.domain in ("Minigrid", "BabyAI"):
             ws.eval_env.reset(seed=seed)
-            learned, true = grid_reward_maps(ws.eval_env, ws.reward_model, ws.action_dim)
+            learned, true = grid_reward_maps(ws.eval_env, ws.reward_model, ws.facts.action_dim)
             plot_grid_maps(ws.eval_env, learned, true, out / "grid_reward.png")
             lines += ["### Reward of each cell", "", "![grid reward maps](grid_reward.png)", ""]
 

@@ -48,19 +48,20 @@ def make_agent(ws: Workspace) -> SAC:
     Raises:
         ConfigError: pixel or grid observations (SAC on them is not supported yet).
     """
-    if ws.obs_kind != "vector":
-        raise ConfigError(f"{ws.env_id}: SAC on {ws.obs_kind} observations is not supported "
-                          "yet; use a discrete-action variant with agent=ppo "
+    facts = ws.facts
+    if facts.obs_kind != "vector":
+        raise ConfigError(f"{facts.env_id}: SAC on {facts.obs_kind} observations is not "
+                          "supported yet; use a discrete-action variant with agent=ppo "
                           "(CarRacing-v3: +env_kwargs.continuous=false)")
-    return SAC(ws.obs_dim, ws.action_dim, ws.device, ws.cfg.sac, precision=ws.precision)
+    return SAC(facts.obs_dim, facts.action_dim, ws.device, ws.cfg.sac, precision=ws.precision)
 
 
 def store(ws: Workspace) -> ReplayBuffer:
     """The replay buffer: ``replay_buffer_capacity``, or every step of the run."""
     cfg = ws.cfg
-    return ReplayBuffer(ws.obs_shape, ws.action_dim,
+    return ReplayBuffer(ws.facts.obs_shape, ws.facts.action_dim,
                         cfg.replay_buffer_capacity or cfg.num_train_steps, ws.device,
-                        obs_dtype=ws.obs_dtype)
+                        obs_dtype=ws.facts.obs_dtype)
 
 
 def replay(ws: Workspace) -> ReplayBuffer:

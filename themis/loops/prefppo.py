@@ -97,7 +97,7 @@ def make_agent(ws: Workspace) -> PPO:
                           f"(ppo.num_steps={ppo.num_steps}); a query segment must fit in "
                           "one rollout: lower segment or raise ppo.num_steps")
     rollouts = max(1, cfg.num_train_steps // (ppo.num_envs * ppo.num_steps))
-    return PPO(ws.obs_shape, ws.action_dim, ws.device, ppo, total_updates=rollouts)
+    return PPO(ws.facts.obs_shape, ws.facts.action_dim, ws.device, ppo, total_updates=rollouts)
 
 
 def store(ws: Workspace) -> EpisodeStore:
@@ -105,8 +105,8 @@ def store(ws: Workspace) -> EpisodeStore:
     steps, no next observations, Atari frame stacks stored once per frame."""
     cfg = ws.cfg
     capacity = cfg.replay_buffer_capacity or min(cfg.num_train_steps, STORE_CAPACITY)
-    return EpisodeStore(ws.obs_shape, ws.action_dim, capacity, ws.device,
-                        obs_dtype=ws.obs_dtype, frame_stack=ws.frame_stack)
+    return EpisodeStore(ws.facts.obs_shape, ws.facts.action_dim, capacity, ws.device,
+                        obs_dtype=ws.facts.obs_dtype, frame_stack=ws.facts.frame_stack)
 
 
 def eval_action(ws: Workspace, obs: np.ndarray) -> Any:
@@ -144,7 +144,7 @@ def rollout_distances(ws: Workspace, rollout_obs: np.ndarray) -> torch.Tensor:
     """Each state's distance to its ``topK``-th nearest neighbour among the rollout's other
     states (RE3 / PEBBLE Eq. 3), ``(T * N,)``; the running statistics are updated."""
     horizon, n_envs = rollout_obs.shape[:2]
-    flat = torch.as_tensor(rollout_obs.reshape(horizon * n_envs, *ws.obs_shape),
+    flat = torch.as_tensor(rollout_obs.reshape(horizon * n_envs, *ws.facts.obs_shape),
                            device=ws.device)
     feats = ws.state_entropy.features(flat)
     dist = knn_distance(feats, feats, min(ws.cfg.topK, len(feats) - 1), exclude_self=True)
@@ -158,8 +158,8 @@ def warm_start(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray,
     fresh minibatch of its states with their standardised novelty
     (:func:`themis.loops.pebble.novelty_sample` for SAC)."""
     assert ws.learner is not None
-    obs = torch.as_tensor(rollout_obs.reshape(-1, *ws.obs_shape), device=ws.device)
-    act = torch.as_tensor(np.eye(ws.action_dim, dtype=np.float32)[actions.reshape(-1)],
+    obs = torch.as_tensor(rollout_obs.reshape(-1, *ws.facts.obs_shape), device=ws.device)
+    act = torch.as_tensor(np.eye(ws.facts.action_dim, dtype=np.float32)[actions.reshape(-1)],
                           device=ws.device)
     z, bound = ws.state_entropy.standardise(dist)
     size = max(1, len(z) // ws.cfg.ppo.num_minibatches)
@@ -176,7 +176,7 @@ def learned_rewards(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray)
     """Ensemble-mean r̂(s, a) of every step of the rollout, ``(T, N)``."""
     assert ws.learner is not None
     horizon, n_envs = actions.shape
-    one_hot = np.eye(ws.action_dim, dtype=np.float32)[actions.reshape(-1)]
+    one_hot = np.eye(ws.facts.action_dim, dtype=np.float32)[actions.reshape(-1)]
     r = ws.learner.reward(rollout_obs.reshape(horizon * n_envs, -1), one_hot)
     return r.reshape(horizon, n_envs)
 
@@ -201,8 +201,8 @@ def run(ws: Workspace, until: int) -> None:
     # frames of the current observations, when a person watches clips
     frames: Any = envs.call("render") if ws.frames is not None else [None] * n_envs
     staging = [_EpisodeStaging(new_episode_id(ws)) for _ in range(n_envs)]
-    eye = np.eye(ws.action_dim, dtype=np.float32)
-    rollout_obs = np.zeros((horizon, n_envs, *ws.obs_shape), dtype=ws.obs_dtype)
+    eye = np.eye(ws.facts.action_dim, dtype=np.float32)
+    rollout_obs = np.zeros((horizon, n_envs, *ws.facts.obs_shape), dtype=ws.facts.obs_dtype)
     actions = np.zeros((horizon, n_envs), dtype=np.int64)
     logprobs = np.zeros((horizon, n_envs), dtype=np.float32)
     values = np.zeros((horizon, n_envs), dtype=np.float32)

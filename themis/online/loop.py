@@ -72,10 +72,10 @@ class LoopChannel(OnlineReward):
         self._closed = True  # until the process runs
         cfg = ws.cfg
         self.n_envs = cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1
-        self.env_id, self.run_dir = ws.env_id, ws.run_dir
+        self.env_id, self.run_dir = ws.facts.env_id, ws.run_dir
         self.transform = None  # make_env already prepared the observations
-        self.obs_shape, self.obs_dtype = tuple(ws.obs_shape), np.dtype(ws.obs_dtype)
-        self.discrete, self.action_dim, self.eye = ws.discrete, ws.action_dim, None
+        self.obs_shape, self.obs_dtype = tuple(ws.facts.obs_shape), np.dtype(ws.facts.obs_dtype)
+        self.discrete, self.action_dim, self.eye = ws.facts.discrete, ws.facts.action_dim, None
         # the learner's first round comes when the loop's pretraining ends
         self.cfg = dataclasses.replace(cfg, num_seed_steps=ws.pretrain_end, num_unsup_steps=0)
         self.online = OnlineKeys()  # close_timeout: the final gather and save
@@ -86,8 +86,8 @@ class LoopChannel(OnlineReward):
                                      self.action_dim, self.flush_steps + cfg.segment)
         self.last_flush = time.monotonic()
         self.dropped = 0
-        spec = EnvSpec(ws.env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
-                       self.discrete, ws.max_episode_steps, ws.buffer.capacity)
+        spec = EnvSpec(ws.facts.env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
+                       self.discrete, ws.facts.max_episode_steps, ws.buffer.capacity)
         self.start_learner(model, spec, {"resume": False, "reward_model": None, "loop": True})
         if len(ws.buffer):  # a pretraining snapshot's steps: queries may come from them too
             self.send_stored(ws.buffer, ws.step,
@@ -159,15 +159,16 @@ class AsyncLearner:
     """
 
     def __init__(self, ws: Workspace) -> None:
-        cfg = ws.cfg
+        cfg, facts = ws.cfg, ws.facts
         self.ws = ws
-        self.model = reward_model_from(cfg, ws.obs_dim, ws.action_dim, ws.obs_shape).to(
-            ws.device)
+        self.model = reward_model_from(cfg, facts.obs_dim, facts.action_dim,
+                                       facts.obs_shape).to(ws.device)
         self.model.precision = ws.precision
         self.model.eval()
         # the methods that add to the agent's reward (the learner process runs the others)
         self.bonus_methods = build_methods(cfg, MethodContext(
-            cfg.segment, ws.obs_dim, ws.action_dim, ws.obs_dtype, clock=lambda: int(ws.step),
+            cfg.segment, facts.obs_dim, facts.action_dim, facts.obs_dtype,
+            clock=lambda: int(ws.step),
             on_policy=ws.driver.NAME == "ppo"), only=("reward_bonus",))
         self.channel: LoopChannel | None = None
         self.version = 0  # the version in use (0: none yet)

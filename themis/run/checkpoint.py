@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from themis.core.safe_loading import UnsafeFileError, safe_load
-from themis.utils import replace_durably, save_durably
+from themis.reward import save_reward_model
+from themis.utils import ConfigError, replace_durably, save_durably
 
 log = logging.getLogger(__name__)
 
@@ -194,3 +195,45 @@ def _as_int(value: str) -> float:
         return float(value)
     except ValueError:
         return float("inf")
+
+
+def save_models(run_dir: Path, step: int, env_id: str, agent: Any, learner: Any) -> None:
+    """The files a user takes from a run: ``checkpoints/agent.pt`` (the agent's state dict),
+    ``checkpoints/reward_model.pt`` and the preference dataset (``preferences/``), each written
+    atomically (a crash leaves the old file or the new one). ``learner``: the run's
+    :class:`themis.feedback.PreferenceLearner`, or ``None`` without reward learning."""
+    ckpt = run_dir / "checkpoints"
+    ckpt.mkdir(exist_ok=True)
+    save_durably({"agent": agent.state_dict(), "step": step, "env": env_id}, ckpt / "agent.pt")
+    if learner is not None:
+        save_reward_model(learner.model, ckpt / "reward_model.pt", step=step, env=env_id)
+        learner.dataset.save(run_dir / "preferences")
+
+
+def resume_state(run_dir: Path, env_id: str, web_answers: bool) -> tuple[dict[str, Any], Path]:
+    """The run's last intact checkpoint for ``resume=``, its tensors on the CPU (generators'
+    states must be CPU tensors; modules and optimisers copy theirs to their device), and its
+    path. ``web_answers``: the run's label store holds answers (named in the error's hint).
+
+    Raises:
+        ConfigError: none intact (with where the labels given so far are), not a Themis
+            checkpoint, or one of another env.
+    """
+    try:
+        state, path = load_checkpoint(run_dir / "checkpoints", "cpu")
+    except CheckpointError as e:
+        prefs = run_dir / "preferences"
+        hint = (f"; the labels given so far are in {prefs}: start a new run with "
+                f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() else ""
+        if web_answers:
+            hint = ("; the answers people gave are in labels.sqlite: python "
+                    f"scripts/store_to_prefs.py {run_dir} DIR writes them as a preference "
+                    "dataset, and a new run with prefs_path=DIR keeps them")
+        raise ConfigError(f"resume: {e}{hint}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ConfigError(f"resume: {path} is not a Themis checkpoint (no step counter in it); "
+                          "was it replaced?")
+    if state.get("env") != env_id:
+        raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, not "
+                          f"{env_id}")
+    return state, path

@@ -1,7 +1,8 @@
 """The console lines that say what a run will do: its banner (env, method, agent, reward
 source, device, run dir) and its plan of queries (how many, in how many rounds, from which
 step), both from the resolved config and the built :class:`~themis.run.workspace.Workspace`
-(docs/guide/configuration.md).
+(docs/guide/configuration.md); a feedback round's line; and the line that says how to continue
+a stopped run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,13 @@ from typing import Any
 
 from themis.feedback.factory import decaying_schedule, teacher_description, teacher_name
 from themis.feedback.selector import feedback_rounds, round_grid
+from themis.run.checkpoint import STATE_FILE
+
+ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
+                 "skipped": "round_skipped", "equal": "round_equal",
+                 "oracle_agreement": "round_oracle_agreement"}
+"""Console names of ``reward.csv`` columns in a round's line: ``*_total`` counts the whole run,
+``round_*`` this round (the held-out numbers are on this round's new labels too)."""
 
 
 def plural(count: int, word: str) -> str:
@@ -42,7 +50,7 @@ def log_banner(ws: Any, extra: str = "") -> None:
     else:
         reward = f"learned from {teacher_description(cfg)}"
     ws.logger.info(
-        f"Themis | {ws.env_id} | {ws.title} | agent {ws.driver.NAME} "
+        f"Themis | {ws.facts.env_id} | {ws.title} | agent {ws.driver.NAME} "
         f"({ws.agent_reason}: "
         f"{ws.env.action_space}){extra} | reward: {reward} | device {ws.device}, "
         f"{ws.thread_choice.describe()}"
@@ -92,3 +100,33 @@ def query_plan(ws: Any) -> tuple[str, str] | None:
 
 
 __all__ = ["log_banner", "plural", "query_plan", "query_rounds"]
+
+
+def round_line(row: dict[str, Any], pending: int | None = None) -> dict[str, Any]:
+    """A feedback round's console fields from its ``reward.csv`` row (:data:`ROUND_CONSOLE`'s
+    names); ``pending``: web queries still waiting for answers (with the round's new labels),
+    ``None`` for teachers that answer at once."""
+    line = {ROUND_CONSOLE.get(k, k): v for k, v in row.items()
+            if k not in ("sampler", "new_labels")}
+    if pending is not None:
+        line.update(round_new_labels=row["new_labels"], pending=pending)
+    return line
+
+
+def stop_line(ws: Any, launcher: str) -> str:
+    """The line printed after Ctrl-C: the step reached and how to go on — the command that
+    continues from the last checkpoint (``launcher resume=RUN_DIR``), that there is none yet,
+    or, for ``reward_training=async`` runs (which cannot be resumed), where the labels are."""
+    if ws.remote is not None and (ws.run_dir / "labels.sqlite").is_file():  # web
+        return (f"stopped at step {ws.step}; an async run cannot be resumed: every answer is "
+                f"in its labels.sqlite: python scripts/store_to_prefs.py {ws.run_dir} DIR "
+                "writes them all (a new run with prefs_path=DIR keeps them)")
+    if ws.remote is not None:
+        return (f"stopped at step {ws.step}; an async run cannot be resumed: its labels are in "
+                f"{ws.run_dir / 'preferences'} (a new run with prefs_path= keeps them)")
+    if not (ws.run_dir / "checkpoints" / STATE_FILE).is_file():
+        first = min(ws.pretrain_end, ws.cfg.checkpoint_frequency)
+        return (f"stopped at step {ws.step}, before the first checkpoint (at step {first}): "
+                "run the command again to start over")
+    return (f"stopped at step {ws.step}; last checkpoint at step {ws.last_checkpoint_step}; "
+            f"continue with {launcher} resume={ws.run_dir.resolve()}")

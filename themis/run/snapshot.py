@@ -94,7 +94,7 @@ def save_snapshot(ws: Any, path: Path | None = None) -> Path:
     without pickle."""
     path = path or ws.run_dir / "snapshot.pt"
     save_durably({
-        "version": SNAPSHOT_VERSION, "env": ws.env_id, "domain": ws.cfg.domain,
+        "version": SNAPSHOT_VERSION, "env": ws.facts.env_id, "domain": ws.cfg.domain,
         "step": ws.step, "episode": ws.episode,
         "num_seed_steps": ws.cfg.num_seed_steps,  # the pretraining it ran
         "num_unsup_steps": ws.cfg.num_unsup_steps,
@@ -115,9 +115,9 @@ def load_snapshot(ws: Any, path: Path) -> None:
         ConfigError: the file is missing or was written for another env or shape.
     """
     snap = read_snapshot(path, ws.device)
-    if snap.get("env") != ws.env_id:
+    if snap.get("env") != ws.facts.env_id:
         raise ConfigError(f"pretrained_snapshot={path} was made for env={snap.get('env')}, "
-                          f"not {ws.env_id}")
+                          f"not {ws.facts.env_id}")
     if agent_only(snap):  # a run's agent.pt: its networks and optimisers only
         try:
             ws.agent.load_state_dict(snap["agent"])

@@ -16,21 +16,19 @@ from collections.abc import Callable, Sized
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-import gymnasium as gym
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from themis.agents import Agent
 from themis.agents.buffers import EpisodeStore
-from themis.agents.encoders import observation_kind, random_encoder
+from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
 from themis.core.safe_loading import MALFORMED, describe
 from themis.crowd.label_store import LabelStore
-from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
+from themis.environments.domains import get_domain, make_env
 from themis.environments.frames import FrameStore
-from themis.environments.observations import unsupported
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     LearnerSpec,
@@ -40,29 +38,24 @@ from themis.feedback.factory import (
     run_title,
     start_label_server,
 )
-from themis.reward import RewardEnsemble, save_reward_model
+from themis.reward import RewardEnsemble
 from themis.run.checkpoint import (
-    STATE_FILE,
-    CheckpointError,
-    load_checkpoint,
+    resume_state,
     rng_states,
     save_checkpoint,
+    save_models,
     set_rng_states,
     truncate_csv,
 )
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
+from themis.run.env_facts import env_facts
 from themis.run.evaluation import run_episodes
 from themis.run.logger import Logger, plot_learning_curve
+from themis.run.plan import round_line, stop_line
 from themis.run.snapshot import SNAPSHOT_VERSION, load_pretrained_policy, load_snapshot
 from themis.run.threads import apply_threads, choose_threads
 from themis.tracking import run_files, start_tracking
-from themis.utils import ConfigError, check_memory, get_device, save_durably, set_seed_everywhere
-
-ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
-                 "skipped": "round_skipped", "equal": "round_equal",
-                 "oracle_agreement": "round_oracle_agreement"}
-"""Console names of ``reward.csv`` columns in a round's line: ``*_total`` counts the whole run,
-``round_*`` this round (the held-out numbers are on this round's new labels too)."""
+from themis.utils import ConfigError, check_memory, get_device, set_seed_everywhere
 
 
 class Driver(Protocol):
@@ -138,30 +131,14 @@ class Workspace:
                             **cfg.env_kwargs)
         self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
                                  obs_transform=cfg.obs_transform, **cfg.env_kwargs)
-        self.env_id = get_domain(cfg.domain).resolve(cfg.env)
-        self.max_episode_steps = episode_limit(self.env)
-        if self.max_episode_steps is not None and cfg.segment > self.max_episode_steps:
+        self.facts = facts = env_facts(get_domain(cfg.domain).resolve(cfg.env), self.env)
+        if facts.max_episode_steps is not None and cfg.segment > facts.max_episode_steps:
             raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
-                              f"({self.max_episode_steps} steps) of {self.env_id}")
-        obs_space, action_space = self.env.observation_space, self.env.action_space
-        why = unsupported(obs_space)  # a dict without obs_transform, float images, ...
-        if why is not None:
-            raise ConfigError(f"{self.env_id}: {why}")
-        self.obs_shape = tuple(obs_space.shape or ())
-        try:
-            self.obs_kind = observation_kind(self.obs_shape)
-        except ValueError as e:
-            raise ConfigError(f"{self.env_id}: {e}") from None
-        self.obs_dim = int(np.prod(self.obs_shape))
-        self.obs_dtype = np.float32 if self.obs_kind == "vector" else np.uint8
-        self.frame_stack = frame_stack_size(self.env)  # stored once per frame, not per stack
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
-            else int(np.prod(action_space.shape or ()))
-        if cfg.xplain_action and not self.discrete \
-                and not -1 <= cfg.xplain_action_dim < self.action_dim:
+                              f"({facts.max_episode_steps} steps) of {facts.env_id}")
+        if cfg.xplain_action and not facts.discrete \
+                and not -1 <= cfg.xplain_action_dim < facts.action_dim:
             raise ConfigError(f"xplain_action_dim={cfg.xplain_action_dim} is not an action "
-                              f"dimension of {self.env_id} (0 … {self.action_dim - 1}, or -1 "
+                              f"dimension of {facts.env_id} (0 … {facts.action_dim - 1}, or -1 "
                               "for the norm of the action)")
 
         # --- PyTorch threads (themis/run/threads.py: one per run unless the config says more)
@@ -170,7 +147,7 @@ class Workspace:
             cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
         try:
             self.thread_choice = choose_threads(
-                cfg.torch_threads, agent=driver.NAME, obs_kind=self.obs_kind,
+                cfg.torch_threads, agent=driver.NAME, obs_kind=facts.obs_kind,
                 device=self.device.type, hidden_dim=net.hidden_dim, batch_size=batch)
         except ValueError as e:
             raise ConfigError(str(e)) from None
@@ -185,8 +162,8 @@ class Workspace:
             key = "replay_buffer_capacity" if cfg.replay_buffer_capacity else "num_train_steps"
             raise ConfigError(f"{key}={getattr(cfg, key)}: {e}; lower {key}") from None
         # state entropy of pixels and grids: k-NN in a fixed random encoder's features (RE3)
-        self.feature_encoder = None if self.obs_kind == "vector" else \
-            random_encoder(self.obs_shape, seed=cfg.seed).to(self.device)
+        self.feature_encoder = None if facts.obs_kind == "vector" else \
+            random_encoder(facts.obs_shape, seed=cfg.seed).to(self.device)
         self.state_entropy = StateEntropyReward(cfg.topK, cfg.entropy_pool_size,
                                                 encoder=self.feature_encoder,
                                                 scale=cfg.state_entropy_scale)
@@ -240,18 +217,22 @@ class Workspace:
         self.start_time = time.time()
 
         self.checkpoint_path: Path | None = None  # the checkpoint resumed from
-        resume_state = self.read_checkpoint() if cfg.resume else None
-        if resume_state is not None:
+        resumed = None
+        if cfg.resume:
+            resumed, self.checkpoint_path = resume_state(
+                self.run_dir, facts.env_id, self.label_store is not None
+                and bool(self.label_store.status()["answers"]))
+        if resumed is not None:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
-                truncate_csv(self.run_dir / f"{stream}.csv", int(resume_state["step"]))
+                truncate_csv(self.run_dir / f"{stream}.csv", int(resumed["step"]))
         self.logger = Logger(self.run_dir,
                              backends=("csv", "tensorboard") if cfg.logger.tensorboard else
                              ("csv",),
-                             purge_step=int(resume_state["step"]) if resume_state else None,
+                             purge_step=int(resumed["step"]) if resumed else None,
                              prefix=job_prefix())
-        if resume_state is not None:
+        if resumed is not None:
             try:
-                self.load_state_dict(resume_state)
+                self.load_state_dict(resumed)
             except MALFORMED as e:  # other observation/action shapes, a crafted state.pt
                 self.logger.close()
                 raise ConfigError(f"resume: the checkpoint {self.checkpoint_path} does not fit "
@@ -263,15 +244,16 @@ class Workspace:
         elif cfg.pretrained_policy:
             load_pretrained_policy(self, Path(cfg.pretrained_policy))
         # W&B / MLflow (logger=wandb|mlflow): rows queued for their threads, never waited for
-        self.tracking = start_tracking(cfg, self.run_dir, self.env_id, self.title,
+        self.tracking = start_tracking(cfg, self.run_dir, self.facts.env_id, self.title,
                                        self.logger_info_warning)
         self.logger.attach(self.tracking)
 
     def learner_spec(self) -> LearnerSpec:
         """What the preference learner needs of this run (:func:`make_learner`)."""
+        f = self.facts
         return LearnerSpec(
-            self.env_id, self.obs_shape, self.obs_dtype, self.action_dim, self.discrete,
-            self.frame_stack, self.max_episode_steps, self.device, self.precision, self.rng,
+            f.env_id, f.obs_shape, f.obs_dtype, f.action_dim, f.discrete, f.frame_stack,
+            f.max_episode_steps, self.device, self.precision, self.rng,
             self.run_dir, self.driver.NAME == "ppo", self.buffer, lambda: int(self.step),
             self.logger_info, self.feature_encoder, self.frames, self.label_store, self.agent,
             self.env)
@@ -354,12 +336,8 @@ class Workspace:
             row = report._asdict()
             row.update(row.pop("method_stats"))
             self.logger.reward.write(row)
-            console = {ROUND_CONSOLE.get(k, k): v for k, v in row.items()
-                       if k not in ("sampler", "new_labels")}
-            if self.label_store is not None:
-                console.update(round_new_labels=report.new_labels,
-                               pending=self.learner.pending())
-            self.logger.console("reward", console)
+            self.logger.console("reward", round_line(
+                row, self.learner.pending() if self.label_store is not None else None))
         self.interact_count = 0
         return report
 
@@ -422,16 +400,8 @@ class Workspace:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoints(self) -> None:
-        """Write agent and reward-model checkpoints and the preference dataset (each file
-        atomically: a crash leaves the old one or the new one)."""
-        ckpt = self.run_dir / "checkpoints"
-        ckpt.mkdir(exist_ok=True)
-        save_durably({"agent": self.agent.state_dict(), "step": self.step, "env": self.env_id},
-                     ckpt / "agent.pt")
-        if self.learner is not None:
-            save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.step,
-                              env=self.env_id)
-            self.learner.dataset.save(self.run_dir / "preferences")
+        """The agent, the reward model and the labels as a user takes them (:func:`save_models`)."""
+        save_models(self.run_dir, self.step, self.facts.env_id, self.agent, self.learner)
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``);
@@ -459,7 +429,7 @@ class Workspace:
         """Everything needed to continue the run: counters and the components' state dicts
         (see :mod:`themis.run.checkpoint`)."""
         state: dict[str, Any] = {
-            "version": SNAPSHOT_VERSION, "env": self.env_id, "agent_name": self.driver.NAME,
+            "version": SNAPSHOT_VERSION, "env": self.facts.env_id, "agent_name": self.driver.NAME,
             "step": self.step, "episode": self.episode,
             "episodes_started": self.episodes_started,
             "pretraining_done": self.pretraining_done,
@@ -475,34 +445,6 @@ class Workspace:
         }
         if self.learner is not None:
             state.update(self.learner.state_dict())
-        return state
-
-    def read_checkpoint(self) -> dict[str, Any]:
-        """The run's last intact checkpoint, its tensors on the CPU: the generators' states
-        must be CPU tensors, and modules and optimisers copy theirs to their own device.
-
-        Raises:
-            ConfigError: none intact, or one of another env.
-        """
-        try:
-            state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")
-        except CheckpointError as e:
-            prefs = self.run_dir / "preferences"
-            hint = (f"; the labels given so far are in {prefs}: start a new run with "
-                    f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() \
-                else ""
-            if self.label_store is not None and self.label_store.status()["answers"]:
-                hint = ("; the answers people gave are in labels.sqlite: python "
-                        f"scripts/store_to_prefs.py {self.run_dir} DIR writes them as a "
-                        "preference dataset, and a new run with prefs_path=DIR keeps them")
-            raise ConfigError(f"resume: {e}{hint}") from None
-        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-            raise ConfigError(f"resume: {path} is not a Themis checkpoint (no step counter in "
-                              "it); was it replaced?")
-        if state.get("env") != self.env_id:
-            raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, "
-                              f"not {self.env_id}")
-        self.checkpoint_path = path
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -545,22 +487,7 @@ class Workspace:
         close_progress_bars()
         for env in (self.env, self.eval_env):
             env.close()
-        if self.remote is not None and (self.run_dir / "labels.sqlite").is_file():  # web
-            return (f"stopped at step {self.step}; an async run cannot be resumed: every "
-                    f"answer is in its labels.sqlite: python scripts/store_to_prefs.py "
-                    f"{self.run_dir} DIR writes them all (a new run with prefs_path=DIR keeps "
-                    "them)")
-        if self.remote is not None:
-            return (f"stopped at step {self.step}; an async run cannot be resumed: its labels "
-                    f"are in {self.run_dir / 'preferences'} (a new run with prefs_path= keeps "
-                    "them)")
-        if not (self.run_dir / "checkpoints" / STATE_FILE).is_file():
-            first = min(self.pretrain_end, self.cfg.checkpoint_frequency)
-            return (f"stopped at step {self.step}, before the first checkpoint (at step "
-                    f"{first}): run the command again to start over")
-        return (f"stopped at step {self.step}; last checkpoint at step "
-                f"{self.last_checkpoint_step}; continue with {launcher} "
-                f"resume={self.run_dir.resolve()}")
+        return stop_line(self, launcher)
 
     def finish(self) -> None:
         """Final checkpoints (a finished run can be extended with resume= and a larger
@@ -588,7 +515,7 @@ class Workspace:
         eval_csv = self.run_dir / "eval.csv"
         if eval_csv.exists():
             plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
-                                title=f"{self.env_id}: {self.title}")
+                                title=f"{self.facts.env_id}: {self.title}")
         if self.tracking is not None:  # curve, report, clips; then the tracked run ends
             files = run_files(self.cfg.logger, self.run_dir, self.logger_info_warning) \
                 if self.tracking.active else None  # no report for trackers that are gone
