@@ -237,6 +237,5 @@ def run(ws: Workspace, until: int) -> None:
             last_log_step, last_log_time = ws.step, now
         if ws.step % cfg.eval_frequency == 0 or ws.step == cfg.num_train_steps:
             ws.evaluate()
-            ws.save_checkpoints()
         ws.maybe_checkpoint()
     bar.close()

@@ -289,6 +289,5 @@ def run(ws: Workspace, until: int) -> None:
         if ws.step // cfg.eval_frequency > step_before // cfg.eval_frequency or \
                 ws.step >= until:
             ws.evaluate()
-            ws.save_checkpoints()
         ws.maybe_checkpoint(force=checkpoint_now)  # after the logs: rows up to this step
     envs.close()

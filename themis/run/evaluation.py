@@ -32,3 +32,17 @@ def run_episodes(env: gym.Env, policy: Callable[[np.ndarray], Any], episodes: in
         if success is not None:
             successes.append(success)
     return returns, successes
+
+
+def evaluation_row(env: gym.Env, policy: Callable[[np.ndarray], Any], episodes: int, seed: int,
+                   step: int, episode: int, counters: dict[str, Any]) -> dict[str, Any]:
+    """An ``eval.csv`` row: ``step``, ``episode``, the mean and std of the true return over
+    ``episodes`` episodes of ``policy`` (:func:`run_episodes`), ``counters`` (feedback counts,
+    teacher statistics), and ``success_rate`` (the share of episodes where ``info["success"]``
+    was true at some step) for envs that report it (Meta-World)."""
+    returns, successes = run_episodes(env, policy, episodes, seed)
+    row = {"step": step, "episode": episode, "episode_reward": float(np.mean(returns)),
+           "episode_reward_std": float(np.std(returns)), **counters}
+    if successes:
+        row["success_rate"] = float(np.mean(successes))
+    return row

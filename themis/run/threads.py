@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from themis.utils import ConfigError
 
 WIDE_WORK = 256 * 128 * 128
 """Work per update (batch × width²) above which more threads paid for one run alone: SAC's
@@ -166,3 +169,22 @@ def choose_threads(value: object, *, agent: str, obs_kind: str, device: str, hid
         return auto_threads(agent=agent, obs_kind=obs_kind, device=device, hidden_dim=hidden_dim,
                             batch_size=batch_size)
     return ThreadChoice(n, f"torch_threads={n}" if n else "torch_threads=0: PyTorch's default")
+
+
+def run_threads(cfg: Any, agent: str, obs_kind: str, device: str) -> ThreadChoice:
+    """The :class:`ThreadChoice` of a run's config (:func:`choose_threads` with its agent's
+    hidden width and update batch: SAC's ``batch_size``, PPO's minibatch), applied.
+
+    Raises:
+        ConfigError: ``torch_threads`` or ``THEMIS_THREADS`` is not ``auto`` or a count.
+    """
+    net = cfg.sac if agent == "sac" else cfg.ppo
+    batch = cfg.sac.batch_size if agent == "sac" else \
+        cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
+    try:
+        choice = choose_threads(cfg.torch_threads, agent=agent, obs_kind=obs_kind, device=device,
+                                hidden_dim=net.hidden_dim, batch_size=batch)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    apply_threads(choice)
+    return choice

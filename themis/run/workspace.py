@@ -49,11 +49,11 @@ from themis.run.checkpoint import (
 )
 from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
 from themis.run.env_facts import env_facts
-from themis.run.evaluation import run_episodes
+from themis.run.evaluation import evaluation_row
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.plan import round_line, stop_line
 from themis.run.snapshot import SNAPSHOT_VERSION, load_pretrained_policy, load_snapshot
-from themis.run.threads import apply_threads, choose_threads
+from themis.run.threads import run_threads
 from themis.tracking import run_files, start_tracking
 from themis.utils import ConfigError, check_memory, get_device, set_seed_everywhere
 
@@ -142,16 +142,7 @@ class Workspace:
                               "for the norm of the action)")
 
         # --- PyTorch threads (themis/run/threads.py: one per run unless the config says more)
-        net = cfg.sac if driver.NAME == "sac" else cfg.ppo
-        batch = cfg.sac.batch_size if driver.NAME == "sac" else \
-            cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
-        try:
-            self.thread_choice = choose_threads(
-                cfg.torch_threads, agent=driver.NAME, obs_kind=facts.obs_kind,
-                device=self.device.type, hidden_dim=net.hidden_dim, batch_size=batch)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        apply_threads(self.thread_choice)
+        self.thread_choice = run_threads(cfg, driver.NAME, facts.obs_kind, self.device.type)
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
 
         # --- agent, store, intrinsic reward
@@ -376,22 +367,20 @@ class Workspace:
     def evaluate(self) -> float:
         """Mean true return of ``num_eval_episodes`` episodes (the driver's evaluation action:
         SAC's mean action, a PPO sample); one ``eval.csv`` row, with ``success_rate`` (share of
-        episodes where ``info["success"]`` was true at some step) for envs that report it."""
-        returns, successes = run_episodes(self.eval_env, self.eval_action,
-                                          self.cfg.num_eval_episodes, self.cfg.seed + 10_000)
+        episodes where ``info["success"]`` was true at some step) for envs that report it.
+        Then the agent, reward model and labels a user takes are written
+        (:meth:`save_checkpoints`), so that they are the evaluated ones."""
         stats = self.learner.stats.as_dict() if self.learner is not None else \
-            {"skip_fraction": float("nan"), "equal_fraction": float("nan"),
-             "oracle_agreement": float("nan")}
-        row = {"step": self.step, "episode": self.episode,
-               "episode_reward": float(np.mean(returns)),
-               "episode_reward_std": float(np.std(returns)),
-               "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
-               "reward_accuracy": self.reward_accuracy, **stats}
-        if successes:  # envs that report info["success"] (Meta-World)
-            row["success_rate"] = float(np.mean(successes))
+            dict.fromkeys(("skip_fraction", "equal_fraction", "oracle_agreement"), float("nan"))
+        row = evaluation_row(self.eval_env, self.eval_action, self.cfg.num_eval_episodes,
+                             self.cfg.seed + 10_000, self.step, self.episode, {
+                                 "total_feedback": self.total_feedback,
+                                 "labeled_feedback": self.labeled_feedback,
+                                 "reward_accuracy": self.reward_accuracy, **stats})
         self.logger.eval.write(row)
         self.logger.console("eval", row)
         self.last_eval_return = row["episode_reward"]
+        self.save_checkpoints()
         return row["episode_reward"]
 
     def eval_action(self, obs: np.ndarray) -> Any:
