@@ -290,7 +290,7 @@ def test_inspect_run_adds_the_labels_section_for_web_runs(crowd, tmp_path, monke
         (tmp_path / "web").symlink_to(run / "web")
     (tmp_path / "config.yaml").write_text("env: Pendulum-v1\nteacher_ui: web\n")
     closed = []
-    fake = SimpleNamespace(env_id="Pendulum-v1", reward_model=None,
+    fake = SimpleNamespace(facts=SimpleNamespace(env_id="Pendulum-v1"), reward_model=None,
                            driver=SimpleNamespace(NAME="sac"),
                            logger=SimpleNamespace(close=lambda: closed.append(True)))
     monkeypatch.setattr(inspection, "load_run", lambda *args, **kwargs: fake)
