@@ -27,8 +27,6 @@ from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
 from themis.core.safe_loading import MALFORMED, describe
 from themis.crowd.label_store import LabelStore
-from themis.environments.domains import get_domain, make_env
-from themis.environments.frames import FrameStore
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
     LearnerSpec,
@@ -47,15 +45,15 @@ from themis.run.checkpoint import (
     set_rng_states,
     truncate_csv,
 )
-from themis.run.config import TrainConfig, frame_capacity, frame_size, job_prefix
-from themis.run.env_facts import env_facts
+from themis.run.config import TrainConfig, job_prefix
+from themis.run.envs import make_envs, make_frame_store
 from themis.run.evaluation import evaluation_row
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.plan import round_line, stop_line
 from themis.run.snapshot import SNAPSHOT_VERSION, load_pretrained_policy, load_snapshot
 from themis.run.threads import run_threads
 from themis.tracking import run_files, start_tracking
-from themis.utils import ConfigError, check_memory, get_device, set_seed_everywhere
+from themis.utils import ConfigError, get_device, set_seed_everywhere
 
 
 class Driver(Protocol):
@@ -125,21 +123,8 @@ class Workspace:
 
         # --- environments (a person watches clips: frames rendered for the recent steps)
         self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
-        self.env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
-                            render_mode="rgb_array" if self.needs_frames else None,
-                            render_size=frame_size(cfg), obs_transform=cfg.obs_transform,
-                            **cfg.env_kwargs)
-        self.eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
-                                 obs_transform=cfg.obs_transform, **cfg.env_kwargs)
-        self.facts = facts = env_facts(get_domain(cfg.domain).resolve(cfg.env), self.env)
-        if facts.max_episode_steps is not None and cfg.segment > facts.max_episode_steps:
-            raise ConfigError(f"segment={cfg.segment} is longer than the episode limit "
-                              f"({facts.max_episode_steps} steps) of {facts.env_id}")
-        if cfg.xplain_action and not facts.discrete \
-                and not -1 <= cfg.xplain_action_dim < facts.action_dim:
-            raise ConfigError(f"xplain_action_dim={cfg.xplain_action_dim} is not an action "
-                              f"dimension of {facts.env_id} (0 … {facts.action_dim - 1}, or -1 "
-                              "for the norm of the action)")
+        self.env, self.eval_env, self.facts = make_envs(cfg)
+        facts = self.facts
 
         # --- PyTorch threads (themis/run/threads.py: one per run unless the config says more)
         self.thread_choice = run_threads(cfg, driver.NAME, facts.obs_kind, self.device.type)
@@ -160,15 +145,8 @@ class Workspace:
                                                 scale=cfg.state_entropy_scale)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
-        if self.needs_frames:  # square frames, at the least
-            try:
-                check_memory(f"a ring of {frame_capacity(cfg)} clip frames",
-                             frame_capacity(cfg) * frame_size(cfg) ** 2 * 3)
-            except MemoryError as e:
-                raise ConfigError(f"human_frame_size={frame_size(cfg)}: {e}; lower "
-                                  "human_frame_size or human_frame_capacity") from None
-        self.frames = FrameStore(frame_capacity(cfg), self.buffer.capacity,
-                                 frame_size(cfg)) if self.needs_frames else None
+        self.frames = make_frame_store(cfg, self.buffer.capacity) if self.needs_frames \
+            else None
         self.remote: RemoteLearner | None = None  # reward_training=async: the background learner
         # the last full episode, beside the pair a person labels (DRLHP's second window; in
         # async runs the learner process writes it)
