@@ -27,11 +27,12 @@ ENV`` the ``mistake`` teacher (``teacher_eps_mistake=0.3``) labels PEBBLE's and 
 ENV at the largest budget, and RIME's caught / discarded-clean counts are reported. Overrides
 after ``--`` go to every run; ``--table-only`` runs nothing and tables the runs finished so far
 (the seeds column says how many each cell has). ``--record CSV`` keeps each finished run's
-final value, curve, date, machine and command in CSV (one row per cell; a run finished here
-replaces a recorded one) and tables the recorded runs whose command is the one this invocation
-would run, where no run folder has them: seeds run over several sessions, whose run folders
-are gone, add up to one table. ``--metric success_rate`` tables Meta-World's
-success rate (the last evaluation's share of successful episodes) instead of the return.
+final value, curve, date, machine and command in CSV (one row per cell and command; a run
+finished here replaces a recorded one of the same command) and tables the recorded runs whose
+command is the one this invocation would run, where no run folder has them: seeds run over
+several sessions, whose run folders are gone, add up to one table. ``--metric success_rate``
+tables Meta-World's success rate (the last evaluation's share of successful episodes) instead
+of the return.
 
 ``--protocol ppe`` runs the protocol of PPE's Table 1 (Zhu et al., NeurIPS 2025: DeepMind Control
 walker_walk, 500k steps, 100 queries in 10 rounds of 10 every 20k steps, 50-step segments, 9000
@@ -204,9 +205,12 @@ def read_record(path: Path | None) -> pd.DataFrame:
 
 def write_record(path: Path, record: pd.DataFrame, rows: list[dict]) -> None:
     """Merge the runs finished here into the record: one row per grid cell (env, budget,
-    method, seed, noisy), a run finished here replacing a recorded one of the same cell."""
+    method, seed, noisy) and command, a run finished here replacing a recorded one of the same
+    cell and command (a run of the cell under other settings, e.g. another rule of a method or
+    other network sizes, is kept beside it)."""
     new = pd.DataFrame(rows)
-    merged = pd.concat([record, new], ignore_index=True).drop_duplicates(RECORD_KEY, keep="last")
+    merged = pd.concat([record, new], ignore_index=True).drop_duplicates(
+        [*RECORD_KEY, "command"], keep="last")
     path.parent.mkdir(parents=True, exist_ok=True)
     merged.sort_values(RECORD_KEY).to_csv(path, index=False)
 
@@ -299,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--record", type=Path, metavar="CSV",
                         help="keep each finished run's final return and curve in CSV (merged, "
-                        "one row per cell) and table recorded runs of the same command too: "
-                        "seeds run in sessions whose run folders are gone")
+                        "one row per cell and command) and table recorded runs of the same "
+                        "command too: seeds run in sessions whose run folders are gone")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")

@@ -407,6 +407,15 @@ def test_bench_methods_record_keeps_finished_runs_for_a_later_session(tmp_path):
     assert "| qpa | 796 ± 148 | 796 ± 74 | 700 ± - | 1 | 700 |" in proc.stdout
     proc = table(tmp_path / "new", "--sac-width", "1024")  # other settings: not these runs
     assert "0 finished runs here, 0 from" in proc.stdout and proc.returncode == 1
+    wide = tmp_path / "wide" / "clean" / "walker_walk"  # the same cell under other settings
+    fake_run(wide, "100/pebble/seed0", [], [250_000, 500_000], [100.0, 400.0])
+    proc = table(tmp_path / "wide", "--sac-width", "256")
+    assert proc.returncode == 0 and "1 finished runs here, 0 from" in proc.stdout
+    rows = pd.read_csv(record)  # recorded beside the 2x128 run, not over it
+    assert sorted(zip(rows["method"], rows["seed"], rows["final"], strict=True)) == [
+        ("pebble", 0, 300.0), ("pebble", 0, 400.0), ("qpa", 1, 700.0)]
+    assert "| pebble | 453 ± 159 | 453 ± 80 | 300 ± - | 1 | 300 |" in table(
+        tmp_path / "new").stdout
 
 
 @pytest.mark.xdist_group("busy")  # runs two at a time
