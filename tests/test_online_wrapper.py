@@ -264,6 +264,9 @@ def test_sb3_sac_trains_through_the_wrapper_while_the_reward_model_changes(tmp_p
     agent = SAC("MlpPolicy", env, learning_starts=100, batch_size=32, seed=0, device="cpu",
                 policy_kwargs={"net_arch": [32, 32]})
     agent.learn(600, callback=Versions())
+    deadline = time.time() + 300  # under load the background learner may still be training
+    while len(weights) < 2 and time.time() < deadline:
+        agent.learn(100, callback=Versions(), reset_num_timesteps=False)
     obs, _ = env.reset()
     deadline = time.time() + 120
     while env.model_version < 3:  # the last round may still be training: step on
@@ -312,6 +315,9 @@ def test_relabel_callback_rewrites_sb3_sacs_buffer_with_each_new_version(tmp_pat
     agent = SAC("MlpPolicy", env, learning_starts=100, batch_size=32, seed=0, device="cpu",
                 policy_kwargs={"net_arch": [32, 32]})
     agent.learn(600, callback=callback)
+    deadline = time.time() + 300  # under load the background learner may still be training
+    while not checked and time.time() < deadline:
+        agent.learn(100, callback=callback, reset_num_timesteps=False)
     env.close()
     assert checked and checked == sorted(set(checked)) and callback.relabels == checked
     with pytest.raises(ConfigError, match="takes the Themis wrapper"):
