@@ -146,15 +146,15 @@ def test_default_workflow_people_label_and_the_reward_switches_after_n_training_
         assert reward == info["predicted_reward"] != info["true_reward"]
         # the last full episode, beside the pair: its clip is served by integer ID
         url = bot.url()
-        newest = httpx.get(url + "api/episode", timeout=5).json()["episode_id"]
+        newest = httpx.get(url + "api/episode", timeout=30).json()["episode_id"]
         assert isinstance(newest, int) and newest >= 1
-        clip = httpx.get(url + f"api/episodes/{newest}", timeout=5)
+        clip = httpx.get(url + f"api/episodes/{newest}", timeout=30)
         assert clip.status_code == 200 and clip.headers["content-type"] in ("video/mp4",
                                                                              "image/gif")
         assert len(clip.content) > 100
-        assert httpx.get(url + "api/episodes/999999", timeout=5).status_code == 404
-        assert httpx.get(url + "api/episodes/..%2Fclips", timeout=5).status_code in (404, 422)
-        assert 'id="episode"' in httpx.get(url, timeout=5).text
+        assert httpx.get(url + "api/episodes/999999", timeout=30).status_code == 404
+        assert httpx.get(url + "api/episodes/..%2Fclips", timeout=30).status_code in (404, 422)
+        assert 'id="episode"' in httpx.get(url, timeout=30).text
     finally:
         bot.join()
         wrapped_env.close()

@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.builder import earlier_run, make_workspace
-from themis.online.online_reward import PreferenceLearnerError
+from themis.online.learner_client import PreferenceLearnerError
 from themis.run.config import (
     CONFIG_DIR,
     TrainConfig,

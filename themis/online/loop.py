@@ -40,9 +40,9 @@ from themis.agents.buffers import EpisodeStore
 from themis.methods.base import MethodContext, reward_with_bonus
 from themis.methods.registry import build_methods
 from themis.online.keys import OnlineKeys
+from themis.online.learner_client import LearnerClient, PreferenceLearnerError
 from themis.online.learner_process import EnvSpec
-from themis.online.online_reward import OnlineReward, PreferenceLearnerError
-from themis.online.segments import Run, StepRecorder
+from themis.online.segments import Run
 from themis.online.weights import load_flat
 from themis.reward.ensemble import RewardEnsemble, reward_model_from
 from themis.utils import eval_mode
@@ -54,9 +54,9 @@ WAIT_LINE_AFTER = 10.0
 """Seconds of waiting for the first reward model before the loop says that it waits."""
 
 
-class LoopChannel(OnlineReward):
+class LoopChannel(LearnerClient):
     """The wrapper's agent side, for a workspace: the step recorder, the queue to the learner
-    process, its start, crash watch and close (:class:`themis.online.online_reward.OnlineReward`),
+    process, its start, crash watch and close (:class:`themis.online.learner_client.LearnerClient`),
     configured from the run's own config (not from wrapper keys).
 
     Args:
@@ -69,25 +69,17 @@ class LoopChannel(OnlineReward):
     """
 
     def __init__(self, ws: Workspace, model: RewardEnsemble) -> None:
-        self._closed = True  # until the process runs
-        cfg = ws.cfg
-        self.n_envs = cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1
-        self.env_id, self.run_dir = ws.facts.env_id, ws.run_dir
-        self.transform = None  # make_env already prepared the observations
-        self.obs_shape, self.obs_dtype = tuple(ws.facts.obs_shape), np.dtype(ws.facts.obs_dtype)
-        self.discrete, self.action_dim, self.eye = ws.facts.discrete, ws.facts.action_dim, None
+        facts = ws.facts
+        self.run_dir = ws.run_dir
+        self.obs_dtype = np.dtype(facts.obs_dtype)
         # the learner's first round comes when the loop's pretraining ends
-        self.cfg = dataclasses.replace(cfg, num_seed_steps=ws.pretrain_end, num_unsup_steps=0)
+        self.cfg = dataclasses.replace(ws.cfg, num_seed_steps=ws.pretrain_end, num_unsup_steps=0)
         self.online = OnlineKeys()  # close_timeout: the final gather and save
         self.frame_height = None  # the loop's frames are rendered at the clip size already
-        self.total_steps = ws.step
-        self.flush_steps = max(256, 4 * cfg.segment * self.n_envs)
-        self.recorder = StepRecorder(self.n_envs, cfg.segment, self.obs_shape, self.obs_dtype,
-                                     self.action_dim, self.flush_steps + cfg.segment)
-        self.last_flush = time.monotonic()
-        self.dropped = 0
-        spec = EnvSpec(ws.facts.env_id, self.obs_shape, self.obs_dtype.name, self.action_dim,
-                       self.discrete, ws.facts.max_episode_steps, ws.buffer.capacity)
+        n_envs = ws.cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1
+        self.make_recorder(n_envs, facts.obs_shape, self.obs_dtype, facts.action_dim, ws.step)
+        spec = EnvSpec(facts.env_id, facts.obs_shape, self.obs_dtype.name, facts.action_dim,
+                       facts.discrete, facts.max_episode_steps, ws.buffer.capacity)
         self.start_learner(model, spec, {"resume": False, "reward_model": None, "loop": True})
         if len(ws.buffer):  # a pretraining snapshot's steps: queries may come from them too
             self.send_stored(ws.buffer, ws.step,
