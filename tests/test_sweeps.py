@@ -425,22 +425,22 @@ def test_bench_methods_runs_a_grid_prints_the_table_and_resumes(tmp_path):
                                                           "max_feedback", "reward_batch",
                                                           "eval_frequency"))]
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"), "--domain", "Classic",
-           "--envs", "Pendulum-v1", "--steps", "1000", "--budgets", "20", "--seeds", "0", "1",
+           "--envs", "Pendulum-v1", "--steps", "1000", "--budgets", "20", "--seeds", "0",
            "--methods", "sac", "rune", "--rounds", "2", "--noisy", "Pendulum-v1",
            "--out", str(tmp_path), "--reps", "100", "--jobs", "2", "--", *tiny]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "8 runs, 0 already done, 8 to go (2 at a time," in first.stdout
+    assert "4 runs, 0 already done, 4 to go (2 at a time," in first.stdout
     table = [line for line in first.stdout.splitlines() if line.startswith("| Pendulum-v1")]
     assert [line.split(" | ")[2] for line in table] == ["sac", "rune"]
     assert table[0].endswith("| - |")  # Pendulum's returns are negative: no ratio
     noisy = first.stdout.split("noisy labels")[1]
-    assert "| pebble | 2 |" in noisy and "| rime | 2 |" in noisy
-    overrides = (tmp_path / "noisy" / "Pendulum-v1" / "20" / "rime" / "seed1" / ".hydra" /
+    assert "| pebble | 1 |" in noisy and "| rime | 1 |" in noisy
+    overrides = (tmp_path / "noisy" / "Pendulum-v1" / "20" / "rime" / "seed0" / ".hydra" /
                  "overrides.yaml").read_text()
     assert "teacher_eps_mistake=0.3" in overrides and "method=rime" in overrides
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "8 already done, 0 to go" in again.stdout
+    assert again.returncode == 0 and "4 already done, 0 to go" in again.stdout
 
 
 @pytest.mark.xdist_group("busy")  # times its runs
