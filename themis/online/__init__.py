@@ -4,8 +4,9 @@
   (``gymnasium.vector.VectorEnv``) and :class:`PreferenceLearningVecEnv` (Stable-Baselines3
   ``VecEnv``, :mod:`themis.online.sb3`): the agent steps them, a background process
   (:mod:`themis.online.learner_process`) asks for preferences and trains r̂;
-- :mod:`themis.online.online_reward`: the agent side the wrappers share (steps recorded and
-  sent, the newest model taken, r̂ for each step, the learner process started and closed);
+- :mod:`themis.online.online_reward`: the agent side the wrappers share (the newest model taken,
+  r̂ for each step), on :mod:`themis.online.learner_client` (the learner process started, sent
+  the recorded steps, watched for a crash and closed; also used by :mod:`themis.online.loop`);
 - :mod:`themis.online.segments`: steps regrouped per episode and sub-env;
 - :mod:`themis.online.weights`: model versions published through shared memory;
 - :mod:`themis.online.keys`: ``./themis_train.sh``'s keys for the wrapper, checked;
@@ -27,7 +28,7 @@ __all__ = ["HumanPreferencesEnvWrapper", "PreferenceLearnerError", "PreferenceLe
 
 _LAZY = {
     "HumanPreferencesEnvWrapper": "themis.online.drlhp",
-    "PreferenceLearnerError": "themis.online.online_reward",
+    "PreferenceLearnerError": "themis.online.learner_client",
     "PreferenceLearningWrapper": "themis.online.wrapper",
     "PreferenceLearningVectorEnv": "themis.online.wrapper",
     "PreferenceLearningVecEnv": "themis.online.sb3",
