@@ -75,6 +75,12 @@ def env_facts(env_id: str, env: gym.Env) -> EnvFacts:
                     discrete, action_dim, episode_limit(env))
 
 
+def renders_frames(cfg: Any) -> bool:
+    """Whether the training env renders a frame per step: a person watches clips
+    (``human_teacher``) or clips are explained (``xplain_action``, ``xplain_state``)."""
+    return bool(cfg.human_teacher or cfg.xplain_action or cfg.xplain_state)
+
+
 def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
     """The run's training env (rendering frames when a person watches clips or clips are
     explained), its evaluation env (seeded 10,000 further, the same task) and their facts.
@@ -84,10 +90,10 @@ def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
             ``segment`` longer than the episode limit, an ``xplain_action_dim`` that is not an
             action dimension.
     """
-    frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
     env = make_env(cfg.domain, cfg.env, seed=cfg.seed,
-                   render_mode="rgb_array" if frames else None, render_size=frame_size(cfg),
-                   obs_transform=cfg.obs_transform, **cfg.env_kwargs)
+                   render_mode="rgb_array" if renders_frames(cfg) else None,
+                   render_size=frame_size(cfg), obs_transform=cfg.obs_transform,
+                   **cfg.env_kwargs)
     eval_env = make_env(cfg.domain, cfg.env, seed=cfg.seed + 10_000, task_seed=cfg.seed,
                         obs_transform=cfg.obs_transform, **cfg.env_kwargs)
     facts = env_facts(get_domain(cfg.domain).resolve(cfg.env), env)

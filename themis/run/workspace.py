@@ -46,7 +46,7 @@ from themis.run.checkpoint import (
     truncate_csv,
 )
 from themis.run.config import TrainConfig, job_prefix
-from themis.run.envs import make_envs, make_frame_store
+from themis.run.envs import make_envs, make_frame_store, renders_frames
 from themis.run.evaluation import evaluation_row
 from themis.run.logger import Logger, plot_learning_curve
 from themis.run.plan import round_line, stop_line
@@ -122,7 +122,7 @@ class Workspace:
         self.rng = np.random.default_rng(cfg.seed)
 
         # --- environments (a person watches clips: frames rendered for the recent steps)
-        self.needs_frames = cfg.human_teacher or cfg.xplain_action or cfg.xplain_state
+        self.needs_frames = renders_frames(cfg)
         self.env, self.eval_env, self.facts = make_envs(cfg)
         facts = self.facts
 
