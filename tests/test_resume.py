@@ -173,7 +173,7 @@ def test_a_checkpoint_is_read_onto_the_cpu_whatever_the_run_device(compose, tmp_
     ws.maybe_checkpoint(force=True)
     ws.logger.close()
     ws.device = torch.device("meta")  # as if the run were on another device than the CPU
-    state, _ = resume_state(ws.run_dir, ws.facts.env_id, web_answers=False)
+    state, _ = resume_state(ws.run_dir, ws.facts.env_id)
     devices = {t.device.type for t in _tensors(state)}
     assert devices == {"cpu"}, devices
     ws.load_state_dict(state)  # restores the global generators from the CPU tensors

@@ -210,10 +210,12 @@ def save_models(run_dir: Path, step: int, env_id: str, agent: Any, learner: Any)
         learner.dataset.save(run_dir / "preferences")
 
 
-def resume_state(run_dir: Path, env_id: str, web_answers: bool) -> tuple[dict[str, Any], Path]:
+def resume_state(run_dir: Path, env_id: str, label_store: Any = None
+                 ) -> tuple[dict[str, Any], Path]:
     """The run's last intact checkpoint for ``resume=``, its tensors on the CPU (generators'
     states must be CPU tensors; modules and optimisers copy theirs to their device), and its
-    path. ``web_answers``: the run's label store holds answers (named in the error's hint).
+    path. ``label_store``: the run's web label store, if any (its answers are named in the
+    error's hint).
 
     Raises:
         ConfigError: none intact (with where the labels given so far are), not a Themis
@@ -225,7 +227,7 @@ def resume_state(run_dir: Path, env_id: str, web_answers: bool) -> tuple[dict[st
         prefs = run_dir / "preferences"
         hint = (f"; the labels given so far are in {prefs}: start a new run with "
                 f"prefs_path={prefs} to keep them") if (prefs / "meta.json").is_file() else ""
-        if web_answers:
+        if label_store is not None and label_store.status()["answers"]:
             hint = ("; the answers people gave are in labels.sqlite: python "
                     f"scripts/store_to_prefs.py {run_dir} DIR writes them as a preference "
                     "dataset, and a new run with prefs_path=DIR keeps them")

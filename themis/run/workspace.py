@@ -188,9 +188,8 @@ class Workspace:
         self.checkpoint_path: Path | None = None  # the checkpoint resumed from
         resumed = None
         if cfg.resume:
-            resumed, self.checkpoint_path = resume_state(
-                self.run_dir, facts.env_id, self.label_store is not None
-                and bool(self.label_store.status()["answers"]))
+            resumed, self.checkpoint_path = resume_state(self.run_dir, facts.env_id,
+                                                         self.label_store)
         if resumed is not None:
             for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
                 truncate_csv(self.run_dir / f"{stream}.csv", int(resumed["step"]))
