@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from themis.environments.domains import make_env
+from themis.run.closing import finish
 from themis.run.config import compose
 from themis.run.threads import set_num_threads
 
@@ -50,7 +51,7 @@ def run(overrides: list[str], run_dir: Path) -> tuple[float, int, float]:
     start = time.time()
     ws = make_workspace(compose(overrides), run_dir)
     ws.run()
-    ws.finish()
+    finish(ws)
     final = float(pd.read_csv(run_dir / "eval.csv")["episode_reward"].iloc[-1])
     return final, ws.total_feedback, time.time() - start
 

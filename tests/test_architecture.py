@@ -383,6 +383,7 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeyp
 
     from tests.conftest import TINY_PENDULUM
     from themis.builder import make_workspace
+    from themis.run.closing import finish
 
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -390,7 +391,7 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeyp
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600"]), tmp_path / "run")
     ws.run()  # seed steps, pretraining, a feedback round, SAC updates, an evaluation
-    ws.finish()
+    finish(ws)
     assert ws.step == 600 and ws.total_feedback > 0
     # PyTorch's own cache folder (torch._inductor's default, made when torch.optim loads it)
     # holds no lock and is PyTorch's; anything else is a run's
@@ -439,3 +440,26 @@ def test_the_config_scan_sees_each_kind_of_assignment(tmp_path):
     source.write_text("cfg.a = 1\ncfg.b += 1\ncfg['c'] = 1\nsetattr(cfg, 'd', 1)\n"
                       "cfg_obj.e, x = 1, 2\nother.f = 1\nx = cfg.g\ncfg = other\n")
     assert config_assignments(source) == [1, 2, 3, 4, 5]
+
+
+def workspace_names(path: Path) -> set[str]:
+    """The ``ws.<name>`` attributes a loop module reads or writes."""
+    return {node.attr for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "ws"}
+
+
+def test_the_workspace_holds_components_and_the_loops_read_few_of_its_names():
+    """Issue 62, step 4: the Workspace keeps components, counters and ``state_dict`` (at most
+    400 lines; console text, checkpoint, snapshot and closing I/O live in their modules), and
+    each loop reads fewer than 25 of its names."""
+    assert len((PACKAGE / "run" / "workspace.py").read_text().splitlines()) <= 400
+    for loop in ("pebble", "prefppo"):
+        names = workspace_names(PACKAGE / "loops" / f"{loop}.py")
+        assert len(names) < 25, (loop, sorted(names))
+
+
+def test_the_name_scan_counts_each_workspace_name_once(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("ws.step += 1\nx = ws.step\nws.cfg.seed\nother.ws.agent\nws.run(ws.env)\n")
+    assert workspace_names(source) == {"step", "cfg", "run", "env"}

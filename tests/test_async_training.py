@@ -24,6 +24,7 @@ from tests.conftest import ROOT, TINY_PENDULUM
 from themis.builder import make_workspace
 from themis.loops import pebble, prefppo
 from themis.reward import load_reward_model
+from themis.run.closing import finish, stop
 from themis.run.snapshot import save_snapshot
 from themis.utils import ConfigError
 
@@ -56,7 +57,7 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
 
     monkeypatch.setattr(pebble, "relabel", relabel)
     ws.run()
-    ws.finish()
+    finish(ws)
     versions = [v for v, _ in seen]
     assert len(seen) >= 2 and versions == sorted(set(versions)) and versions[0] == 1
     assert not torch.equal(seen[0][1], seen[-1][1])  # the reward model was trained on
@@ -88,7 +89,7 @@ def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp
 
     monkeypatch.setattr(prefppo, "learned_rewards", learned_rewards)
     ws.run()
-    ws.finish()
+    finish(ws)
     assert used[0] == 1 and max(used) >= 2 and used == sorted(used)
     assert len(pd.read_csv(tmp_path / "reward.csv")) >= 2
     assert not ws.remote.channel.process.is_alive()
@@ -184,7 +185,7 @@ def test_async_run_from_a_pretraining_snapshot_asks_about_its_steps(compose, tmp
     ws = make_workspace(compose([*ASYNC, f"pretrained_snapshot={snapshot}"]), tmp_path / "run")
     assert ws.step == 400
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "run" / "reward.csv")
     assert rounds["step"].iloc[0] == 400 and len(rounds) >= 2
 
@@ -199,5 +200,5 @@ def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path
     with pytest.raises(PreferenceLearnerError) as error:
         ws.run()
     assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
-    assert "cannot be resumed" in ws.stopped("./themis_train.sh")
+    assert "cannot be resumed" in stop(ws, "./themis_train.sh")
     assert not ws.remote.channel.process.is_alive()

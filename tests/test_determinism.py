@@ -8,12 +8,13 @@ import pytest
 from tests.conftest import TINY_PENDULUM
 from themis.builder import make_workspace
 from themis.reward import PreferenceDataset
+from themis.run.closing import finish
 
 
 def run_once(compose, run_dir, overrides):
     ws = make_workspace(compose([*TINY_PENDULUM, *overrides]), run_dir)
     ws.run()
-    ws.finish()
+    finish(ws)
     return pd.read_csv(run_dir / "eval.csv"), PreferenceDataset.load(run_dir / "preferences")
 
 

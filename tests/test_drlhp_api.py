@@ -28,6 +28,7 @@ import pytest
 from themis import HumanPreferencesEnvWrapper
 from themis.online.stream import QueryTarget
 from themis.reward import PreferenceDataset
+from themis.run.closing import finish
 from themis.utils import ConfigError
 
 SMALL = {"num_seed_steps": 100, "num_interact": 100, "reward_hidden_dim": 16,
@@ -407,7 +408,7 @@ def test_decay_and_reward_norm_std_work_with_async(compose, tmp_path):
     buffer = pebble.replay(ws)
     buffer._label_pending()
     rewards = buffer.rewards[: len(buffer)].reshape(-1)
-    ws.finish()
+    finish(ws)
     assert abs(float(rewards.mean())) < 0.02 and 0.005 < float(rewards.std()) <= 0.051
     rounds = pd.read_csv(tmp_path / "reward.csv")
     last = rounds.iloc[-1]  # decaying: fewer due than the constant schedule's rounds
@@ -441,7 +442,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     without_model: list[int] = []
 
     def watch() -> None:  # nobody answers until the loop is well past pretraining
-        while ws.step < ws.pretrain_end + 400:
+        while ws.step < ws.cfg.pretrain_end + 400:
             time.sleep(0.01)
         without_model.append(ws.remote.version)
         start.set()
@@ -453,7 +454,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
         ws.run()
     finally:
         bot.join()
-        ws.finish()
+        finish(ws)
     assert without_model == [0]  # it kept stepping with no model at all
     assert any("no reward model yet" in line and "pretraining reward" in line
                for line in lines)

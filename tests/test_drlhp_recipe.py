@@ -29,6 +29,7 @@ from themis.reward.recipe import (
     ValidationSplit,
     member_weight_norms,
 )
+from themis.run.closing import finish
 from themis.run.validation import validate
 from themis.utils import ConfigError
 
@@ -170,7 +171,7 @@ def test_a_run_with_the_decaying_schedule_asks_the_planned_counts(compose, tmp_p
     cfg = compose([*TINY_PENDULUM, "query_schedule=decay", "query_decay_steps=300"])
     ws = make_workspace(cfg, tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     asked = np.diff(pd.read_csv(tmp_path / "reward.csv")["total_feedback"], prepend=0)
     # rounds at steps 400, 700, 1000 of 30 queries; w = 300/700, 300/1000, 300/1300
     assert asked.tolist() == [13, 10, 7]
@@ -366,7 +367,7 @@ def test_a_tiny_moving_dot_run_trains_with_each_recipe_key(compose, tmp_path, ke
     extra, check = KEYS[key]
     ws = make_workspace(compose([*TINY_DOT, *key.split(), *extra]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert len(rounds) >= 3 and np.isfinite(pd.read_csv(tmp_path / "eval.csv")
                                             ["episode_reward"]).all()

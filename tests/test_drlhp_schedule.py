@@ -16,6 +16,7 @@ from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.networks import DRLHPCNN, FastDropout, MovingDotFeatures, dropout_mask
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts
 from themis.reward.schedule import LabelPassSchedule
+from themis.run.closing import finish
 
 
 def pairs(n: int, rng: np.random.Generator) -> PreferenceDataset:
@@ -176,7 +177,7 @@ def test_a_tiny_moving_dot_run_with_the_drlhp_recipe_pretrains_then_trains_in_pa
         compose, tmp_path):
     ws = make_workspace(compose(TINY_RECIPE), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["total_feedback"].iloc[0] == 12  # the first round: first_round_queries
     assert rounds["epochs"].iloc[0] == 4 and (rounds["epochs"].iloc[1:] == 0).all()
@@ -246,7 +247,7 @@ def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_proces
                                  "num_train_steps=1536", "reward_passes_per_step=1"]),
                         tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["epochs"].iloc[0] == 4 and rounds["label_passes"].iloc[-1] > 0
     assert ws.remote.version > len(rounds)  # published between the rounds too (every 128)

@@ -51,10 +51,11 @@ import torch
 assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
 assert not any(npcore.__cpu_features__[f] for f in ("AVX", "AVX2", "FMA3", "AVX512F"))
 from themis.builder import make_workspace
+from themis.run.closing import finish
 from themis.run.config import compose
 ws = make_workspace(compose(json.loads(sys.argv[1])), sys.argv[2])
 ws.run()
-ws.finish()
+finish(ws)
 """
 
 

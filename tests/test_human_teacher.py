@@ -15,6 +15,7 @@ import pytest
 from lib.human_interface import BANNER, GAP, KeyReader, TerminalTeacher, side_by_side, write_clip
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.environments.frames import FrameStore, downscale
+from themis.run.closing import finish
 
 SEGMENT = 20
 FRAME = 64  # human_frame_size in the runs below
@@ -260,7 +261,7 @@ def test_collect_prefs_only_asks_and_learns_but_never_relabels_the_agents_reward
 
     ws = make_workspace(compose([*TINY_PENDULUM, "collect_prefs_only=true"]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     assert len(ws.learner.dataset) == 30  # every round asked (max_feedback=30)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert (rounds["epochs"] > 0).all()  # the reward model is trained each round

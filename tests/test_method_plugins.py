@@ -155,7 +155,7 @@ def test_a_method_only_needs_its_hooks(compose, tmp_path, monkeypatch):
             return np.ones(members.shape[1], np.float32)
 
     ws = make_workspace(compose([*TINY_PENDULUM]), tmp_path)
-    ws.run(until=ws.pretrain_end + 1)  # a trained reward model
+    ws.run(until=ws.cfg.pretrain_end + 1)  # a trained reward model
     obs = ws.buffer.obs[:8].reshape(8, -1)
     act = ws.buffer.actions[:8]
     before = ws.learner.reward(obs, act)

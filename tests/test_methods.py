@@ -21,6 +21,7 @@ from themis.methods.registry import build_methods, find
 from themis.methods.rime import RIME, RIMEConfig, RobustLabelFilter
 from themis.methods.rune import RUNE, RUNEConfig, UncertaintyBonus
 from themis.methods.surf import SURF, PseudoLabeler, SURFConfig
+from themis.run.closing import finish
 
 
 class SumModel(torch.nn.Module):
@@ -463,7 +464,7 @@ def test_a_tiny_run_per_method_logs_its_numbers(compose, tmp_path, method, colum
     ws = make_workspace(compose([*TINY_PENDULUM, f"method={method}", "surf.threshold_u=0.6"]),
                         tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert len(rounds) == 3 and rounds["epochs"].min() > 0
     for column in columns:  # (the agent's reward is first computed after round 1)
@@ -489,7 +490,7 @@ def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose,
         return update(batch, step, **kw)
 
     ws.agent.update = recording
-    ws.run(until=ws.pretrain_end)
+    ws.run(until=ws.cfg.pretrain_end)
     assert any(not torch.equal(a, b) for a, b in zip(before, ws.reward_model.parameters(),
                                                       strict=True))  # trained in pretraining
     # fits the scaled intrinsic reward (chance: ~1)
@@ -504,7 +505,7 @@ def test_rime_warm_start_fits_the_intrinsic_reward_and_keeps_the_critic(compose,
     assert 0.2 < (r_hat < 0).mean() < 0.8
     critic = [p.detach().clone() for p in ws.agent.critic.parameters()]
     ws.agent.update = lambda batch, step, **kw: {}
-    ws.run(until=ws.pretrain_end + 1)
+    ws.run(until=ws.cfg.pretrain_end + 1)
     assert all(torch.equal(a, b) for a, b in zip(critic, ws.agent.critic.parameters(),
                                                   strict=True))  # no critic reset
 
@@ -538,7 +539,7 @@ def test_rime_warm_start_takes_five_fresh_batches_of_states_with_their_novelty(
 def test_heldout_correlations_measure_r_hat_not_r_hat_plus_runes_bonus(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "method=rune", "rune.beta_init=1000"]),
                         tmp_path)
-    ws.run(until=ws.pretrain_end + 1)  # one round: a trained reward model
+    ws.run(until=ws.cfg.pretrain_end + 1)  # one round: a trained reward model
     pairs = ws.buffer.sample_segment_pairs(30, ws.cfg.segment, np.random.default_rng(0))
     labels = np.ones(30)
     with_bonus = ws.learner.quality(pairs, labels)
@@ -569,7 +570,7 @@ def test_a_method_run_is_deterministic(compose, tmp_path):
     for name in ("a", "b"):
         ws = make_workspace(compose([*TINY_PENDULUM, "method=[surf,rime]"]), tmp_path / name)
         ws.run()
-        ws.finish()
+        finish(ws)
         outputs.append([pd.read_csv(tmp_path / name / f) for f in ("eval.csv", "reward.csv")])
     for a, b in zip(*outputs, strict=True):
         pd.testing.assert_frame_equal(a, b)
@@ -581,7 +582,7 @@ def test_reward_side_mechanisms_work_with_ppo(compose, tmp_path):
     ws = make_workspace(compose([*PPO_TINY, "num_train_steps=900", "method=[surf,rime]",
                                  "surf.threshold_u=0.6"]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert len(rounds) >= 2 and (rounds["unlabelled"] > 0).all()
     assert (rounds["rime_kept"] + rounds["rime_flipped"] + rounds["rime_dropped"]
@@ -696,7 +697,7 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
     expected = ws.learner.reward(ws.buffer.obs[:n], ws.buffer.actions[:n])
     np.testing.assert_allclose(ws.buffer.rewards[:n], expected, rtol=1e-5, atol=1e-6)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     # steps 500, 600 before round 2; 700 (after the round), 800, 900; none once spent
     assert rounds["mrn_updates"].tolist() == [0, 2, 5]
@@ -715,7 +716,7 @@ def test_the_banner_and_the_learning_curve_name_method_sampler_and_teacher(
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600", "method=[surf,rune]",
                                  "feed_type=1", "teacher=skip"]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     what = "SURF+RUNE · sampler disagreement · teacher skip"
     assert what in capsys.readouterr().out.splitlines()[0]  # the banner, the first line
     assert titles == [f"Pendulum-v1: {what}"]  # not "(PEBBLE)"

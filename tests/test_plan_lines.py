@@ -18,7 +18,7 @@ TINY = [o for o in TINY_PENDULUM if not o.startswith(("num_seed_steps", "num_uns
 
 def test_a_pretraining_run_prints_no_query_plan(compose, tmp_path, capsys):
     ws = make_workspace(compose(TINY, "pretrain_themis"), tmp_path)
-    ws.run(until=ws.pretrain_end)  # what ./themis_pretrain.sh runs: no round comes
+    ws.run(until=ws.cfg.pretrain_end)  # what ./themis_pretrain.sh runs: no round comes
     ws.logger.close()
     out = capsys.readouterr().out
     assert "Themis | Pendulum-v1" in out and "queries:" not in out

@@ -21,6 +21,7 @@ from themis.environments.domains import make_env
 from themis.reward import PreferenceDataset, RewardEnsemble, load_reward_model, save_reward_model
 from themis.reward.dataset import FORMAT_VERSION
 from themis.reward.wrapper import LearnedRewardWrapper
+from themis.run.closing import finish
 
 
 def random_pairs(n: int, segment: int = 4, obs_dim: int = 3, action_dim: int = 1,
@@ -249,7 +250,7 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
     first.run()
-    first.finish()
+    finish(first)
     saved = tmp_path / "first" / "preferences"
     assert len(PreferenceDataset.load(saved)) == 30
     rounds = pd.read_csv(tmp_path / "first" / "reward.csv")
@@ -262,7 +263,7 @@ def test_prefs_path_trains_the_reward_model_from_saved_labels(tmp_path, compose)
     untrained = second.learner.trainer.accuracy(data.observations[:30], data.actions[:30],
                                                data.labels[:30])
     second.run()
-    second.finish()
+    finish(second)
     assert second.total_feedback == 0 and len(second.learner.dataset) == 30
     trained = second.learner.trainer.accuracy(data.observations[:30], data.actions[:30],
                                              data.labels[:30])
@@ -275,14 +276,14 @@ def test_saved_labels_alone_train_the_reward_model_once(tmp_path, compose):
     from themis.builder import make_workspace
 
     first = make_workspace(compose(TINY_PENDULUM), tmp_path / "first")
-    first.run(until=first.pretrain_end + 1)  # one round: its labels are saved at once
+    first.run(until=first.cfg.pretrain_end + 1)  # one round: its labels are saved at once
     saved = tmp_path / "first" / "preferences"
     second = make_workspace(compose([*TINY_PENDULUM, f"prefs_path={saved}", "max_feedback=0"]),
                             tmp_path / "second")
     fits = []
     train = second.learner.trainer.train
     second.learner.trainer.train = lambda *a, **kw: (fits.append(len(a[0])), train(*a, **kw))[1]
-    second.run(until=second.pretrain_end + 1)
+    second.run(until=second.cfg.pretrain_end + 1)
     assert second.pretraining_done and fits == [10]  # not once more before the first round
 
 @pytest.mark.parametrize("override,message", [

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from themis.builder import make_workspace
+from themis.run.closing import finish
 
 
 @pytest.mark.slow
@@ -19,7 +20,7 @@ def test_sac_learns_pendulum_on_true_reward(compose, tmp_path):
     ])
     ws = make_workspace(cfg, tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     evals = pd.read_csv(tmp_path / "eval.csv")
     assert evals["step"].tolist() == [2000, 4000, 6000]
     assert evals["total_feedback"].eq(0).all()
@@ -49,7 +50,7 @@ def test_pebble_with_the_oracle_learns_pendulum_and_a_zeroed_reward_does_not(
     def final_return(run_dir):
         ws = make_workspace(compose(PEBBLE_PENDULUM), run_dir)
         ws.run()
-        ws.finish()
+        finish(ws)
         return pd.read_csv(run_dir / "eval.csv")["episode_reward"].iloc[-1]
 
     learned = final_return(tmp_path / "learned")

@@ -10,6 +10,7 @@ from tests.conftest import TINY_PENDULUM
 from themis.agents.buffers import SegmentPairs
 from themis.methods.base import MethodContext
 from themis.methods.senior import SENIOR, SENIORConfig, main_directions, motion_scores
+from themis.run.closing import finish
 from themis.utils import ConfigError
 
 H = 50
@@ -70,7 +71,7 @@ def test_a_run_with_senior_asks_its_queries_after_the_first_round(compose, tmp_p
 
     ws = make_workspace(compose([*TINY_PENDULUM, "method=senior"]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["sampler"].tolist()[0] == "uniform"
     assert set(rounds["sampler"].tolist()[1:]) == {"senior"}

@@ -30,6 +30,7 @@ from themis.crowd.label_store import (
     UnknownQuery,
 )
 from themis.reward import PreferenceDataset
+from themis.run.closing import finish
 
 
 def server_url(run: Path, proc: subprocess.Popen | None = None, timeout: float = 300,
@@ -830,7 +831,7 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     ws = make_workspace(compose([*WEB_RUN, "xplain_state=true", "label_port=0"]),
                         tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     clips = sorted((tmp_path / "web" / "clips").glob("*.mp4"))
     assert len(clips) == 3 * 4  # 3 rounds of 4 queries posted, nobody answered, training went on
     reader = imageio_ffmpeg.read_frames(str(clips[0]))
@@ -1164,7 +1165,7 @@ def test_run_end_keeps_the_answers_of_partly_answered_queries(compose, tmp_path,
     store.answer(ids[0], "labeler2", 0.0)
     store.answer(ids[1], "labeler3", 1.0)
     store.answer(ids[2], "labeler1", None)  # a skip: no label, nothing to keep
-    ws.finish()
+    finish(ws)
     labels = pd.read_csv(tmp_path / "preferences" / "labels.csv", dtype={"answers": str},
                          keep_default_na=False)
     answers = dict(store.db.execute("SELECT id, label FROM answers"))

@@ -23,6 +23,7 @@ from themis.methods.mrn import MRN
 from themis.methods.registry import find
 from themis.methods.rime import RIME
 from themis.methods.surf import SURF
+from themis.run.closing import finish
 from themis.run.snapshot import save_snapshot
 
 PPO_TINY = [*TINY_PENDULUM, "domain=Box2d", "env=LunarLander-v3", "ppo.num_envs=2",
@@ -40,13 +41,13 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 # ---------------------------------------------------------------- the learned reward
 def test_after_a_feedback_round_sac_trains_on_the_reward_model(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    ws.run(until=ws.pretrain_end + 1)  # the first feedback round and relabel happened
+    ws.run(until=ws.cfg.pretrain_end + 1)  # the first feedback round and relabel happened
     assert ws.learner.rounds == 1
-    ws.run(until=ws.pretrain_end + 40)  # new steps are labelled too (lazily, on sampling)
+    ws.run(until=ws.cfg.pretrain_end + 40)  # new steps are labelled too (lazily, on sampling)
     batches: list[Any] = []
     update = ws.agent.update
     ws.agent.update = lambda batch, step, **kw: (batches.append(batch), update(batch, step))[1]
-    ws.run(until=ws.pretrain_end + 45)
+    ws.run(until=ws.cfg.pretrain_end + 45)
     n = len(ws.buffer) - ws.buffer._pending  # the newest are labelled when first sampled
     expected = ws.reward_model.predict(ws.buffer.obs[:n], ws.buffer.actions[:n])
     np.testing.assert_allclose(ws.buffer.rewards[:n], expected, rtol=1e-5, atol=1e-6)
@@ -102,11 +103,11 @@ def test_pretraining_updates_see_the_state_entropy_reward(compose, tmp_path):
 
 def test_end_of_pretraining_resets_the_critic_but_not_the_actor(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "reset_update=0"]), tmp_path)
-    ws.run(until=ws.pretrain_end)
+    ws.run(until=ws.cfg.pretrain_end)
     actor, critic = params(ws.agent.actor), params(ws.agent.critic)
     target = params(ws.agent.critic_target)
     ws.agent.update = lambda batch, step, **kw: {}  # only the reset may change weights now
-    ws.run(until=ws.pretrain_end + 1)
+    ws.run(until=ws.cfg.pretrain_end + 1)
     assert ws.pretraining_done
     assert same(actor, params(ws.agent.actor))
     assert not same(critic, params(ws.agent.critic))
@@ -185,7 +186,7 @@ def _assert_same_state(a: Any, b: Any, path: str = "state") -> None:
 def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     cfg = compose([*TINY_PENDULUM, *agent])
     ws = make_workspace(cfg, tmp_path)
-    ws.run(until=ws.pretrain_end + 350)  # a feedback round, then stop mid-episode
+    ws.run(until=ws.cfg.pretrain_end + 350)  # a feedback round, then stop mid-episode
     assert ws.learner.rounds >= 2
     ws.maybe_checkpoint(force=True)
     saved = ws.state_dict()
@@ -215,13 +216,13 @@ def test_reset_updates_count_their_own_index(compose, tmp_path):
     update, whatever the step pretraining ends at (B-Pref ``update_after_reset``)."""
     ws = make_workspace(compose([*TINY_PENDULUM, "num_unsup_steps=201", "reset_update=6",
                                  "sac.critic_target_update_frequency=2"]), tmp_path)
-    ws.run(until=ws.pretrain_end)  # an odd step: the old code refreshed the target never
+    ws.run(until=ws.cfg.pretrain_end)  # an odd step: the old code refreshed the target never
     steps: list[int] = []
     update = ws.agent.update
     ws.agent.update = lambda batch, step, **kw: (steps.append(step), update(batch, step))[1]
-    ws.run(until=ws.pretrain_end + 1)
+    ws.run(until=ws.cfg.pretrain_end + 1)
     assert steps[:6] == [0, 1, 2, 3, 4, 5]  # then the regular update of this step
-    assert steps[6] == ws.pretrain_end
+    assert steps[6] == ws.cfg.pretrain_end
 
 
 # ------------------------------------------------------------ B-Pref margin and rounds
@@ -243,7 +244,7 @@ def test_atari_time_limit_is_its_frame_limit_in_agent_steps():
 
 def test_a_snapshot_keeps_the_recent_returns_for_the_first_margin(compose, tmp_path):
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=1200"]), tmp_path / "pre")
-    ws.run(until=ws.pretrain_end - 1)
+    ws.run(until=ws.cfg.pretrain_end - 1)
     assert len(ws.recent_returns) >= 1
     snapshot = save_snapshot(ws)
     ws.logger.close()
@@ -260,14 +261,14 @@ def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ende
     import torch
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path / "pre")  # 200 seed + 200 unsup
-    ws.run(until=ws.pretrain_end)
+    ws.run(until=ws.cfg.pretrain_end)
     snapshot = save_snapshot(ws)
     ws.logger.close()
     # no pretraining keys given: the defaults (1000 + 5000) would not even fit 1500 steps
     tiny = [o for o in TINY_PENDULUM if not o.startswith(("num_seed", "num_unsup"))]
     run = make_workspace(compose([*tiny, f"pretrained_snapshot={snapshot}",
                                   "num_train_steps=1500"]), tmp_path / "train")
-    assert (run.step, run.pretrain_end) == (400, 400)
+    assert (run.step, run.cfg.pretrain_end) == (400, 400)
     assert "num_seed_steps=200, num_unsup_steps=200 (instead of 1000 and 5000)" in \
         capsys.readouterr().out
     run.run()
@@ -281,7 +282,7 @@ def test_training_from_a_snapshot_takes_its_pretraining_and_starts_where_it_ende
     torch.save(old, tmp_path / "old.pt")
     again = make_workspace(compose([*tiny, f"pretrained_snapshot={tmp_path / 'old.pt'}",
                                     "num_train_steps=1500"]), tmp_path / "again")
-    assert again.pretrain_end == 400  # pretraining ended at its step: no random actions again
+    assert again.cfg.pretrain_end == 400  # pretraining ended at its step: no random actions again
     assert "reward learning starts at once" in capsys.readouterr().out
     again.logger.close()
 
@@ -295,7 +296,7 @@ def test_a_round_without_long_enough_episodes_is_postponed_not_fatal(compose, tm
     ws = make_workspace(compose([*TINY_PENDULUM, "domain=Control", "env=Hopper-v5",
                                  "segment=100", "num_train_steps=900"]), tmp_path)
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["postponed"].sum() >= 1
     assert ws.learner.postponed_rounds == rounds["postponed"].sum()
@@ -309,7 +310,7 @@ def test_a_checkpoint_of_the_previous_layout_still_resumes(compose, tmp_path):
     from themis.run.checkpoint import load_checkpoint, save_checkpoint
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    ws.run(until=ws.pretrain_end + 350)
+    ws.run(until=ws.cfg.pretrain_end + 350)
     ws.maybe_checkpoint(force=True)
     ws.logger.close()
     state, _ = load_checkpoint(tmp_path / "checkpoints")
@@ -319,7 +320,7 @@ def test_a_checkpoint_of_the_previous_layout_still_resumes(compose, tmp_path):
     resumed = make_workspace(compose([*TINY_PENDULUM, "resume=true"]), tmp_path)
     assert resumed.step == ws.step and resumed.total_feedback == ws.total_feedback
     resumed.run()
-    resumed.finish()
+    finish(resumed)
     assert resumed.step == 1200 and resumed.total_feedback == 30
 
 
@@ -338,9 +339,9 @@ def test_teacher_threshold_schedule(compose, tmp_path, schedule, powers):
 # ---------------------------------- found by the sampled mutation run (docs/developing/mutation.md)
 def test_before_the_first_label_the_buffer_holds_no_true_reward(compose, tmp_path):
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    ws.run(until=ws.pretrain_end)  # seed steps and pretraining: no label yet
+    ws.run(until=ws.cfg.pretrain_end)  # seed steps and pretraining: no label yet
     n = len(ws.buffer)
-    assert n == ws.pretrain_end and not ws.pretraining_done
+    assert n == ws.cfg.pretrain_end and not ws.pretraining_done
     assert (ws.buffer.true_rewards[:n] != 0).all()  # Pendulum's reward is never exactly 0
     np.testing.assert_array_equal(ws.buffer.rewards[:n], 0.0)  # not r, not NaN
     plain = make_workspace(compose([*TINY_PENDULUM, "learn_reward=false"]), tmp_path / "sac")
@@ -356,7 +357,7 @@ def test_reward_csv_rounds_report_held_out_quality_only_after_the_first(compose,
     info = ws.learner.info
     ws.learner.info = lambda message, *a, **kw: (said.append(message), info(message, *a, **kw))
     ws.run()
-    ws.finish()
+    finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert len(rounds) == 3
     # round 1's model was never trained: its "held-out" accuracy would measure nothing
@@ -388,9 +389,10 @@ def test_ppo_evaluates_logs_and_checkpoints_on_schedule(compose, tmp_path):
     evals: list[int] = []
     logs: list[int] = []
     forced: list[tuple[int, bool, int]] = []
-    evaluate, log_progress, checkpoint = ws.evaluate, ws.log_progress, ws.maybe_checkpoint
+    evaluate, console, checkpoint = ws.evaluate, ws.logger.console, ws.maybe_checkpoint
     ws.evaluate = lambda *a, **kw: (evals.append(ws.step), evaluate(*a, **kw))[1]
-    ws.log_progress = lambda *a, **kw: (logs.append(ws.step), log_progress(*a, **kw))[1]
+    ws.logger.console = lambda kind, row: (  # type: ignore[method-assign]
+        logs.append(row["step"]) if kind == "train" else None, console(kind, row))[1]
     ws.maybe_checkpoint = lambda force=False: (
         forced.append((ws.step, bool(force), ws.learner.rounds)), checkpoint(force=force))[1]
     ws.run()
@@ -405,12 +407,13 @@ def test_ppo_evaluates_logs_and_checkpoints_on_schedule(compose, tmp_path):
 def test_progress_shows_steps_per_second(compose, tmp_path, monkeypatch):
     import types
 
-    import themis.loops.pebble as pebble
+    import themis.run.workspace as workspace
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    monkeypatch.setattr(pebble, "time", types.SimpleNamespace(time=lambda: ws.step / 250))
+    monkeypatch.setattr(workspace, "time", types.SimpleNamespace(time=lambda: ws.step / 250))
     rates: list[float] = []
-    ws.log_progress = lambda rate: rates.append(rate)
+    ws.logger.console = lambda kind, row: (  # type: ignore[method-assign]
+        rates.append(row["fps"]) if kind == "train" else None)
     ws.run(until=800)
     assert rates == [pytest.approx(250.0)] * 2  # the fake clock: 250 steps a second
 

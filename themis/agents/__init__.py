@@ -22,6 +22,9 @@ class Agent(Protocol):
     def act(self, obs: np.ndarray, sample: bool = ...) -> Any:
         """An action for one observation (``sample``: from the policy, else its mode/mean)."""
 
+    metrics: dict[str, Any]
+    """The metrics of the last :meth:`update` (empty before the first)."""
+
     def update(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """One update (SAC: a replay batch and the step; PPO: a rollout); metrics."""
 

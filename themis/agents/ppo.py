@@ -164,6 +164,7 @@ class PPO:
         self.optimizer = make_adam(self.net.parameters(), cfg.learning_rate, eps=1e-5)
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
+        self.metrics: dict[str, float] = {}  # of the last update (train.csv's columns)
 
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -254,7 +255,8 @@ class PPO:
                     stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
                     stats["clip_fraction"].append(
                         float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
-        return {k: float(np.mean(v)) for k, v in stats.items()}
+        self.metrics = {k: float(np.mean(v)) for k, v in stats.items()}
+        return self.metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),

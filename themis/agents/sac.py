@@ -159,6 +159,7 @@ class SAC:
         self._actor_params = [p for group in groups for p in group["params"]]
         self.reset_critic()
         self.training = True
+        self.metrics: dict[str, torch.Tensor] = {}  # of the last update (train.csv's columns)
 
     # ------------------------------------------------------------------ acting
     @property
@@ -248,13 +249,15 @@ class SAC:
 
     def update(self, batch: ReplayBufferSamples, step: int,
                update_actor: bool = True) -> dict[str, torch.Tensor]:
-        """One SAC gradient step on ``batch``; returns metrics as detached scalar tensors."""
+        """One SAC gradient step on ``batch``; returns metrics as detached scalar tensors (also
+        kept as :attr:`metrics`)."""
         with autocast(self.precision, self.device):
             metrics = self.update_critic(batch)
             if update_actor and step % self.cfg.actor_update_frequency == 0:
                 metrics.update(self.update_actor_and_alpha(batch.observations))
         if step % self.cfg.critic_target_update_frequency == 0:
             polyak_update(self._critic_params, self._target_params, self.cfg.critic_tau)
+        self.metrics = metrics
         return metrics
 
     # -------------------------------------------------------------- persistence

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from themis.run.closing import finish
 from themis.utils import ConfigError
 
 
@@ -193,7 +194,7 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
         if ws.tracking is not None:
             ws.tracking.close("FAILED")
         raise
-    ws.finish()
+    finish(ws)
     return TrainResult(out, _last_row(out / "eval.csv"), float(ws.last_eval_return))
 
 

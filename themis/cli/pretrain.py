@@ -20,7 +20,7 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../../config", config_name="pretrain_themis")
 def main(cfg: DictConfig) -> None:
     ws = build_workspace(cfg)
-    run_or_stop(ws, "./themis_pretrain.sh", until=ws.pretrain_end)
+    run_or_stop(ws, "./themis_pretrain.sh", until=ws.cfg.pretrain_end)
     path = save_snapshot(ws)
     ws.logger.info(f"snapshot written: {path}\n"
                    f"continue with: ./themis_train.sh pretrained_snapshot={path.resolve()}",

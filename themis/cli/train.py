@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.builder import earlier_run, make_workspace
 from themis.online.learner_client import PreferenceLearnerError
+from themis.run.closing import finish, stop
 from themis.run.config import (
     CONFIG_DIR,
     TrainConfig,
@@ -364,10 +365,10 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
             ws.tracking.close("FAILED")
         fail(str(e))
     except KeyboardInterrupt:
-        print(f"themis: {ws.stopped(launcher)}", file=sys.stderr)
+        print(f"themis: {stop(ws, launcher)}", file=sys.stderr)
         sys.exit(130)
     except PreferenceLearnerError as e:  # reward_training=async: its learner process failed
-        print(f"themis: error: {e}; {ws.stopped(launcher)}", file=sys.stderr)
+        print(f"themis: error: {e}; {stop(ws, launcher)}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -375,7 +376,7 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
         # a full disk: checkpoints and labels are written atomically, so the last checkpoint
         # and every saved label are whole; one line, not a traceback
         try:
-            where = ws.stopped(launcher)
+            where = stop(ws, launcher)
         except OSError:  # closing the logs writes too
             where = f"stopped at step {ws.step}; continue with {launcher} resume={ws.run_dir}"
         print(f"themis: error: the disk is full ({e.filename or 'writing the run'}): {where}; "
@@ -398,7 +399,7 @@ def main(cfg: DictConfig) -> float:
     value an optimising sweeper (``hydra/sweeper=optuna``) gets for the job."""
     ws = build_workspace(cfg)
     run_or_stop(ws, "./themis_train.sh")
-    ws.finish()
+    finish(ws)
     return ws.last_eval_return
 
 

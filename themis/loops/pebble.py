@@ -20,7 +20,6 @@ With ``learn_reward=false`` the same loop trains SAC on the environment reward (
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -104,7 +103,7 @@ def unsupervised_update(ws: Workspace, agent: SAC) -> None:
     idx = buffer.sample_indices(ws.cfg.sac.batch_size, ws.rng)
     batch = buffer.samples(idx)
     intrinsic = ws.state_entropy.replay_reward(batch.next_observations, idx, buffer, ws.rng)
-    ws.metrics = agent.update(batch._replace(rewards=intrinsic), ws.step)
+    agent.update(batch._replace(rewards=intrinsic), ws.step)
     if ws.learner is not None and not ws.pretraining_done:  # e.g. a warm start of r̂
         ws.learner.warm_start(lambda: novelty_sample(ws))
 
@@ -132,7 +131,6 @@ def end_pretraining(ws: Workspace, agent: SAC) -> None:
     for index in range(cfg.reset_update):  # B-Pref update_after_reset: its own counter
         agent.update(replay(ws).sample(cfg.sac.batch_size, ws.rng), index)
     ws.pretraining_done = True
-    ws.interact_count = 0
     if not cfg.learn_reward and cfg.num_unsup_steps == 0:  # plain SAC: nothing was pretrained
         ws.logger.info(f"step {ws.step}: random seed steps done; SAC learns from the "
                        "environment reward", "cyan")
@@ -149,11 +147,9 @@ def run(ws: Workspace, until: int) -> None:
     batches: Any = ws.learner.replay(buffer) if ws.learner is not None else buffer
     log_banner(ws)
     obs, _ = env.reset(seed=cfg.seed + ws.episode)
-    ws.episodes_started = ws.episode + 1  # the query pool counts the current episode ...
-    ws.running_episodes = [ws.episode]  # ... and leaves it out of the queries until it ends
+    ws.start_episode(ws.episode)  # no query from it until it ends
     frame: Any = env.render() if ws.frames is not None else None
     episode_reward, episode_step = 0.0, 0
-    last_log_time, last_log_step = time.time(), ws.step
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     modal_actor = mode_dependent(agent.actor)  # SAC's MLP actor: eval mode changes nothing
@@ -169,7 +165,7 @@ def run(ws: Workspace, until: int) -> None:
 
         # ------------------------------------------------------------ learn
         if ws.step >= cfg.num_seed_steps:
-            if not ws.pretraining_done and ws.step >= ws.pretrain_end and (
+            if not ws.pretraining_done and ws.step >= cfg.pretrain_end and (
                     remote is None or not remote.first_model_pending()):  # async: no wait
                 end_pretraining(ws, agent)
                 ws.maybe_checkpoint(force=True)
@@ -187,12 +183,11 @@ def run(ws: Workspace, until: int) -> None:
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)
                 else:
-                    if ws.learner is not None and ws.step > ws.pretrain_end and \
+                    if ws.learner is not None and ws.step > cfg.pretrain_end and \
                             ws.learner.update_between_rounds(agent, ws.step, lambda: buffer.sample(
                                 cfg.sac.batch_size, ws.rng)):
                         relabel(ws)  # r̂ changed between rounds (a method's hook)
-                    ws.metrics = agent.update(batches.sample(cfg.sac.batch_size, ws.rng),
-                                              ws.step)
+                    agent.update(batches.sample(cfg.sac.batch_size, ws.rng), ws.step)
 
         # ------------------------------------------------------------ step
         next_obs, reward, terminated, truncated, _ = env.step(action)
@@ -218,24 +213,16 @@ def run(ws: Workspace, until: int) -> None:
         episode_step += 1
         obs = next_obs
         ws.step += 1
-        ws.interact_count += 1
         bar.update(1)
 
         if terminated or truncated:
-            ws.end_episode(episode_reward, episode_step)
+            ws.end_episode(episode_reward, episode_step, ws.episode)
             obs, _ = env.reset()
-            ws.episodes_started = ws.episode + 1
-            ws.running_episodes = [ws.episode]
+            ws.start_episode(ws.episode)
             if ws.frames is not None:
                 frame = env.render()
             episode_reward, episode_step = 0.0, 0
 
         # ------------------------------------------------------------ logs, eval, checkpoints
-        if ws.step % cfg.log_frequency == 0:
-            now = time.time()
-            ws.log_progress((ws.step - last_log_step) / max(now - last_log_time, 1e-9))
-            last_log_step, last_log_time = ws.step, now
-        if ws.step % cfg.eval_frequency == 0 or ws.step == cfg.num_train_steps:
-            ws.evaluate()
-        ws.maybe_checkpoint()
+        ws.after_steps(1, evaluate=ws.step == cfg.num_train_steps)
     bar.close()

@@ -17,10 +17,8 @@ CleanRL's ``ppo.py``.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -28,8 +26,8 @@ from themis.agents import PPO
 from themis.agents.buffers import EpisodeStore
 from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
-from themis.environments.domains import make_env
 from themis.environments.frames import FrameStore
+from themis.run.envs import make_vector_env
 from themis.run.plan import log_banner
 from themis.utils import ConfigError, eval_mode
 
@@ -127,17 +125,10 @@ def end_pretraining(ws: Workspace) -> None:
             ws.learner.fit_saved_labels(ws.cfg.prefs_path)
         ws.feedback_round(first=True)
     ws.pretraining_done = True
-    ws.interact_count = 0
     ws.logger.info(f"step {ws.step}: " + (
         "random seed steps done; PPO learns from the environment reward"
         if not ws.cfg.learn_reward and ws.cfg.num_unsup_steps == 0 else "pretraining done"),
         "cyan")
-
-
-def new_episode_id(ws: Workspace) -> int:
-    """A fresh episode id for the store (ids follow the order in which episodes start)."""
-    ws.episodes_started += 1
-    return ws.episodes_started - 1
 
 
 def rollout_distances(ws: Workspace, rollout_obs: np.ndarray) -> torch.Tensor:
@@ -186,21 +177,12 @@ def run(ws: Workspace, until: int) -> None:
     cfg, ppo, buffer = ws.cfg, ws.cfg.ppo, ws.buffer
     agent: PPO = ws.agent  # type: ignore[assignment]
     log_banner(ws, f" | {ppo.num_envs} envs x {ppo.num_steps} steps per rollout")
-    stored = buffer.episode[: len(buffer)]
-    if len(stored):  # continuing (e.g. from a snapshot): new ids after the stored ones
-        ws.episodes_started = max(ws.episodes_started, int(stored.max()) + 1)
-    def env_maker(i: int) -> Any:
-        return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, task_seed=cfg.seed,
-                                render_mode="rgb_array" if ws.needs_frames else None,
-                                obs_transform=cfg.obs_transform, **cfg.env_kwargs)
-
-    envs = gym.vector.SyncVectorEnv([env_maker(i) for i in range(ppo.num_envs)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = make_vector_env(cfg)
     n_envs, horizon = ppo.num_envs, ppo.num_steps
     obs, _ = envs.reset(seed=[cfg.seed + ws.episode + i for i in range(n_envs)])
     # frames of the current observations, when a person watches clips
     frames: Any = envs.call("render") if ws.frames is not None else [None] * n_envs
-    staging = [_EpisodeStaging(new_episode_id(ws)) for _ in range(n_envs)]
+    staging = [_EpisodeStaging(ws.start_episode()) for _ in range(n_envs)]
     eye = np.eye(ws.facts.action_dim, dtype=np.float32)
     rollout_obs = np.zeros((horizon, n_envs, *ws.facts.obs_shape), dtype=ws.facts.obs_dtype)
     actions = np.zeros((horizon, n_envs), dtype=np.int64)
@@ -209,7 +191,6 @@ def run(ws: Workspace, until: int) -> None:
     true_rewards = np.zeros((horizon, n_envs), dtype=np.float32)
     dones = np.zeros((horizon, n_envs), dtype=np.float32)
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
-    last_log_time, last_log_step = time.time(), ws.step
     remote = ws.remote  # reward_training=async: the background learner gets every step
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
@@ -236,13 +217,12 @@ def run(ws: Workspace, until: int) -> None:
                 if terminated[i] or truncated[i]:
                     staging[i].flush(buffer, bool(terminated[i]), ws.frames, ws.episode_clips,
                                      ends=True)
-                    ws.end_episode(staging[i].episode_return, staging[i].t)
-                    staging[i] = _EpisodeStaging(new_episode_id(ws))
+                    ws.end_episode(staging[i].episode_return, staging[i].t, staging[i].episode)
+                    staging[i] = _EpisodeStaging(ws.start_episode())
             obs = next_obs
             if ws.frames is not None:  # after an autoreset: the new episode's first frame
                 frames = envs.call("render")
             ws.step += n_envs
-            ws.interact_count += n_envs
             if remote is not None:
                 remote.stepped(n_envs)
         for stage in staging:  # unfinished episodes: this rollout's steps to the store
@@ -263,14 +243,13 @@ def run(ws: Workspace, until: int) -> None:
             rewards = rewards + ppo.gamma * bootstrap
             with eval_mode(agent.net):
                 next_values = agent.value(obs)
-            ws.metrics = agent.update(Rollout(rollout_obs, actions, logprobs, values,
+            agent.update(Rollout(rollout_obs, actions, logprobs, values,
                                               rewards.astype(np.float32), dones, next_values))
 
         # ------------------------------------------------------------ PEBBLE schedule
-        ws.running_episodes = [stage.episode for stage in staging]  # not queried yet
         checkpoint_now = False
         if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
-                ws.step >= ws.pretrain_end and (  # async never waits for people
+                ws.step >= cfg.pretrain_end and (  # async never waits for people
                     remote is None or not remote.first_model_pending()):
             end_pretraining(ws)
             checkpoint_now = True
@@ -280,14 +259,6 @@ def run(ws: Workspace, until: int) -> None:
         if remote is None and ws.learner is not None and phase == "reward":
             ws.learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)
 
-        # ------------------------------------------------------------ logs, eval
-        step_before = ws.step - n_envs * horizon
-        if ws.step // cfg.log_frequency > step_before // cfg.log_frequency:
-            now = time.time()
-            ws.log_progress((ws.step - last_log_step) / max(now - last_log_time, 1e-9))
-            last_log_step, last_log_time = ws.step, now
-        if ws.step // cfg.eval_frequency > step_before // cfg.eval_frequency or \
-                ws.step >= until:
-            ws.evaluate()
-        ws.maybe_checkpoint(force=checkpoint_now)  # after the logs: rows up to this step
+        # ------------------------------------------------------------ logs, eval, checkpoint
+        ws.after_steps(n_envs * horizon, evaluate=ws.step >= until, checkpoint=checkpoint_now)
     envs.close()

@@ -73,7 +73,8 @@ class LoopChannel(LearnerClient):
         self.run_dir = ws.run_dir
         self.obs_dtype = np.dtype(facts.obs_dtype)
         # the learner's first round comes when the loop's pretraining ends
-        self.cfg = dataclasses.replace(ws.cfg, num_seed_steps=ws.pretrain_end, num_unsup_steps=0)
+        self.cfg = dataclasses.replace(ws.cfg, num_seed_steps=ws.cfg.pretrain_end,
+                                       num_unsup_steps=0)
         self.online = OnlineKeys()  # close_timeout: the final gather and save
         self.frame_height = None  # the loop's frames are rendered at the clip size already
         n_envs = ws.cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1

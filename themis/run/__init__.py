@@ -4,7 +4,9 @@
   logger for one run, with its counters and ``state_dict`` (its loop and, with
   ``reward_training=async``, its background learner are handed to it by
   :func:`themis.builder.make_workspace`: the loops and the online learner read the workspace,
-  it imports neither);
+  it imports neither: :mod:`themis.run.protocols` says what it asks of them);
+- :mod:`themis.run.closing`: the end of a run, finished (:func:`~themis.run.closing.finish`) or
+  stopped by Ctrl-C (:func:`~themis.run.closing.stop`);
 - :mod:`themis.run.envs`: the run's envs and what it reads of them once (:class:`EnvFacts`);
 - :mod:`themis.run.config` / :mod:`themis.run.config_help` / :mod:`themis.run.resolve`: the
   schema of every key, its validation, ``--help``, and the config resolved once;

@@ -215,7 +215,8 @@ def resume_state(run_dir: Path, env_id: str, label_store: Any = None
     """The run's last intact checkpoint for ``resume=``, its tensors on the CPU (generators'
     states must be CPU tensors; modules and optimisers copy theirs to their device), and its
     path. ``label_store``: the run's web label store, if any (its answers are named in the
-    error's hint).
+    error's hint). The rows of ``train.csv``, ``eval.csv`` and ``reward.csv`` after the
+    checkpoint's step are dropped: the resumed run writes them again.
 
     Raises:
         ConfigError: none intact (with where the labels given so far are), not a Themis
@@ -238,4 +239,6 @@ def resume_state(run_dir: Path, env_id: str, label_store: Any = None
     if state.get("env") != env_id:
         raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, not "
                           f"{env_id}")
+    for stream in ("train", "eval", "reward"):
+        truncate_csv(run_dir / f"{stream}.csv", state["step"])
     return state, path

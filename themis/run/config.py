@@ -292,6 +292,11 @@ class BaseTrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (discrete actions)."""
 
+    @property
+    def pretrain_end(self) -> int:
+        """The step where pretraining ends: ``num_seed_steps + num_unsup_steps``."""
+        return self.num_seed_steps + self.num_unsup_steps
+
 
 if TYPE_CHECKING:
     class TrainConfig(BaseTrainConfig):

@@ -108,6 +108,20 @@ def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
     return env, eval_env, facts
 
 
+def make_vector_env(cfg: Any) -> gym.vector.SyncVectorEnv:
+    """PPO's ``ppo.num_envs`` training envs side by side (env ``i`` seeded ``seed + i``, all on
+    the task of ``seed``; rendering frames as :func:`make_envs`'s), in a gymnasium
+    ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns
+    the next one's first observation and the last one in ``info["final_obs"]``."""
+    def env_maker(i: int) -> Any:
+        return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, task_seed=cfg.seed,
+                                render_mode="rgb_array" if renders_frames(cfg) else None,
+                                obs_transform=cfg.obs_transform, **cfg.env_kwargs)
+
+    return gym.vector.SyncVectorEnv([env_maker(i) for i in range(cfg.ppo.num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
 def make_frame_store(cfg: Any, slots: int) -> FrameStore:
     """The ring of ``frame_capacity(cfg)`` rendered frames (square, ``frame_size(cfg)`` px)
     for clips, indexed by the store's ``slots``.

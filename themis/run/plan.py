@@ -51,7 +51,8 @@ def log_banner(ws: Any, extra: str = "") -> None:
         reward = f"learned from {teacher_description(cfg)}"
     ws.logger.info(
         f"Themis | {ws.facts.env_id} | {ws.title} | agent {ws.driver.NAME} "
-        f"({ws.agent_reason}: "
+        f"({'auto' if cfg.agent == 'auto' else 'agent=' + cfg.agent}: "
+        f"{type(ws.env.action_space).__name__} action space: "
         f"{ws.env.action_space}){extra} | reward: {reward} | device {ws.device}, "
         f"{ws.thread_choice.describe()}"
         f"{', bf16 matmuls' if ws.precision is not None else ''} | "
@@ -69,11 +70,11 @@ def query_plan(ws: Any) -> tuple[str, str] | None:
     if ws.learner is None or cfg.max_feedback == 0:
         return None
     until = getattr(ws, "until", None)  # ./themis_pretrain.sh: ends before any round
-    if until is not None and until <= ws.pretrain_end:
+    if until is not None and until <= ws.cfg.pretrain_end:
         return None
     rounds = query_rounds(cfg, ws.driver.NAME)
     rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if ws.driver.NAME == "ppo" else 1
-    first, every, _ = round_grid(cfg.num_train_steps, ws.pretrain_end, cfg.num_interact,
+    first, every, _ = round_grid(cfg.num_train_steps, ws.cfg.pretrain_end, cfg.num_interact,
                                  rollout)  # PPO: rounds come after whole rollouts
     spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1
                                         else "")
@@ -102,6 +103,15 @@ def query_plan(ws: Any) -> tuple[str, str] | None:
 __all__ = ["log_banner", "plural", "query_plan", "query_rounds"]
 
 
+def log_round(logger: Any, report: Any, pending: int | None = None) -> None:
+    """A feedback round's ``reward.csv`` row (a :class:`themis.feedback.RoundReport`, its
+    method's statistics as columns) and its console line (:func:`round_line`)."""
+    row = report._asdict()
+    row.update(row.pop("method_stats"))
+    logger.reward.write(row)
+    logger.console("reward", round_line(row, pending))
+
+
 def round_line(row: dict[str, Any], pending: int | None = None) -> dict[str, Any]:
     """A feedback round's console fields from its ``reward.csv`` row (:data:`ROUND_CONSOLE`'s
     names); ``pending``: web queries still waiting for answers (with the round's new labels),
@@ -125,7 +135,7 @@ def stop_line(ws: Any, launcher: str) -> str:
         return (f"stopped at step {ws.step}; an async run cannot be resumed: its labels are in "
                 f"{ws.run_dir / 'preferences'} (a new run with prefs_path= keeps them)")
     if not (ws.run_dir / "checkpoints" / STATE_FILE).is_file():
-        first = min(ws.pretrain_end, ws.cfg.checkpoint_frequency)
+        first = min(ws.cfg.pretrain_end, ws.cfg.checkpoint_frequency)
         return (f"stopped at step {ws.step}, before the first checkpoint (at step {first}): "
                 "run the command again to start over")
     return (f"stopped at step {ws.step}; last checkpoint at step {ws.last_checkpoint_step}; "

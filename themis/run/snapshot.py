@@ -2,8 +2,9 @@
 leaves (agent, replay buffer, counters, state-entropy statistics; :func:`save_snapshot`), read
 without pickle — a snapshot may come from someone else — with the schedule a training run
 continues with (``pretrained_snapshot=``; :func:`load_snapshot`), and a Stable-Baselines3 model
-as the agent's start (``pretrained_policy=``; :func:`load_pretrained_policy`). The split
-follows PEBBLE's (B-Pref's ``train_PEBBLE.py`` after its unsupervised phase)."""
+as the agent's start (``pretrained_policy=``; :func:`load_pretrained_policy`); :func:`start_from`
+picks the run's start among them and ``resume=``'s checkpoint. The split follows PEBBLE's
+(B-Pref's ``train_PEBBLE.py`` after its unsupervised phase)."""
 
 from __future__ import annotations
 
@@ -137,9 +138,34 @@ def load_snapshot(ws: Any, path: Path) -> None:
         ws.recent_lengths.extend(int(n) for n in snap.get("recent_lengths", []))
         ws.step = int(snap["step"])
         ws.episode = int(snap["episode"]) + 1
+        stored = ws.buffer.episode[: len(ws.buffer)]  # new episode ids after the stored ones
+        ws.episodes_started = int(stored.max()) + 1 if len(stored) else 0
     except MALFORMED as e:
         raise ConfigError(f"pretrained_snapshot={path}: {describe(e)}") from None
     ws.logger.info(f"loaded snapshot {path} at step {ws.step}", "cyan")
+
+def start_from(ws: Any, resumed: dict[str, Any] | None) -> None:
+    """Where a workspace starts: ``resumed`` (``resume=``'s checkpoint, read by
+    :func:`themis.run.checkpoint.resume_state`), else ``pretrained_snapshot=``, else
+    ``pretrained_policy=``, else step 0 as built.
+
+    Raises:
+        ConfigError: the checkpoint, snapshot or policy does not fit this run.
+    """
+    if resumed is not None:
+        try:
+            ws.load_state_dict(resumed)
+        except MALFORMED as e:  # other observation/action shapes, a crafted state.pt
+            ws.logger.close()
+            raise ConfigError(f"resume: the checkpoint {ws.checkpoint_path} does not fit this "
+                              f"run: {describe(e)}") from None
+        ws.logger.info(f"resumed from {ws.run_dir / 'checkpoints'} at step {ws.step} "
+                       f"({ws.total_feedback} queries asked)", "cyan")
+    elif ws.cfg.pretrained_snapshot:
+        load_snapshot(ws, Path(ws.cfg.pretrained_snapshot))
+    elif ws.cfg.pretrained_policy:
+        load_pretrained_policy(ws, Path(ws.cfg.pretrained_policy))
+
 
 def load_pretrained_policy(ws: Any, path: Path) -> None:
     """Start a workspace's agent from a Stable-Baselines3 model (:mod:`themis.agents.sb3`).

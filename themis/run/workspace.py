@@ -1,6 +1,8 @@
-"""The Workspace: what one run owns — envs, agent, store, preference learner, logger — and the
-pieces both training loops share (evaluation, CSV rows, checkpoints); snapshots are
-:mod:`themis.run.snapshot`'s, the banner and query plan :mod:`themis.run.plan`'s.
+"""The Workspace: what one run owns — envs, agent, store, preference learner, logger — with its
+counters and ``state_dict``, and the calls both loops share (episodes, feedback rounds, logs,
+evaluation, checkpoints). The run's start is :mod:`themis.run.snapshot`'s, checkpoint files
+:mod:`themis.run.checkpoint`'s, console text :mod:`themis.run.plan`'s, the end of a run
+:mod:`themis.run.closing`'s.
 
 The loops themselves are drivers (:mod:`themis.loops.pebble` for SAC, :mod:`themis.loops.prefppo`
 for PPO) that do not inherit from each other; the entry point picks one from the action space
@@ -12,20 +14,16 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from themis.agents import Agent
-from themis.agents.buffers import EpisodeStore
 from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
-from themis.core.console import close_progress_bars
 from themis.core.precision import resolve_precision
-from themis.core.safe_loading import MALFORMED, describe
 from themis.crowd.label_store import LabelStore
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
@@ -43,51 +41,17 @@ from themis.run.checkpoint import (
     save_checkpoint,
     save_models,
     set_rng_states,
-    truncate_csv,
 )
 from themis.run.config import TrainConfig, job_prefix
 from themis.run.envs import make_envs, make_frame_store, renders_frames
 from themis.run.evaluation import evaluation_row
-from themis.run.logger import Logger, plot_learning_curve
-from themis.run.plan import round_line, stop_line
-from themis.run.snapshot import SNAPSHOT_VERSION, load_pretrained_policy, load_snapshot
+from themis.run.logger import Logger
+from themis.run.plan import log_round
+from themis.run.protocols import Driver, RemoteLearner
+from themis.run.snapshot import SNAPSHOT_VERSION, start_from
 from themis.run.threads import run_threads
-from themis.tracking import run_files, start_tracking
+from themis.tracking import start_tracking
 from themis.utils import ConfigError, get_device, set_seed_everywhere
-
-
-class Driver(Protocol):
-    """A training loop (a module: :mod:`themis.loops.pebble`, :mod:`themis.loops.prefppo`)."""
-
-    NAME: str
-    METHOD: str
-
-    def make_agent(self, ws: Workspace) -> Agent: ...
-    def store(self, ws: Workspace) -> EpisodeStore: ...
-    def run(self, ws: Workspace, until: int) -> None: ...
-    def eval_action(self, ws: Workspace, obs: np.ndarray) -> Any: ...
-    def resumed(self, ws: Workspace) -> None: ...
-
-
-class RemoteLearner(Protocol):
-    """The background learner of ``reward_training=async`` as the workspace uses it
-    (:class:`themis.online.loop.AsyncLearner`; it also answers what the loops ask of a
-    :class:`themis.feedback.PreferenceLearner`)."""
-
-    @property
-    def dataset(self) -> Sized:
-        """``len()``: the labels of the version in use."""
-
-    def start(self) -> None: ...
-    def newer(self) -> bool: ...
-    def take(self, wait: bool = False) -> int | None: ...
-    def first_model_pending(self) -> bool: ...
-    def close(self) -> None: ...
-    # the agent side (the loops): each step of sub-env ``i`` goes to the learner process
-    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
-               terminated: bool, frame: np.ndarray | None = None) -> None: ...
-    def end_episode(self, i: int) -> None: ...
-    def stepped(self, n: int) -> None: ...
 
 
 class Workspace:
@@ -122,7 +86,6 @@ class Workspace:
         self.rng = np.random.default_rng(cfg.seed)
 
         # --- environments (a person watches clips: frames rendered for the recent steps)
-        self.needs_frames = renders_frames(cfg)
         self.env, self.eval_env, self.facts = make_envs(cfg)
         facts = self.facts
 
@@ -145,7 +108,7 @@ class Workspace:
                                                 scale=cfg.state_entropy_scale)
 
         # --- preference learning: frames for clips, label store, learner (channel inside)
-        self.frames = make_frame_store(cfg, self.buffer.capacity) if self.needs_frames \
+        self.frames = make_frame_store(cfg, self.buffer.capacity) if renders_frames(cfg) \
             else None
         self.remote: RemoteLearner | None = None  # reward_training=async: the background learner
         # the last full episode, beside the pair a person labels (DRLHP's second window; in
@@ -171,46 +134,27 @@ class Workspace:
         # --- counters
         self.step = 0
         self.episode = 0  # training episodes finished (the id of the current one, for SAC)
-        self.episodes_started = 0  # PPO's episode ids, in the order its envs start them
-        self.running_episodes: list[int] = []  # ids of the episodes in progress (the driver's)
+        self.episodes_started = 0  # episode ids given so far (start_episode)
+        self.running_episodes: list[int] = []  # ids of the episodes in progress: not queried
         self.pretraining_done = False
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
         self.last_episode_reward = float("nan")
         self.last_eval_return = float("nan")  # the objective of hydra/sweeper=optuna
-        self.interact_count = 0
+        self.round_step = 0  # the step of the last feedback round (feedback_due)
         self.last_checkpoint_step = 0
         self.checkpointed_before_people = False  # see checkpoint_before_people
-        self.metrics: dict[str, Any] = {}
-        self.pretrain_end = cfg.num_seed_steps + cfg.num_unsup_steps
         self.start_time = time.time()
 
-        self.checkpoint_path: Path | None = None  # the checkpoint resumed from
-        resumed = None
-        if cfg.resume:
-            resumed, self.checkpoint_path = resume_state(self.run_dir, facts.env_id,
-                                                         self.label_store)
-        if resumed is not None:
-            for stream in ("train", "eval", "reward"):  # rows after the checkpoint come again
-                truncate_csv(self.run_dir / f"{stream}.csv", int(resumed["step"]))
+        resumed, path = resume_state(self.run_dir, facts.env_id, self.label_store) \
+            if cfg.resume else (None, None)
+        self.checkpoint_path: Path | None = path  # the checkpoint resumed from
         self.logger = Logger(self.run_dir,
                              backends=("csv", "tensorboard") if cfg.logger.tensorboard else
                              ("csv",),
                              purge_step=int(resumed["step"]) if resumed else None,
                              prefix=job_prefix())
-        if resumed is not None:
-            try:
-                self.load_state_dict(resumed)
-            except MALFORMED as e:  # other observation/action shapes, a crafted state.pt
-                self.logger.close()
-                raise ConfigError(f"resume: the checkpoint {self.checkpoint_path} does not fit "
-                                  f"this run: {describe(e)}") from None
-            self.logger.info(f"resumed from {self.run_dir / 'checkpoints'} at step {self.step} "
-                             f"({self.total_feedback} queries asked)", "cyan")
-        elif cfg.pretrained_snapshot:
-            load_snapshot(self, Path(cfg.pretrained_snapshot))
-        elif cfg.pretrained_policy:
-            load_pretrained_policy(self, Path(cfg.pretrained_policy))
+        start_from(self, resumed)
         # W&B / MLflow (logger=wandb|mlflow): rows queued for their threads, never waited for
         self.tracking = start_tracking(cfg, self.run_dir, self.facts.env_id, self.title,
                                        self.logger_info_warning)
@@ -234,6 +178,8 @@ class Workspace:
         if self.remote is not None:
             self.remote.start()
         self.until = until  # the plan line of a pretraining run asks nothing
+        self.running_episodes = []  # the driver starts its episodes afresh
+        self.log_time, self.log_step = time.time(), self.step  # the progress line's steps/s
         self.driver.run(self, self.cfg.num_train_steps if until is None else until)
 
     def logger_info(self, message: str, colour: str = "") -> None:
@@ -267,18 +213,13 @@ class Workspace:
         """Method, sampler and teacher (:func:`themis.feedback.factory.run_title`)."""
         return run_title(self.cfg, self.driver.NAME)
 
-    @property
-    def agent_reason(self) -> str:
-        return f"{'auto' if self.cfg.agent == 'auto' else 'agent=' + self.cfg.agent}: " \
-            f"{type(self.env.action_space).__name__} action space"
-
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
         (``reward_training=async``: a new reward-model version is published)."""
         if self.remote is not None:
             return self.remote.newer()
-        return self.learner is not None and self.interact_count >= self.cfg.num_interact \
-            and self.learner.is_open()
+        return self.learner is not None and \
+            self.step - self.round_step >= self.cfg.num_interact and self.learner.is_open()
 
     def feedback_round(self, first: bool = False, ask: bool = True,
                        final: bool = False) -> RoundReport | int | None:
@@ -288,7 +229,7 @@ class Workspace:
         published version is loaded instead (``first``: waited for), and returned (``None``
         when there is none newer)."""
         if self.remote is not None:
-            self.interact_count = 0
+            self.round_step = self.step
             version = self.remote.take(wait=first)
             if version is not None:
                 self.logger.info(f"step {self.step}: reward model version {version} in use "
@@ -301,12 +242,9 @@ class Workspace:
                                     self.recent_lengths, self.query_slots, ask=ask,
                                     final=final)
         if report is not None:
-            row = report._asdict()
-            row.update(row.pop("method_stats"))
-            self.logger.reward.write(row)
-            self.logger.console("reward", round_line(
-                row, self.learner.pending() if self.label_store is not None else None))
-        self.interact_count = 0
+            log_round(self.logger, report,
+                      self.learner.pending() if self.label_store is not None else None)
+        self.round_step = self.step
         return report
 
     def query_slots(self, steps: np.ndarray) -> np.ndarray:
@@ -318,27 +256,49 @@ class Workspace:
             ok &= self.frames.has(steps)
         return ok
 
-    def end_episode(self, episode_return: float, length: int) -> None:
-        """Record a finished training episode: recent returns (teacher margin), ``train.csv``."""
+    def start_episode(self, episode: int | None = None) -> int:
+        """An episode starts: its id (``episode``, SAC's count of finished episodes, or the
+        next fresh one, for PPO's envs) is in progress, so no query is cut from it before
+        :meth:`end_episode`. Returns the id."""
+        episode = self.episodes_started if episode is None else episode
+        self.episodes_started = max(self.episodes_started, episode + 1)
+        self.running_episodes.append(episode)
+        return episode
+
+    def end_episode(self, episode_return: float, length: int, episode: int) -> None:
+        """Record the finished training episode ``episode`` (an id of :meth:`start_episode`):
+        recent returns (teacher margin), a ``train.csv`` row; its steps may now be queried."""
+        self.running_episodes.remove(episode)
         self.last_episode_reward = episode_return
         self.recent_returns.append(episode_return)
         self.recent_lengths.append(length)
+        metrics = self.agent.metrics  # of its last update
         self.logger.train.write({
             "step": self.step, "episode": self.episode, "episode_reward": episode_return,
             "episode_length": length, "total_feedback": self.total_feedback,
             "labeled_feedback": self.labeled_feedback, "reward_accuracy": self.reward_accuracy,
             "phase": self.phase, "duration": time.time() - self.start_time,
             # fixed columns (NaN before the first update): the CSV header is the first row
-            **{k: float(self.metrics[k]) if k in self.metrics else float("nan")
+            **{k: float(metrics[k]) if k in metrics else float("nan")
                for k in self.agent.METRICS}})
         self.episode += 1
 
-    def log_progress(self, fps: float) -> None:
-        """The periodic console line."""
-        self.logger.console("train", {
-            "step": self.step, "phase": self.phase, "fps": fps,
-            "episode_reward": self.last_episode_reward, "total_feedback": self.total_feedback,
-            "reward_acc": self.reward_accuracy})
+    def after_steps(self, n: int, evaluate: bool = False, checkpoint: bool = False) -> None:
+        """After ``n`` more environment steps: the progress line every ``log_frequency`` steps,
+        an evaluation every ``eval_frequency`` steps (or now, ``evaluate``), then a checkpoint
+        every ``checkpoint_frequency`` steps (or now, ``checkpoint``)."""
+        cfg, before = self.cfg, self.step - n
+        if self.step // cfg.log_frequency > before // cfg.log_frequency:
+            now = time.time()
+            self.logger.console("train", {
+                "step": self.step, "phase": self.phase,
+                "fps": (self.step - self.log_step) / max(now - self.log_time, 1e-9),
+                "episode_reward": self.last_episode_reward,
+                "total_feedback": self.total_feedback, "reward_acc": self.reward_accuracy})
+            self.log_time, self.log_step = now, self.step
+        if evaluate or self.step // cfg.eval_frequency > before // cfg.eval_frequency:
+            self.evaluate()
+        self.maybe_checkpoint(force=checkpoint)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> float:
@@ -385,7 +345,7 @@ class Workspace:
         every answer given, and the resumed round does not post its queries again. Called by
         the drivers at the top of each iteration; writes once."""
         if self.learner is None or not self.cfg.human_teacher or self.pretraining_done \
-                or round_at < max(self.cfg.num_seed_steps, self.pretrain_end) \
+                or round_at < self.cfg.pretrain_end \
                 or self.checkpointed_before_people:
             return
         self.maybe_checkpoint(force=True)
@@ -402,7 +362,7 @@ class Workspace:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "last_episode_reward": self.last_episode_reward,
-            "interact_count": self.interact_count,
+            "interact_count": self.step - self.round_step,
             "agent": self.agent.state_dict(), "buffer": self.buffer.state_dict(),
             "state_entropy_stats": self.state_entropy.stats.state_dict(),
             "state_entropy_range": self.state_entropy.range_state(),
@@ -416,9 +376,9 @@ class Workspace:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` output (also one of an earlier Themis version).
         The preference labels come from the run's ``preferences/`` folder."""
-        for key in ("step", "episode", "pretraining_done", "last_episode_reward",
-                    "interact_count"):
+        for key in ("step", "episode", "pretraining_done", "last_episode_reward"):
             setattr(self, key, state[key])
+        self.round_step = self.step - int(state["interact_count"])
         self.episodes_started = int(state.get("episodes_started", 0))
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state.get("recent_lengths", []))  # older checkpoints: none
@@ -434,59 +394,6 @@ class Workspace:
         if self.learner is not None:
             self.learner.load_state_dict(state)
         self.driver.resumed(self)
-
-    def stopped(self, launcher: str) -> str:
-        """After Ctrl-C: stop the labeling server, close the logs,
-        envs and progress bar, and return the one line to print — the step reached, the last
-        checkpoint and the command that continues from it (``launcher resume=RUN_DIR``).
-
-        Nothing is saved here (the interrupted step may be half done); a person's answers are
-        saved as given, and web answers wait in the label store for ``resume=``."""
-        if self.remote is not None:  # the background learner saves its labels and stops
-            self.remote.close()
-        if self.label_server is not None:
-            self.label_server.stop()
-            self.label_server = None
-        self.logger.close()
-        if self.tracking is not None:
-            self.tracking.close("KILLED")
-        close_progress_bars()
-        for env in (self.env, self.eval_env):
-            env.close()
-        return stop_line(self, launcher)
-
-    def finish(self) -> None:
-        """Final checkpoints (a finished run can be extended with resume= and a larger
-        num_train_steps), learning-curve PNG, closing of the logs.
-
-        Web: the labeling server stops first, then the answers that arrived since the last
-        round are gathered, saved and trained on — also those of queries answered by fewer
-        people than ``labels_per_query`` (as they are; those queries are closed) — so every
-        answer the server accepted is in ``preferences/``. (Answers given later to
-        ``scripts/label_server.py`` wait in the store for ``resume=``.)"""
-        if self.label_server is not None:
-            self.label_server.stop()
-            self.label_server = None
-            self.logger.info("labeling server stopped; keep labeling this run with "
-                             f"scripts/label_server.py {self.run_dir}", "cyan")
-        if self.remote is not None:  # its last gather and save; its last version is taken
-            self.remote.close()
-        if self.learner is not None and self.learner.unsaved_answers():
-            self.feedback_round(ask=False, final=True)
-        self.save_checkpoints()
-        self.maybe_checkpoint(force=True)
-        self.logger.close()
-        for env in (self.env, self.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
-            env.close()
-        eval_csv = self.run_dir / "eval.csv"
-        if eval_csv.exists():
-            plot_learning_curve(eval_csv, self.run_dir / "learning_curve.png",
-                                title=f"{self.facts.env_id}: {self.title}")
-        if self.tracking is not None:  # curve, report, clips; then the tracked run ends
-            files = run_files(self.cfg.logger, self.run_dir, self.logger_info_warning) \
-                if self.tracking.active else None  # no report for trackers that are gone
-            self.tracking.close("FINISHED", files)
-        self.logger.info(f"done: {self.run_dir}", "cyan")
 
     def logger_info_warning(self, message: str) -> None:
         """A yellow console line (a tracker's warning)."""
