@@ -28,4 +28,6 @@ for arg in "$@"; do
     *) args+=("$arg") ;;
   esac
 done
+# a key typo: one line in a fraction of a second, before PyTorch and Hydra load (key_check.py)
+"$python" -m themis.cli.key_check "$module" ${args[@]+"${args[@]}"} || exit $?
 exec "$python" -m "$module" ${args[@]+"${args[@]}"}

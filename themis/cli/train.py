@@ -157,8 +157,12 @@ def preflight(config_name: str, argv: list[str]) -> None:
 
 def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     """Compose ``overrides`` as Hydra will and build the typed config; bad input ends the
-    program with one line (:func:`fail`). Returns the composed config."""
-    from themis.run.config import compose
+    program with one line (:func:`fail`). Returns the composed config. The schema's keys
+    are saved for the launchers' quick check first (:mod:`themis.cli.key_check`)."""
+    from themis.cli.key_check import save_index
+    from themis.run.config import compose, key_index
+
+    save_index(key_index())
 
     try:
         cfg = compose(overrides, config_name)

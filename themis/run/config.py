@@ -338,6 +338,24 @@ def removed_key(key: str) -> str | None:
     return f"{key.lstrip('+~')} was removed from Themis ({why}); drop it" if why else None
 
 
+def key_index() -> dict[str, Any]:
+    """What :mod:`themis.cli.key_check` needs to refuse a key typo without importing this
+    module: ``keys`` (:func:`schema_keys` and the config groups, the folders of
+    :data:`CONFIG_DIR`), ``groups`` (keys that hold keys, but not :data:`OPEN_KEYS`) and
+    ``removed`` (:data:`REMOVED_KEYS`)."""
+    from omegaconf import OmegaConf
+
+    from themis.run.hints import OPEN_KEYS
+
+    schema = OmegaConf.structured(TrainConfig)
+    keys = schema_keys()
+    groups = [k for k in keys if k not in OPEN_KEYS
+              and isinstance(OmegaConf.select(schema, k), DictConfig)]
+    folders = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
+    return {"keys": keys + [f for f in folders if f not in keys], "groups": groups,
+            "removed": dict(REMOVED_KEYS)}
+
+
 def job_prefix() -> str:
     """``[job N] `` inside a Hydra multirun (``-m``), where parallel jobs print to one
     terminal; ``""`` otherwise (also outside Hydra)."""
