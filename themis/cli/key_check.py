@@ -21,6 +21,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,8 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
 
     ``index``: ``keys`` (every schema key, dotted, and the config groups: ``method``,
     ``teacher``, ...), ``groups`` (the schema's groups of keys: ``sac``, ``surf``, ...; not
-    ``env_kwargs``, whose keys are the user's), ``removed`` (removed key -> why).
+    ``env_kwargs``, whose keys are the user's), ``removed`` (removed key -> why), ``options``
+    (config group -> its options: ``method=surff`` is refused as Hydra's composition is).
     """
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
         return None  # --help, --cfg, a key written as a flag: the full check's
@@ -77,7 +79,10 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
     for arg in argv:
         if "=" not in arg or arg.startswith(("-", "+", "~", "hydra.", "hydra/")):
             continue
-        key = arg.split("=", 1)[0]
+        key, value = arg.split("=", 1)
+        options = index["options"].get(key)
+        if options is not None and re.fullmatch(r"[\w-]+", value) and value not in options:
+            return f"{key}={value} is unknown; available: {', '.join(options)}"
         parent = key.rpartition(".")[0]
         if key in keys or "/" in key or "@" in key or (parent and parent not in groups):
             continue

@@ -341,8 +341,10 @@ def removed_key(key: str) -> str | None:
 def key_index() -> dict[str, Any]:
     """What :mod:`themis.cli.key_check` needs to refuse a key typo without importing this
     module: ``keys`` (:func:`schema_keys` and the config groups, the folders of
-    :data:`CONFIG_DIR`), ``groups`` (keys that hold keys, but not :data:`OPEN_KEYS`) and
-    ``removed`` (:data:`REMOVED_KEYS`)."""
+    :data:`CONFIG_DIR`), ``groups`` (keys that hold keys, but not :data:`OPEN_KEYS`),
+    ``removed`` (:data:`REMOVED_KEYS`) and ``options`` (the options of the config groups in
+    ``train_themis.yaml``'s defaults list, ``method``, ``teacher``, ``logger``; not ``domain``,
+    whose refusal :func:`themis.environments.domains.get_domain` words)."""
     from omegaconf import OmegaConf
 
     from themis.run.hints import OPEN_KEYS
@@ -352,8 +354,12 @@ def key_index() -> dict[str, Any]:
     groups = [k for k in keys if k not in OPEN_KEYS
               and isinstance(OmegaConf.select(schema, k), DictConfig)]
     folders = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir())
+    defaults = OmegaConf.load(CONFIG_DIR / "train_themis.yaml").defaults
+    chosen = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
+    options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+               for group in chosen if group in folders and group != "domain"}
     return {"keys": keys + [f for f in folders if f not in keys], "groups": groups,
-            "removed": dict(REMOVED_KEYS)}
+            "removed": dict(REMOVED_KEYS), "options": options}
 
 
 def job_prefix() -> str:
