@@ -10,7 +10,8 @@ the index (the first launch after a change) this check says nothing and the full
 refuses the typo with the same line.
 
 It refuses only what it can tell alone, with the full check's line: a key that is not in the
-schema at the top level or inside one of its groups (``sac.hiden_dim``), and a removed key.
+schema at the top level or inside one of its groups (``sac.hiden_dim``), a removed key, and an
+option a config group does not have (``method=surff``).
 Everything else (values, ``+key``, the keys of ``env_kwargs``, config groups, Hydra's own keys
 and flags) is left to the full check. Only the standard library is imported.
 """
