@@ -132,3 +132,8 @@ def test_teacher_ui_web_without_a_human_teacher_is_refused(compose, tmp_path):
 def test_xplain_action_dim_without_xplain_action_is_refused(compose, tmp_path):
     with pytest.raises(ConfigError, match="xplain_action_dim=0 needs xplain_action=true"):
         make_workspace(compose([*TINY, "xplain_action_dim=0"]), tmp_path)
+
+
+def test_an_unknown_option_inside_a_list_names_the_options(capsys):
+    line = refused(capsys, check_overrides, ["logger=[wandb,neptune]"], "train_themis")
+    assert line == "logger=neptune is unknown; available: csv, mlflow, tensorboard, wandb"

@@ -101,6 +101,11 @@ def describe_composition_error(error: Exception, config_name: str = "train_themi
         listing = text.split("Available options in")[-1].split("Config search path")[0]
         options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
         return f"{group}={option} is unknown; available: {', '.join(options)}"
+    if "Could not load '" in text:  # an option inside a list: logger=[wandb,neptune]
+        group, option = text.split("Could not load '")[1].split("'")[0].split("/", 1)
+        options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+        if options:
+            return f"{group}={option} is unknown; available: {', '.join(options)}"
     first = text.splitlines()[0]
     if first.startswith("Ambiguous value"):
         return f"{first}: add -m to sweep over the values, or write a list as key=[a,b]"
