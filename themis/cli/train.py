@@ -42,8 +42,6 @@ from themis.utils import ConfigError
 register_configs()
 
 
-
-
 class RaiseInstead:
     """Whether :func:`fail` raises :class:`themis.utils.ConfigError` with the line instead of
     ending the program (the Python API, :func:`themis.cli.api.train`, sets :attr:`on` while it
