@@ -17,14 +17,15 @@ from themis.utils import ConfigError
 
 TYPOS = [["sac.hiden_dim=3"], ["num_train_step=1"], ["seed=1", "hiden=3"], ["core_turns=true"],
          ["surf.taux=1"], ["logger.tensorbord=true"], ["method=surf", "rune.bet=1"],
-         ["method=surff"], ["teacher=nosy"], ["logger=neptune"]]
+         ["method=surff"], ["teacher=nosy"], ["logger=neptune"], ["domain=dmc"],
+         ["domain=Contrl"], ["domain=xyz"]]
 """Command lines the quick check refuses."""
 LEFT_TO_THE_FULL_CHECK = [
     ["seed=1"], ["method=surf", "surf.inv_label_ratio=2"], ["domain=DMC", "env=walker_walk"],
     ["+env_kwargs.x=1"], ["env_kwargs.continuous=false"], ["teacher=noisy"], ["recipe=drlhp"],
     ["num_train_steps=1e5"], ["sac.hidden_dim.x=3"], ["hydra/launcher=joblib"],
     ["hydra.run.dir=/nowhere"], ["--num_train_steps", "1000"], ["-m", "seed=0,1"],
-    ["logger=wandb"], ["+extra=1"], ["~seed"], ["env"], ["domain=dmc"], ["recipe=drlph"],
+    ["logger=wandb"], ["+extra=1"], ["~seed"], ["env"], ["recipe=drlph"],
     ["logger=[wandb,neptune]"], ["-m", "method=surf,rune"], ["method=[surf,rune]"]]
 """Command lines it leaves alone (good ones, values, additions, Hydra's own)."""
 

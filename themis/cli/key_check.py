@@ -11,7 +11,7 @@ refuses the typo with the same line.
 
 It refuses only what it can tell alone, with the full check's line: a key that is not in the
 schema at the top level or inside one of its groups (``sac.hiden_dim``), a removed key, and an
-option a config group does not have (``method=surff``).
+option a config group does not have (``method=surff``) or an unknown domain (``domain=dmc``).
 Everything else (values, ``+key``, the keys of ``env_kwargs``, config groups, Hydra's own keys
 and flags) is left to the full check. Only the standard library is imported.
 """
@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from themis.core.choices import unknown_choice
 from themis.run.hints import help_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,8 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
     ``index``: ``keys`` (every schema key, dotted, and the config groups: ``method``,
     ``teacher``, ...), ``groups`` (the schema's groups of keys: ``sac``, ``surf``, ...; not
     ``env_kwargs``, whose keys are the user's), ``removed`` (removed key -> why), ``options``
-    (config group -> its options: ``method=surff`` is refused as Hydra's composition is).
+    (config group -> its options: ``method=surff`` is refused as Hydra's composition is),
+    ``domains`` (the domains, in order).
     """
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
         return None  # --help, --cfg, a key written as a flag: the full check's
@@ -84,6 +86,8 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
         options = index["options"].get(key)
         if options is not None and re.fullmatch(r"[\w-]+", value) and value not in options:
             return f"{key}={value} is unknown; available: {', '.join(options)}"
+        if key == "domain" and re.fullmatch(r"[\w-]+", value) and value not in index["domains"]:
+            return unknown_choice(key, value, index["domains"])
         parent = key.rpartition(".")[0]
         if key in keys or "/" in key or "@" in key or (parent and parent not in groups):
             continue

@@ -21,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.core.choices import unknown_choice
 from themis.environments.actions import rescale_box_actions
 from themis.environments.moving_dot import atari_preprocessing
 from themis.environments.mujoco import (
@@ -248,11 +249,8 @@ def get_domain(name: str) -> Domain:
     Raises:
         ConfigError: unknown domain (lists the known ones).
     """
-    if name not in DOMAINS:
-        same = [d for d in DOMAINS if d.lower() == name.lower()]  # domain=dmc: DMC
-        close = same or difflib.get_close_matches(name, list(DOMAINS), n=3)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"domain={name} is unknown{hint}; available: {', '.join(DOMAINS)}")
+    if name not in DOMAINS:  # domain=dmc: did you mean DMC?
+        raise ConfigError(unknown_choice("domain", name, DOMAINS))
     return DOMAINS[name]
 
 

@@ -343,8 +343,8 @@ def key_index() -> dict[str, Any]:
     module: ``keys`` (:func:`schema_keys` and the config groups, the folders of
     :data:`CONFIG_DIR`), ``groups`` (keys that hold keys, but not :data:`OPEN_KEYS`),
     ``removed`` (:data:`REMOVED_KEYS`) and ``options`` (the options of the config groups in
-    ``train_themis.yaml``'s defaults list, ``method``, ``teacher``, ``logger``; not ``domain``,
-    whose refusal :func:`themis.environments.domains.get_domain` words)."""
+    ``train_themis.yaml``'s defaults list, ``method``, ``teacher``, ``logger``) and ``domains``
+    (:data:`themis.environments.domains.DOMAINS`, in order)."""
     from omegaconf import OmegaConf
 
     from themis.run.hints import OPEN_KEYS
@@ -358,8 +358,10 @@ def key_index() -> dict[str, Any]:
     chosen = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
     options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
                for group in chosen if group in folders and group != "domain"}
+    from themis.environments.domains import DOMAINS
+
     return {"keys": keys + [f for f in folders if f not in keys], "groups": groups,
-            "removed": dict(REMOVED_KEYS), "options": options}
+            "removed": dict(REMOVED_KEYS), "options": options, "domains": list(DOMAINS)}
 
 
 def job_prefix() -> str:
