@@ -708,10 +708,10 @@ def test_mrn_runs_every_meta_steps_while_feedback_is_open_and_relabels(compose, 
 
 def test_the_banner_and_the_learning_curve_name_method_sampler_and_teacher(
         compose, tmp_path, capsys, monkeypatch):
-    import themis.run.workspace
+    import themis.run.closing
 
     titles: list[str] = []
-    monkeypatch.setattr(themis.run.workspace, "plot_learning_curve",
+    monkeypatch.setattr(themis.run.closing, "plot_learning_curve",
                         lambda csv, png, title="": titles.append(title))
     ws = make_workspace(compose([*TINY_PENDULUM, "num_train_steps=600", "method=[surf,rune]",
                                  "feed_type=1", "teacher=skip"]), tmp_path)
