@@ -41,8 +41,12 @@ def curves(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def ppe_walker_walk(csv: Path, out: Path) -> None:
-    """Draw ``csv``'s curves into ``out`` (a PNG)."""
-    data = curves(pd.read_csv(csv))
+    """Draw ``csv``'s curves into ``out`` (a PNG); QPA's runs with the official reward-training
+    rule only (``qpa.iterations=true`` in the command), not the old rule's."""
+    table = pd.read_csv(csv)
+    old_qpa = (table["method"] == "qpa") & \
+        ~table["command"].str.contains("qpa.iterations=true", regex=False)
+    data = curves(table[~old_qpa])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     for method in ("pebble", "surf", "rune", "qpa", "sac"):
         if method not in data:
