@@ -11,7 +11,7 @@ refuses the typo with the same line.
 
 It refuses only what it can tell alone, with the full check's line: a key that is not in the
 schema at the top level or inside one of its groups (``sac.hiden_dim``), a removed key, and an
-option a config group does not have (``method=surff``) or an unknown domain (``domain=dmc``).
+option a config group does not have (``teacher=nosy``) or an unknown domain (``domain=dmc``).
 Everything else (values, ``+key``, the keys of ``env_kwargs``, config groups, Hydra's own keys
 and flags) is left to the full check. Only the standard library is imported.
 """
@@ -71,9 +71,9 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
     overrides), as the full check words it, or ``None`` when this check cannot tell.
 
     ``index``: ``keys`` (every schema key, dotted, and the config groups: ``method``,
-    ``teacher``, ...), ``groups`` (the schema's groups of keys: ``sac``, ``surf``, ...; not
+    ``teacher``, ...), ``groups`` (the schema's groups of keys: ``sac``, ``logger``, ...; not
     ``env_kwargs``, whose keys are the user's), ``removed`` (removed key -> why), ``options``
-    (config group -> its options: ``method=surff`` is refused as Hydra's composition is),
+    (config group -> its options: ``teacher=nosy`` is refused as Hydra's composition is),
     ``domains`` (the domains, in order).
     """
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
