@@ -24,6 +24,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,17 @@ def index_path(root: Path = ROOT) -> Path:
     return cache / "themis" / f"keys-{source_digest(root)}.json"
 
 
-def save_index(index: dict[str, Any], path: Path | None = None) -> None:
-    """Write ``index`` (:func:`themis.run.config.key_index`) unless it is there; a cache folder
-    that cannot be written is skipped (the full check still runs)."""
+def save_index(make_index: Callable[[], dict[str, Any]], path: Path | None = None) -> None:
+    """Write the index ``make_index()`` builds (:func:`themis.run.config.key_index`) unless it
+    is there (then it is not built); a cache folder that cannot be written is skipped (the full
+    check still runs)."""
     path = path or index_path()
     if path.exists():
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(index))
+        temporary.write_text(json.dumps(make_index()))
         os.replace(temporary, path)
     except OSError:
         pass

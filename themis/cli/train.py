@@ -165,7 +165,7 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     from themis.cli.key_check import save_index
     from themis.run.config import compose, key_index
 
-    save_index(key_index())
+    save_index(key_index)  # built once per code version, not per sweep job
 
     try:
         cfg = compose(overrides, config_name)
