@@ -100,3 +100,118 @@ def test_the_launcher_refuses_a_typo_quickly_once_any_launch_wrote_the_index(tmp
     done = subprocess.run([sys.executable, "-c", "import json\n" + probe], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert json.loads(done.stdout.splitlines()[-1]) == [2, []]
+
+
+# ------------------------------------------------------------- env names (themis/core/env_names)
+ENV_TYPOS = [("DMC", "walker_wlak"), ("Control", "walker_walk"), ("Control", "Ant-v5x"),
+             ("Classic", "Pendulm-v1"), ("MetaWorld", "door-opne"), ("Control", "CartPole-v1"),
+             ("Classic", "HalfCheetah-v5"), ("Box2d", "qqqq"), ("ALE", "Breakuot-v5"),
+             ("DMC", "Pendulum-v1")]
+"""(domain, env) the full check refuses; the quick check must give its line."""
+ENVS_FOUND = [("DMC", "walker_walk", "dm_control/walker-walk-v0"),
+              ("DMC", "walker-walk", "dm_control/walker-walk-v0"),
+              ("DMC", "dm_control/walker-walk-v0", "dm_control/walker-walk-v0"),
+              ("MetaWorld", "door-open", "door-open-v3"), ("Control", "Hopper-v5", "Hopper-v5"),
+              ("ALE", "Pong-v5", "ALE/Pong-v5")]
+
+
+@pytest.fixture(scope="module")
+def saved_lists(tmp_path_factory):
+    """Every domain listed by the full check (its suites imported), saved as a launch saves
+    them, and read back."""
+    from themis.core.env_names import DISTRIBUTIONS
+    from themis.environments.domains import DOMAINS, LISTED
+
+    for name in DISTRIBUTIONS:
+        DOMAINS[name].env_ids()
+    DOMAINS["Gym"].env_ids()  # whatever this process registered: never saved
+    assert "Gym" not in LISTED
+    path = tmp_path_factory.mktemp("cache") / "envs.json"
+    key_check.save_env_lists(dict(LISTED), path)
+    return json.loads(path.read_text())
+
+
+def full_env_check(domain: str, env: str) -> str:
+    from themis.environments.domains import get_domain
+
+    with pytest.raises(ConfigError) as info:
+        get_domain(domain).resolve(env)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("domain,env", ENV_TYPOS, ids=lambda a: str(a))
+def test_an_env_typo_is_refused_with_the_full_checks_line(saved_lists, domain, env):
+    assert key_check.env_refusal(saved_lists, domain, env) == full_env_check(domain, env)
+
+
+@pytest.mark.parametrize("domain,env,resolved", ENVS_FOUND, ids=lambda a: str(a))
+def test_an_env_of_the_domain_passes_the_quick_check(saved_lists, domain, env, resolved):
+    from themis.core.env_names import find_env
+    from themis.environments.domains import get_domain
+
+    assert key_check.env_refusal(saved_lists, domain, env) is None
+    entry = saved_lists[domain]
+    assert find_env(domain, env, entry["ids"], entry["prefix"]) == resolved
+    assert get_domain(domain).resolve(env) == resolved
+
+
+def test_without_a_list_it_needs_or_with_other_versions_the_quick_check_says_nothing(
+        saved_lists):
+    # walker_walk in Control: the line names DMC, so DMC's list is needed
+    without_dmc = {k: v for k, v in saved_lists.items() if k != "DMC"}
+    assert key_check.env_refusal(without_dmc, "Control", "walker_walk") is None
+    # a typo of one of Control's own envs needs only the cheap domains' lists
+    assert key_check.env_refusal(without_dmc, "Control", "Ant-v5x") == \
+        full_env_check("Control", "Ant-v5x")
+    assert key_check.env_refusal({}, "Control", "Ant-v5x") is None
+    older = json.loads(json.dumps(saved_lists))
+    older["DMC"]["versions"]["shimmy"] = "0.0.1"  # another shimmy may register other tasks
+    assert key_check.env_refusal(older, "DMC", "walker_wlak") is None
+
+
+def test_saving_the_lists_merges_and_rewrites_nothing_unchanged(saved_lists, tmp_path):
+    path = tmp_path / "envs.json"
+    classic = (saved_lists["Classic"]["ids"], saved_lists["Classic"]["prefix"])
+    key_check.save_env_lists({"Classic": classic}, path)
+    stamp = path.stat().st_mtime_ns
+    key_check.save_env_lists({"Classic": classic}, path)
+    assert path.stat().st_mtime_ns == stamp
+    key_check.save_env_lists({"DMC": (saved_lists["DMC"]["ids"], "dm_control/")}, path)
+    assert set(json.loads(path.read_text())) == {"Classic", "DMC"}
+
+
+@pytest.mark.parametrize("argv,chosen", [
+    (["env=walker_wlak"], ("Control", "walker_wlak")),
+    (["domain=DMC", "env=walker_wlak", "seed=1"], ("DMC", "walker_wlak")),
+    (["-m", "domain=DMC", "env=walker_wlak", "seed=0,1"], ("DMC", "walker_wlak")),
+    (["domain=DMC"], None), (["env=a,b"], None), (["env=mypkg.envs:MyEnv-v0"], None),
+    (["env=null"], None), (["env=true"], None), (["env=3"], None), (["env='x y'"], None),
+    (["domain=DMC,Control", "env=walker_wlak"], None), (["domain=Gym", "env=x"], None),
+    (["resume=runs/a", "env=walker_wlak"], None), (["+env=x"], None)])
+def test_the_env_the_quick_check_looks_at(index, argv, chosen):
+    assert index["default_domain"] == "Control"
+    assert key_check.chosen_env(index, argv) == chosen
+
+
+@pytest.mark.slow
+def test_the_launcher_refuses_an_env_typo_quickly_once_a_launch_listed_the_domain(tmp_path,
+                                                                                  monkeypatch):
+    """The first launch lists DMC's tasks (importing dm_control) and refuses the typo; the
+    next is refused by the quick check with the same line, without PyTorch, Hydra or
+    gymnasium."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    args = ["domain=DMC", "env=walker_wlak", f"hydra.run.dir={tmp_path / 'run'}"]
+    first = launch("themis_train.sh", *args)
+    assert first.returncode == 2, first.stderr
+    assert first.stderr.startswith("themis: error: env=walker_wlak is not an environment of "
+                                   "domain=DMC; close matches: walker-walk-v0")
+    second = launch("themis_train.sh", *args)
+    assert second.returncode == 2 and second.stderr == first.stderr
+    probe = ("import json, runpy, sys\n"
+             "sys.argv = ['x', 'themis.cli.train', 'domain=DMC', 'env=walker_wlak']\n"
+             "try:\n    runpy.run_module('themis.cli.key_check', run_name='__main__')\n"
+             "except SystemExit as e:\n    print(json.dumps([e.code, sorted(m for m in "
+             "sys.modules if m.split('.')[0] in ('torch', 'hydra', 'gymnasium', 'shimmy'))]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert json.loads(done.stdout.splitlines()[-1]) == [2, []], done.stderr

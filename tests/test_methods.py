@@ -546,6 +546,19 @@ def test_heldout_correlations_measure_r_hat_not_r_hat_plus_runes_bonus(compose, 
     ws.learner.methods = []
     assert ws.learner.quality(pairs, labels) == with_bonus  # the bonus plays no part
     assert not np.isnan(with_bonus[2])
+    # Pearson and Spearman (average ranks) as scipy.stats computes them, ties included
+    from scipy import stats
+
+    predicted = ws.reward_model.predict(pairs.observations.reshape(30 * 2 * ws.cfg.segment, -1),
+                                        pairs.actions.reshape(30 * 2 * ws.cfg.segment, -1))
+    predicted = predicted.reshape(60, ws.cfg.segment).sum(1)
+    true = pairs.true_rewards.reshape(60, ws.cfg.segment).sum(1)
+    assert with_bonus[2] == pytest.approx(stats.pearsonr(predicted, true).statistic, abs=1e-6)
+    assert with_bonus[3] == pytest.approx(stats.spearmanr(predicted, true).statistic, abs=1e-6)
+    pairs.true_rewards[:3] = 0.0  # ties among the true returns
+    tied = pairs.true_rewards.reshape(60, ws.cfg.segment).sum(1)
+    assert ws.learner.quality(pairs, labels)[3] == pytest.approx(
+        stats.spearmanr(predicted, tied).statistic, abs=1e-6)
 
 
 def test_rune_with_ppo_adds_the_bonus_to_rollout_rewards(compose, tmp_path):

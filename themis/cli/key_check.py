@@ -12,8 +12,13 @@ refuses the typo with the same line.
 It refuses only what it can tell alone, with the full check's line: a key that is not in the
 schema at the top level or inside one of its groups (``sac.hiden_dim``), a removed key, and an
 option a config group does not have (``teacher=nosy``) or an unknown domain (``domain=dmc``).
+An ``env=`` name is refused (``domain=DMC env=walker_wlak``) when the lists of names it needs
+were saved by an earlier launch (``themis/envs-DIGEST.json`` beside the index: each domain's
+names, saved once a run has listed them, used only with the same versions of the packages that
+define them; the rule is :mod:`themis.core.env_names`).
 Everything else (values, ``+key``, the keys of ``env_kwargs``, config groups, Hydra's own keys
-and flags) is left to the full check. Only the standard library is imported.
+and flags, a resumed run's env) is left to the full check. Only the standard library is
+imported.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from themis.core.choices import unknown_choice
+from themis.core.env_names import DISTRIBUTIONS, NotListed, find_env, unknown_env
 from themis.run.hints import help_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +72,85 @@ def save_index(make_index: Callable[[], dict[str, Any]], path: Path | None = Non
         os.replace(temporary, path)
     except OSError:
         pass
+
+
+def env_lists_path(root: Path = ROOT) -> Path:
+    """Where the domains' saved lists of env names live, beside the key index."""
+    return index_path(root).with_name(index_path(root).name.replace("keys-", "envs-", 1))
+
+
+def _versions(domain: str) -> dict[str, str | None]:
+    from importlib import metadata  # ~25 ms: only when an env name is checked or saved
+
+    versions: dict[str, str | None] = {}
+    for name in DISTRIBUTIONS[domain]:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def save_env_lists(listed: dict[str, tuple[list[str], str]], path: Path | None = None) -> None:
+    """Add the domains' lists ``listed`` (name -> (env names, id prefix),
+    :data:`themis.environments.domains.LISTED`) to the saved lists, with the versions of the
+    packages that define them; nothing is written when they are there already, and a cache
+    folder that cannot be written is skipped."""
+    path = path or env_lists_path()
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    new = {name: {"ids": ids, "prefix": prefix, "versions": _versions(name)}
+           for name, (ids, prefix) in listed.items() if name in DISTRIBUTIONS}
+    if all(saved.get(name) == entry for name, entry in new.items()):
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({**saved, **new}))
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def env_refusal(saved: dict[str, Any], domain: str, env: str) -> str | None:
+    """The full check's line for ``env=env`` in ``domain`` when the name is not there, from the
+    saved lists ``saved`` (:func:`save_env_lists`); ``None`` when the name is there or when a
+    list the line needs was not saved (or was saved with other package versions)."""
+    checked: dict[str, tuple[list[str], str]] = {}
+
+    def listing(name: str) -> tuple[list[str], str]:
+        entry = saved.get(name)
+        if name not in checked:
+            if not isinstance(entry, dict) or entry.get("versions") != _versions(name):
+                raise NotListed(name)
+            checked[name] = (list(entry["ids"]), str(entry["prefix"]))
+        return checked[name]
+
+    try:
+        ids, prefix = listing(domain)
+        if find_env(domain, env, ids, prefix) is not None:
+            return None
+        return unknown_env(domain, env, ids, prefix, listing)
+    except (NotListed, KeyError, TypeError):
+        return None
+
+
+def chosen_env(index: dict[str, Any], argv: list[str]) -> tuple[str, str] | None:
+    """The domain and the ``env=`` a command line gives (the default domain where it gives
+    none), or ``None`` when it gives no env, sweeps it, names a module (``module:EnvId``) or
+    takes the env from an earlier run (``resume=``)."""
+    given = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~")))
+    resume = given.get("resume", "").lower()
+    if resume not in ("", "false", "no", "0", "none", "null") or "env" not in given:
+        return None
+    domain, env = given.get("domain", index.get("default_domain", "")), given["env"]
+    # a name, not a value Hydra reads as another type (null, true, 3) or a sweep (a,b)
+    if not re.fullmatch(r"[\w./-]*[A-Za-z][\w./-]*", env) or domain not in DISTRIBUTIONS \
+            or env.lower() in ("null", "none", "true", "false"):
+        return None
+    return domain, env
 
 
 def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | None:
@@ -112,6 +197,12 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError):
         return 0
     line = refusal(index, config_name, argv[1:])
+    if line is None and (chosen := chosen_env(index, argv[1:])) is not None:
+        try:
+            saved = json.loads(env_lists_path().read_text())
+        except (OSError, ValueError):
+            return 0
+        line = env_refusal(saved, *chosen)
     if line is None:
         return 0
     print(f"themis: error: {line}", file=sys.stderr)

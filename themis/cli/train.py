@@ -22,6 +22,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from themis.builder import earlier_run, make_workspace
+from themis.cli.key_check import save_env_lists
+from themis.environments.domains import LISTED
 from themis.online.learner_client import PreferenceLearnerError
 from themis.run.closing import finish, stop
 from themis.run.config import (
@@ -353,6 +355,8 @@ def build_workspace(cfg: DictConfig) -> Workspace:
         if resume_target(cfg.resume) is None:
             remove_if_unused(out)
         fail(str(e))
+    finally:  # the env names listed, for the launchers' quick check of env= (key_check.py)
+        save_env_lists(LISTED)
     (out / "config.yaml").write_text(config_yaml(ws.cfg))  # resolved: what the run uses
     mark_config(out)  # yours: a later resume= trusts its addresses, paths and trackers
     return ws

@@ -7,5 +7,7 @@ another package of ``themis/``.
   code from them (PyTorch files as plain data, configs as values);
 - :mod:`themis.core.console`: the run's progress bars, paused while a person answers in the
   terminal;
-- :mod:`themis.core.figures`: plots written to files (matplotlib's ``Agg`` backend).
+- :mod:`themis.core.figures`: plots written to files (matplotlib's ``Agg`` backend);
+- :mod:`themis.core.choices` and :mod:`themis.core.env_names`: the lines that refuse an
+  unknown domain or env name, shared with the launchers' quick check (standard library only).
 """

@@ -8,7 +8,6 @@ Adding a domain is one entry in :data:`DOMAINS`.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import io
 import logging
@@ -22,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from themis.core.choices import unknown_choice
+from themis.core.env_names import DISTRIBUTIONS, find_env, unknown_env
 from themis.environments.actions import rescale_box_actions
 from themis.environments.moving_dot import atari_preprocessing
 from themis.environments.mujoco import (
@@ -33,7 +33,6 @@ from themis.environments.mujoco import (
 )
 from themis.environments.observations import prepare_observations
 from themis.environments.suites import (  # DeepMind Control and Meta-World adapters
-    dmc_aliases,
     dmc_ids,
     dmc_setup,
     make_dmc,
@@ -137,8 +136,6 @@ class Domain:
     setup: Callable[[], None] | None = None
     ids: Callable[[], list[str]] | None = None
     """The domain's env names, when they are not registered gymnasium ids (Meta-World)."""
-    aliases: Callable[[str], list[str]] | None = None
-    """Other spellings of a user's ``env=`` to try (``walker_walk`` -> ``walker-walk``)."""
     make: Callable[..., gym.Env] | None = None
     """Builds an env from its resolved name instead of ``gym.make`` (called with ``name,
     render_mode, render_size, task_seed, **kwargs``)."""
@@ -150,28 +147,36 @@ class Domain:
     the env (``gymnasium.register`` at its top level)."""
 
     def env_ids(self) -> list[str]:
-        """All registered gymnasium ids (or names) of this domain."""
+        """All registered gymnasium ids (or names) of this domain; kept in :data:`LISTED` (but
+        the Gym domain's, which depends on what the process registered).
+
+        Raises:
+            ConfigError: the domain's suite is not installed.
+        """
         if self.setup is not None:
             self.setup()
         if self.ids is not None:
             try:
-                return sorted(self.ids())
+                ids = sorted(self.ids())
             except ImportError as e:
                 raise ConfigError(f"domain={self.name} needs {e.name}, which is not installed: "
                                   "run scripts/setup.sh (pip install -e .)") from None
-        ids = []
-        for env_id, spec in gym.registry.items():
-            entry = spec.entry_point if isinstance(spec.entry_point, str) else \
-                f"{getattr(spec.entry_point, '__module__', '')}:"
-            if entry.startswith(self.entry_points):
-                ids.append(env_id)
-        return sorted(ids)
+        else:
+            ids = sorted(env_id for env_id, spec in gym.registry.items()
+                         if (spec.entry_point if isinstance(spec.entry_point, str) else
+                             f"{getattr(spec.entry_point, '__module__', '')}:"
+                             ).startswith(self.entry_points))
+        if self.name in DISTRIBUTIONS:
+            LISTED[self.name] = (ids, self.id_prefix)
+        return ids
 
     def resolve(self, env: str) -> str:
         """Full gymnasium id for the user's ``env`` spelling.
 
         Raises:
-            ConfigError: the env is not registered in this domain (lists close matches).
+            ConfigError: the env is not registered in this domain (the line of
+                :func:`themis.core.env_names.unknown_env`: the domain it belongs to, or close
+                matches).
         """
         if self.import_modules and ":" in env:
             module, _, env = env.partition(":")
@@ -180,25 +185,10 @@ class Domain:
             except ImportError as e:
                 raise ConfigError(f"env={module}:{env}: cannot import {module} ({e})") from None
         ids = self.env_ids()
-        spellings = [env, *(self.aliases(env) if self.aliases is not None else [])]
-        for spelling in spellings:
-            for candidate in (spelling, self.id_prefix + spelling):
-                if candidate in ids:
-                    return candidate
-        short = [i.removeprefix(self.id_prefix) for i in ids]
-        close = difflib.get_close_matches(spellings[-1].removeprefix(self.id_prefix), short, n=5,
-                                          cutoff=0.5)
-        # an env of another domain: say which (walker_walk: DMC); the suites that import
-        # much (DMC, Meta-World, ...) only when the name is no typo of this domain's
-        home = domain_of(env, skip=self.name, cheap_only=bool(close))
-        if home is not None:
-            raise ConfigError(f"env={env} is not an environment of domain={self.name}: it is "
-                              f"{'a' if home != 'ALE' else 'an'} {home} "
-                              f"{'task' if home in ('DMC', 'MetaWorld') else 'env'}; add "
-                              f"domain={home}")
-        hint = f"; close matches: {', '.join(close)}" if close else \
-            f"; available: {', '.join(short[:12])}{', ...' if len(short) > 12 else ''}"
-        raise ConfigError(f"env={env} is not an environment of domain={self.name}{hint}")
+        found = find_env(self.name, env, ids, self.id_prefix)
+        if found is not None:
+            return found
+        raise ConfigError(unknown_env(self.name, env, ids, self.id_prefix, _listing))
 
 
 def _seals_setup() -> None:
@@ -222,7 +212,7 @@ DOMAINS: dict[str, Domain] = {
     "Classic": Domain("Classic", entry_points=("gymnasium.envs.classic_control",)),
     # DeepMind Control (Shimmy's gymnasium bindings): env=walker_walk, walker-walk or the id
     "DMC": Domain("DMC", entry_points=(), id_prefix="dm_control/", ids=dmc_ids,
-                  aliases=dmc_aliases, make=make_dmc, wrap=lambda env: env,
+                  make=make_dmc, wrap=lambda env: env,
                   setup=dmc_setup, mujoco_make=True),
     # MovingDot (themis/environments/moving_dot.py), with DRLHP's Atari preprocessing
     "MovingDot": Domain("MovingDot", entry_points=("themis.environments.moving_dot",),
@@ -237,7 +227,6 @@ DOMAINS: dict[str, Domain] = {
                     setup=_seals_setup),
     # Meta-World v3, one task at a time (MT1): env=door-open-v3
     "MetaWorld": Domain("MetaWorld", entry_points=(), ids=metaworld_ids,
-                        aliases=lambda env: [env if env.endswith("-v3") else f"{env}-v3"],
                         make=make_metaworld, wrap=rescale_box_actions,
                         setup=route_mujoco_warnings, mujoco_make=True),
 }
@@ -254,32 +243,18 @@ def get_domain(name: str) -> Domain:
     return DOMAINS[name]
 
 
-HINT_ORDER = ("Classic", "Control", "Box2d", "DMC", "MetaWorld", "ALE", "Minigrid", "BabyAI",
-              "MovingDot")
-"""Domains asked, in this order, which one an env belongs to when it is not in the domain the
-user chose (seals and Gym repeat the others' ids)."""
-
-CHEAP_DOMAINS = ("Classic", "Control", "Box2d")
-"""Domains whose ids are in gymnasium's registry already (nothing to import to list them)."""
+LISTED: dict[str, tuple[list[str], str]] = {}
+"""The domains listed in this process: name -> (names, id prefix); the launchers save them
+for their quick check (:func:`themis.cli.key_check.save_env_lists`)."""
 
 
-def domain_of(env: str, skip: str = "", cheap_only: bool = False) -> str | None:
-    """The first domain of :data:`HINT_ORDER` (other than ``skip``; with ``cheap_only`` of
-    :data:`CHEAP_DOMAINS` only) that has ``env``, or None: for the error of an env given with
-    the wrong domain (``env=walker_walk`` with the default ``domain=Control`` is a DeepMind
-    Control task). A domain whose suite is not installed is passed over."""
-    for name in HINT_ORDER:
-        if name == skip or (cheap_only and name not in CHEAP_DOMAINS):
-            continue
-        dom = DOMAINS[name]
-        try:
-            ids = dom.env_ids()
-            spellings = [env, *(dom.aliases(env) if dom.aliases is not None else [])]
-        except Exception:  # a suite that is not installed or does not import here
-            continue
-        if any(c in ids for s in spellings for c in (s, dom.id_prefix + s)):
-            return name
-    return None
+def _listing(name: str) -> tuple[list[str], str] | None:
+    """A domain's names and id prefix, ``None`` when its suite is not installed or does not
+    import here (:data:`themis.core.env_names.Listing`)."""
+    try:
+        return DOMAINS[name].env_ids(), DOMAINS[name].id_prefix
+    except Exception:
+        return None
 
 
 def make_env(domain: str, env: str, seed: int | None = None,

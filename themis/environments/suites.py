@@ -62,16 +62,6 @@ def dmc_ids() -> list[str]:
             not i.startswith("dm_control/compatibility")]
 
 
-def _squash(name: str) -> str:
-    return name.lower().removeprefix("dm_control/").removesuffix("-v0").replace("-", "") \
-        .replace("_", "")
-
-
-def dmc_aliases(env: str) -> list[str]:
-    """``walker_walk``, ``walker-walk``, ``dm_control/walker-walk-v0``: the same env."""
-    return [i for i in dmc_ids() if _squash(i) == _squash(env)]
-
-
 def make_dmc(env_id: str, render_mode: str | None, render_size: int, task_seed: int | None,
               **kwargs: Any) -> gym.Env:
     """DeepMind Control through Shimmy: 1000-step episodes, frames from camera 0 (the suite's

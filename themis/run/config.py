@@ -343,8 +343,9 @@ def key_index() -> dict[str, Any]:
     module: ``keys`` (:func:`schema_keys` and the config groups, the folders of
     :data:`CONFIG_DIR`), ``groups`` (keys that hold keys, but not :data:`OPEN_KEYS`),
     ``removed`` (:data:`REMOVED_KEYS`) and ``options`` (the options of the config groups in
-    ``train_themis.yaml``'s defaults list, ``method``, ``teacher``, ``logger``) and ``domains``
-    (:data:`themis.environments.domains.DOMAINS`, in order)."""
+    ``train_themis.yaml``'s defaults list, ``method``, ``teacher``, ``logger``), ``domains``
+    (:data:`themis.environments.domains.DOMAINS`, in order) and ``default_domain`` (the
+    defaults list's)."""
     from omegaconf import OmegaConf
 
     from themis.run.hints import OPEN_KEYS
@@ -361,7 +362,9 @@ def key_index() -> dict[str, Any]:
     from themis.environments.domains import DOMAINS
 
     return {"keys": keys + [f for f in folders if f not in keys], "groups": groups,
-            "removed": dict(REMOVED_KEYS), "options": options, "domains": list(DOMAINS)}
+            "removed": dict(REMOVED_KEYS), "options": options, "domains": list(DOMAINS),
+            "default_domain": next((d["domain"] for d in defaults
+                                    if isinstance(d, DictConfig) and "domain" in d), "")}
 
 
 def job_prefix() -> str:
