@@ -198,7 +198,7 @@ def test_the_launcher_refuses_an_env_typo_quickly_once_a_launch_listed_the_domai
                                                                                   monkeypatch):
     """The first launch lists DMC's tasks (importing dm_control) and refuses the typo; the
     next is refused by the quick check with the same line, without PyTorch, Hydra or
-    gymnasium."""
+    gymnasium; so is a value outside its range."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     args = ["domain=DMC", "env=walker_wlak", f"hydra.run.dir={tmp_path / 'run'}"]
     first = launch("themis_train.sh", *args)
@@ -207,11 +207,64 @@ def test_the_launcher_refuses_an_env_typo_quickly_once_a_launch_listed_the_domai
                                    "domain=DMC; close matches: walker-walk-v0")
     second = launch("themis_train.sh", *args)
     assert second.returncode == 2 and second.stderr == first.stderr
-    probe = ("import json, runpy, sys\n"
-             "sys.argv = ['x', 'themis.cli.train', 'domain=DMC', 'env=walker_wlak']\n"
-             "try:\n    runpy.run_module('themis.cli.key_check', run_name='__main__')\n"
-             "except SystemExit as e:\n    print(json.dumps([e.code, sorted(m for m in "
-             "sys.modules if m.split('.')[0] in ('torch', 'hydra', 'gymnasium', 'shimmy'))]))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert json.loads(done.stdout.splitlines()[-1]) == [2, []], done.stderr
+    for argv in (["domain=DMC", "env=walker_wlak"], ["seed=-1"]):  # and a value, likewise
+        probe = ("import json, runpy, sys\n"
+                 f"sys.argv = ['x', 'themis.cli.train', *{argv!r}]\n"
+                 "try:\n    runpy.run_module('themis.cli.key_check', run_name='__main__')\n"
+                 "except SystemExit as e:\n    print(json.dumps([e.code, sorted(m for m in "
+                 "sys.modules if m.split('.')[0] in ('torch', 'hydra', 'gymnasium', "
+                 "'shimmy'))]))")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120)
+        assert json.loads(done.stdout.splitlines()[-1]) == [2, []], done.stderr
+    assert done.stderr == "themis: error: seed=-1 is outside [0, 2147483647]\n"
+
+
+# ------------------------------------------------------------- values outside their ranges
+VALUE_REFUSALS = [["seed=-1"], ["sac.discount=2"], ["sac.discount=1.5"], ["reward_lr=0"],
+                  ["reward_lr=nan"], ["reward_lr=-inf"], ["reward_lr=1e400"],
+                  ["label_port=70000"], ["teacher_gamma=0"], ["rating_classes=1"],
+                  ["seed=3", "segment=0"], ["segment=0", "seed=-1"], ["surf.threshold_u=.2"],
+                  ["method=rune", "rune.beta_decay=2."], ["sac.critic_tau=0e0"],
+                  ["teacher_beta=-2"], ["num_train_steps=0"], ["reward_dropout=1"]]
+"""Command lines whose first bad value (in NUMERIC_KEYS' order) the quick check refuses."""
+VALUES_LEFT = [["seed=1.5"], ["seed=1e5"], ["seed=-1", "torch_threads=1"],
+               ["seed=-1", "resume=runs/x"], ["seed=-1", "pretrained_snapshot=x/snapshot.pt"],
+               ["reward_batch=0"], ["seed=0x10"], ["seed=1_000"], ["sac.discount=0.99"],
+               ["-m", "seed=-1,0"], ["+seed=-1"], ["seed=${oc.env:X}"], ["seed=null"]]
+"""Values it leaves to the full check: fine ones, other types, and command lines where the
+full check looks at something else first."""
+
+
+def full_value_check(argv: list[str]) -> str | None:
+    from omegaconf import OmegaConf
+
+    from themis.run.config import compose
+    from themis.run.validation import validate
+
+    try:
+        validate(OmegaConf.to_object(compose(argv)))
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("argv", VALUE_REFUSALS, ids=lambda a: " ".join(a))
+def test_a_value_outside_its_range_is_refused_with_the_full_checks_line(index, argv):
+    line = key_check.value_refusal(index, argv)
+    assert line is not None and line == full_value_check(argv)
+
+
+@pytest.mark.parametrize("argv", VALUES_LEFT, ids=lambda a: " ".join(a))
+def test_values_the_quick_check_cannot_tell_are_left_to_the_full_check(index, argv):
+    assert key_check.value_refusal(index, argv) is None
+
+
+def test_the_index_holds_every_integer_and_float_range_in_the_tables_order(index):
+    from themis.run.validation import NUMERIC_KEYS
+
+    keys = [row[0] for row in index["ranges"]]
+    assert keys == [k for k in NUMERIC_KEYS if k in keys]
+    assert {"seed", "sac.discount", "surf.threshold_u", "label_port"} <= set(keys)
+    assert dict((r[0], r[1]) for r in index["ranges"])["sac.discount"] == "float"
+    assert json.loads(json.dumps(index))["ranges"] == index["ranges"]  # inf survives JSON

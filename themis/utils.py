@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -19,61 +17,6 @@ from torch import nn
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message says what is wrong and how to fix it."""
-
-
-# ---------------------------------------------------------------- numeric keys' ranges
-INF = float("inf")
-
-
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric config key takes: finite, in ``[lo, hi]`` (``(`` or ``)`` where
-    ``lo_open`` / ``hi_open``); ``hi = inf`` means no upper bound (the value stays finite)."""
-
-    lo: float = -INF
-    hi: float = INF
-    lo_open: bool = False
-    hi_open: bool = False
-    text: str = ""
-    """A rule in words that replaces the generic one (e.g. a TCP port)."""
-
-    def holds(self, value: float) -> bool:
-        """Whether ``value`` is finite and inside the range."""
-        if not math.isfinite(value):
-            return False
-        above = value > self.lo if self.lo_open else value >= self.lo
-        below = value < self.hi if self.hi_open else value <= self.hi
-        return above and below
-
-    def rule(self, value: float) -> str:
-        """What a wrong ``value`` is told, e.g. ``must be positive`` or ``is outside [0, 1]``."""
-        if self.text:
-            return self.text
-        def shown(bound: float) -> str:
-            return str(int(bound)) if math.isfinite(bound) and bound == int(bound) else \
-                f"{bound:g}"
-
-        finite = "finite " if math.isinf(value) else ""  # NaN is no number at all
-        if self.hi == INF:
-            if self.lo == -INF:
-                return "must be a finite number"
-            if isinstance(value, int):
-                return "must be positive" if self.lo == 1 else f"must be >= {shown(self.lo)}"
-            if self.lo == 0 and self.lo_open:
-                return f"must be a {finite}positive number"
-            return f"must be a {finite}number {'>' if self.lo_open else '>='} {shown(self.lo)}"
-        return f"is outside {'(' if self.lo_open else '['}{shown(self.lo)}, {shown(self.hi)}" \
-               f"{')' if self.hi_open else ']'}"
-
-
-POSITIVE = Range(1)
-"""Counts, sizes and frequencies (integers >= 1)."""
-NON_NEGATIVE = Range(0)
-"""Counts that may be 0, and weights >= 0."""
-POSITIVE_REAL = Range(0, lo_open=True)
-"""Learning rates, temperatures, sharpness: > 0 and finite."""
-UNIT = Range(0, 1)
-"""Probabilities, fractions, discounts."""
 
 
 def set_seed_everywhere(seed: int) -> None:

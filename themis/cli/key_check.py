@@ -11,14 +11,16 @@ refuses the typo with the same line.
 
 It refuses only what it can tell alone, with the full check's line: a key that is not in the
 schema at the top level or inside one of its groups (``sac.hiden_dim``), a removed key, and an
-option a config group does not have (``teacher=nosy``) or an unknown domain (``domain=dmc``).
+option a config group does not have (``teacher=nosy``) or an unknown domain (``domain=dmc``),
+and a number outside its range (``seed=-1``: the index holds
+:data:`themis.run.validation.NUMERIC_KEYS`' ranges).
 An ``env=`` name is refused (``domain=DMC env=walker_wlak``) when the lists of names it needs
 were saved by an earlier launch (``themis/envs-DIGEST.json`` beside the index: each domain's
 names, saved once a run has listed them, used only with the same versions of the packages that
 define them; the rule is :mod:`themis.core.env_names`).
-Everything else (values, ``+key``, the keys of ``env_kwargs``, config groups, Hydra's own keys
-and flags, a resumed run's env) is left to the full check. Only the standard library is
-imported.
+Everything else (other values and combinations, ``+key``, the keys of ``env_kwargs``, config
+groups, Hydra's own keys and flags, a resumed run's env) is left to the full check. Only the
+standard library is imported.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from themis.core.choices import unknown_choice
 from themis.core.env_names import DISTRIBUTIONS, NotListed, find_env, unknown_env
+from themis.core.ranges import Range
 from themis.run.hints import help_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,10 +143,11 @@ def env_refusal(saved: dict[str, Any], domain: str, env: str) -> str | None:
 def chosen_env(index: dict[str, Any], argv: list[str]) -> tuple[str, str] | None:
     """The domain and the ``env=`` a command line gives (the default domain where it gives
     none), or ``None`` when it gives no env, sweeps it, names a module (``module:EnvId``) or
-    takes the env from an earlier run (``resume=``)."""
+    takes the env from an earlier run (``resume=``) or a snapshot (``pretrained_snapshot=``)."""
     given = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~")))
     resume = given.get("resume", "").lower()
-    if resume not in ("", "false", "no", "0", "none", "null") or "env" not in given:
+    if resume not in ("", "false", "no", "0", "none", "null") or "env" not in given \
+            or given.get("pretrained_snapshot"):  # read before the env is made
         return None
     domain, env = given.get("domain", index.get("default_domain", "")), given["env"]
     # a name, not a value Hydra reads as another type (null, true, 3) or a sweep (a,b)
@@ -151,6 +155,41 @@ def chosen_env(index: dict[str, Any], argv: list[str]) -> tuple[str, str] | None
             or env.lower() in ("null", "none", "true", "false"):
         return None
     return domain, env
+
+
+INTEGER = re.compile(r"[+-]?(0|[1-9][0-9]*)")
+FLOAT = re.compile(r"[+-]?(([0-9]+\.[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+                   r"|[0-9]+[eE][+-]?[0-9]+|inf|nan)")
+"""Values Hydra reads as an integer or a float (a subset of its grammar; others are left to the
+full check)."""
+BEFORE_THE_RANGES = ("reward_batch", "torch_threads", "precision", "resume", "pretrained_snapshot")
+"""Keys the full check looks at before the ranges (or that bring another run's values): a
+command line that gives one is left to it."""
+
+
+def value_refusal(index: dict[str, Any], argv: list[str]) -> str | None:
+    """The full check's line for the first number outside its range (in the order of
+    :data:`themis.run.validation.NUMERIC_KEYS`, with its :class:`~themis.core.ranges.Range`
+    rule: ``seed=-1 must be >= 0``), or ``None``. Only plain ``key=value`` numbers of the type
+    the key holds are looked at (``seed=1.5`` is a type error, the full check's)."""
+    given = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~")))
+    if any(key in given for key in BEFORE_THE_RANGES):
+        return None
+    for key, kind, lo, hi, lo_open, hi_open, text in index.get("ranges", []):
+        raw = given.get(key)
+        if raw is None:
+            continue
+        value: float
+        if INTEGER.fullmatch(raw):
+            value = int(raw) if kind == "int" else float(raw)
+        elif kind == "float" and FLOAT.fullmatch(raw):
+            value = float(raw)
+        else:
+            continue
+        allowed = Range(lo, hi, lo_open, hi_open, text)
+        if not allowed.holds(value):
+            return f"{key}={value} {allowed.rule(value)}"
+    return None
 
 
 def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | None:
@@ -196,7 +235,7 @@ def main(argv: list[str]) -> int:
         index = json.loads(index_path().read_text())
     except (OSError, ValueError):
         return 0
-    line = refusal(index, config_name, argv[1:])
+    line = refusal(index, config_name, argv[1:]) or value_refusal(index, argv[1:])
     if line is None and (chosen := chosen_env(index, argv[1:])) is not None:
         try:
             saved = json.loads(env_lists_path().read_text())

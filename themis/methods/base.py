@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from themis.utils import Range
+from themis.core.ranges import Range
 
 
 @dataclass

@@ -36,10 +36,11 @@ from torch import nn
 from torch.func import functional_call
 
 from themis.agents.buffers import ReplayBufferSamples
+from themis.core.ranges import NON_NEGATIVE, POSITIVE, Range
 from themis.methods.base import Method, MethodContext
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.trainer import bradley_terry_loss
-from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range
+from themis.utils import ConfigError
 
 
 @dataclass

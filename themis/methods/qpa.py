@@ -45,9 +45,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from themis.agents.buffers import ReplayBuffer, ReplayBufferSamples
+from themis.core.ranges import NON_NEGATIVE, POSITIVE, UNIT, Range
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
-from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range
+from themis.utils import ConfigError
 
 
 @dataclass

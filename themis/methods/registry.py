@@ -18,8 +18,9 @@ from dataclasses import field
 from typing import Any
 
 import themis.methods as package
+from themis.core.ranges import Range
 from themis.methods.base import WHERE, Method, MethodContext
-from themis.utils import ConfigError, Range
+from themis.utils import ConfigError
 
 BASE = "pebble"
 """The name of the base method (``method=pebble``: no successor switched on)."""

@@ -48,8 +48,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from themis.core.ranges import NON_NEGATIVE, POSITIVE, UNIT, Range
 from themis.methods.base import Method, MethodContext
-from themis.utils import NON_NEGATIVE, POSITIVE, UNIT, ConfigError, Range
+from themis.utils import ConfigError
 
 if TYPE_CHECKING:
     from themis.agents.intrinsic import NoveltySample

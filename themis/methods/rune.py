@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from themis.core.ranges import NON_NEGATIVE, UNIT, Range
 from themis.methods.base import Method, MethodContext
-from themis.utils import NON_NEGATIVE, UNIT, ConfigError, Range
+from themis.utils import ConfigError
 
 
 @dataclass

@@ -58,8 +58,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from themis.core.ranges import POSITIVE_REAL, Range
 from themis.methods.base import Method, MethodContext
-from themis.utils import POSITIVE_REAL, ConfigError, Range
+from themis.utils import ConfigError
 
 
 @dataclass

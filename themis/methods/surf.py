@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 
 from themis.agents.buffers import SegmentPairs
+from themis.core.ranges import NON_NEGATIVE, POSITIVE, Range
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
-from themis.utils import NON_NEGATIVE, POSITIVE, ConfigError, Range
+from themis.utils import ConfigError
 
 if TYPE_CHECKING:
     from themis.reward.ensemble import RewardEnsemble

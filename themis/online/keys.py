@@ -25,11 +25,12 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from themis.core.ranges import NON_NEGATIVE, Range
 from themis.feedback.selector import resolve_reward_batch
 from themis.methods.registry import check_methods, refuse_inside_agent
 from themis.run.config import TrainConfig, compose, removed_key, schema_keys
 from themis.run.validation import validate
-from themis.utils import NON_NEGATIVE, ConfigError, Range
+from themis.utils import ConfigError
 
 GROUP_KEYS = ("method", "teacher", "domain")
 """Config groups chosen by name (``method=NAME``, ``teacher=noisy``), as on the command line."""

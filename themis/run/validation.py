@@ -12,6 +12,7 @@ from typing import Any
 
 from themis.agents.intrinsic import SCALES
 from themis.core.precision import PRECISIONS
+from themis.core.ranges import NON_NEGATIVE, POSITIVE, POSITIVE_REAL, UNIT, Range
 from themis.crowd.aggregation import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.sampling import resolve_feed_type
@@ -22,14 +23,7 @@ from themis.reward.networks import REWARD_NETS
 from themis.reward.schedule import REWARD_SCHEDULES
 from themis.run.config import frame_capacity, resume_target
 from themis.run.threads import parse_threads
-from themis.utils import (
-    NON_NEGATIVE,
-    POSITIVE,
-    POSITIVE_REAL,
-    UNIT,
-    ConfigError,
-    Range,
-)
+from themis.utils import ConfigError
 
 AGENTS = ("auto", "sac", "ppo")
 
