@@ -18,13 +18,20 @@ choose_gl_backend()
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-# The owner key that marks a run's config and tokens as this user's (themis/core/owner.py):
-# one per test session, so that tests and the runs they start never write ~/.config/themis
+# One folder for the test session's own state, removed when the process that made it ends
+# (pytest-xdist's workers inherit the controller's): the owner key that marks a run's config
+# and tokens as this user's (themis/core/owner.py), so that tests and the runs they start never
+# write ~/.config/themis, and Stable-Baselines3's logger folder (SB3 makes an empty
+# $TMPDIR/SB3-<time> for every model otherwise)
 if not os.environ.get("THEMIS_OWNER_KEY"):
+    import atexit
+    import shutil
     import tempfile
 
-    os.environ["THEMIS_OWNER_KEY"] = str(Path(tempfile.mkdtemp(prefix="themis-test-key-"))
-                                         / "owner.key")
+    SESSION_DIR = Path(tempfile.mkdtemp(prefix="themis-tests-"))
+    atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
+    os.environ["THEMIS_OWNER_KEY"] = str(SESSION_DIR / "owner.key")
+    os.environ["SB3_LOGDIR"] = str(SESSION_DIR / "sb3")
 # pytest-xdist runs one worker per core (scripts/test.sh): one thread each, as runs have, so
 # that the workers' threads do not spin-wait for each other's cores
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
