@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, launch
 from themis.cli import key_check
 from themis.cli.train import RAISE_INSTEAD, check_overrides
-from themis.run.config import key_index
+from themis.run.key_index import key_index
 from themis.utils import ConfigError
 
 TYPOS = [["sac.hiden_dim=3"], ["num_train_step=1"], ["seed=1", "hiden=3"], ["core_turns=true"],

@@ -62,7 +62,7 @@ def index_path(root: Path = ROOT) -> Path:
 
 
 def save_index(make_index: Callable[[], dict[str, Any]], path: Path | None = None) -> None:
-    """Write the index ``make_index()`` builds (:func:`themis.run.config.key_index`) unless it
+    """Write the index ``make_index()`` builds (:func:`themis.run.key_index.key_index`) unless it
     is there (then it is not built); a cache folder that cannot be written is skipped (the full
     check still runs)."""
     path = path or index_path()

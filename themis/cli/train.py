@@ -166,7 +166,8 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     program with one line (:func:`fail`). Returns the composed config. The schema's keys
     are saved for the launchers' quick check first (:mod:`themis.cli.key_check`)."""
     from themis.cli.key_check import save_index
-    from themis.run.config import compose, key_index
+    from themis.run.config import compose
+    from themis.run.key_index import key_index
 
     save_index(key_index)  # built once per code version, not per sweep job
 
