@@ -140,11 +140,17 @@ def env_refusal(saved: dict[str, Any], domain: str, env: str) -> str | None:
         return None
 
 
+def assignments(argv: list[str]) -> dict[str, str]:
+    """``key=value`` overrides of a command line as key -> value text (the last one of a key
+    wins, as in Hydra); additions (``+key``), deletions (``~key``) and flags are left out."""
+    return dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~", "-")))
+
+
 def chosen_env(index: dict[str, Any], argv: list[str]) -> tuple[str, str] | None:
     """The domain and the ``env=`` a command line gives (the default domain where it gives
     none), or ``None`` when it gives no env, sweeps it, names a module (``module:EnvId``) or
     takes the env from an earlier run (``resume=``) or a snapshot (``pretrained_snapshot=``)."""
-    given = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~")))
+    given = assignments(argv)
     resume = given.get("resume", "").lower()
     if resume not in ("", "false", "no", "0", "none", "null") or "env" not in given \
             or given.get("pretrained_snapshot"):  # read before the env is made
@@ -170,9 +176,9 @@ command line that gives one is left to it."""
 def value_refusal(index: dict[str, Any], argv: list[str]) -> str | None:
     """The full check's line for the first number outside its range (in the order of
     :data:`themis.run.validation.NUMERIC_KEYS`, with its :class:`~themis.core.ranges.Range`
-    rule: ``seed=-1 must be >= 0``), or ``None``. Only plain ``key=value`` numbers of the type
+    rule: ``seed=-1 is outside [0, 2147483647]``), or ``None``. Only plain ``key=value`` numbers of the type
     the key holds are looked at (``seed=1.5`` is a type error, the full check's)."""
-    given = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(("+", "~")))
+    given = assignments(argv)
     if any(key in given for key in BEFORE_THE_RANGES):
         return None
     for key, kind, lo, hi, lo_open, hi_open, text in index.get("ranges", []):
