@@ -176,8 +176,9 @@ command line that gives one is left to it."""
 def value_refusal(index: dict[str, Any], argv: list[str]) -> str | None:
     """The full check's line for the first number outside its range (in the order of
     :data:`themis.run.validation.NUMERIC_KEYS`, with its :class:`~themis.core.ranges.Range`
-    rule: ``seed=-1 is outside [0, 2147483647]``), or ``None``. Only plain ``key=value`` numbers of the type
-    the key holds are looked at (``seed=1.5`` is a type error, the full check's)."""
+    rule: ``seed=-1 is outside [0, 2147483647]``), or ``None``. Only plain ``key=value``
+    numbers of the type the key holds are looked at (``seed=1.5`` is a type error, the full
+    check's)."""
     given = assignments(argv)
     if any(key in given for key in BEFORE_THE_RANGES):
         return None
