@@ -162,10 +162,13 @@ class Domain:
                 raise ConfigError(f"domain={self.name} needs {e.name}, which is not installed: "
                                   "run scripts/setup.sh (pip install -e .)") from None
         else:
-            ids = sorted(env_id for env_id, spec in gym.registry.items()
-                         if (spec.entry_point if isinstance(spec.entry_point, str) else
-                             f"{getattr(spec.entry_point, '__module__', '')}:"
-                             ).startswith(self.entry_points))
+            ids = []
+            for env_id, spec in gym.registry.items():
+                entry = spec.entry_point if isinstance(spec.entry_point, str) else \
+                    f"{getattr(spec.entry_point, '__module__', '')}:"
+                if entry.startswith(self.entry_points):
+                    ids.append(env_id)
+            ids.sort()
         if self.name in DISTRIBUTIONS:
             LISTED[self.name] = (ids, self.id_prefix)
         return ids
