@@ -10,6 +10,7 @@ queries of each round are saved with their explanations.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,19 +134,23 @@ class EpisodeClips:
     ``ends``); when an episode's last run comes, its clip is written to
     ``web/episodes/episode_IIIIIIII.mp4`` (``I``: the episode number + 1, the integer ID the
     labeling server serves it by) at half the clip size, at most :attr:`max_frames` frames
-    (longer episodes are shown with every k-th frame); the newest :attr:`keep` clips stay.
+    (longer episodes are shown with every k-th frame); the newest :attr:`keep` clips stay, and
+    an older one until it is :attr:`grace` seconds old (short episodes end many times a
+    second: a page that was just told the newest ID must still find its clip).
 
     Args:
         folder: ``RUN_DIR/web/episodes``.
         fps: frame rate of the clip.
-        keep: clips kept.
+        keep: clips kept whatever their age.
         max_frames: most frames of one clip.
         open_episodes: most episodes collected at once (sub-envs; older ones are dropped).
+        grace: seconds an older clip stays after it was written.
     """
 
     def __init__(self, folder: Path, fps: int, keep: int = 3, max_frames: int = 400,
-                 open_episodes: int = 64) -> None:
+                 open_episodes: int = 64, grace: float = 10.0) -> None:
         self.folder, self.fps, self.keep, self.max_frames = folder, fps, keep, max_frames
+        self.grace = grace
         self.open_episodes = open_episodes
         self.collecting: dict[int, list[np.ndarray]] = {}
         self.lengths: dict[int, int] = {}
@@ -177,16 +182,20 @@ class EpisodeClips:
 
     def write(self, clip_id: int, frames: np.ndarray) -> Path:
         """Write clip ``clip_id`` (atomically: a partial file is never served) and drop the
-        oldest beyond :attr:`keep`."""
+        clips beyond the newest :attr:`keep` that are more than :attr:`grace` seconds old."""
         import os
+        import time
 
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / EPISODE_PATTERN.format(clip_id)
         tmp = write_clip(frames, path.with_name(f".writing_{clip_id}.mp4"), self.fps)
         final = path.with_suffix(tmp.suffix)
         os.replace(tmp, final)
+        now = time.time()
         for old in sorted(self.folder.glob("episode_*"))[:-self.keep]:
-            old.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                if now - old.stat().st_mtime > self.grace:
+                    old.unlink()
         return final
 
 

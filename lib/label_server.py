@@ -43,7 +43,7 @@ import pandas as pd
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from themis.crowd import aggregation as crowd
@@ -395,11 +395,14 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
 
         return {"episode_id": newest_episode_clip(episodes)}
 
-    @app.get("/api/episodes/{episode_id}", response_class=FileResponse)
+    @app.get("/api/episodes/{episode_id}", response_class=Response)
     def episode_clip(episode_id: int = PathParam(ge=1, le=2**62),
-                     who: str = Depends(labeler)) -> FileResponse:
+                     who: str = Depends(labeler)) -> Response:
         """The clip of episode ``episode_id``: a regular file inside ``web/episodes/`` named
-        from the integer alone (no symlink out of it is followed)."""
+        from the integer alone (no symlink out of it is followed). The bytes are read here,
+        in one go: the run drops the oldest clips while new episodes end, and a file
+        streamed after its length was announced could vanish half-way (a small clip, at
+        most ``EpisodeClips.max_frames`` frames at half size)."""
         from lib.clips import EPISODE_PATTERN
 
         base = episodes / EPISODE_PATTERN.format(episode_id)
@@ -408,8 +411,12 @@ def create_app(store: LabelStore, run_dir: Path | None = None,
             if (not os.path.islink(store.web_dir) and not os.path.islink(episodes)
                     and not os.path.islink(path) and real.is_file()
                     and real.is_relative_to(os.path.realpath(episodes))):
-                return FileResponse(real, media_type="video/mp4" if path.suffix == ".mp4"
-                                    else "image/gif")
+                try:
+                    data = real.read_bytes()
+                except FileNotFoundError:  # dropped since: a newer episode ended
+                    break
+                return Response(data, media_type="video/mp4" if path.suffix == ".mp4"
+                                else "image/gif")
         raise HTTPException(404, f"no episode clip {episode_id}")
 
     @app.post("/api/answers", status_code=201)

@@ -488,3 +488,28 @@ def test_prefppo_writes_the_last_full_episode_when_it_ends_across_rollouts(tmp_p
     reader = imageio_ffmpeg.read_frames(str(next((tmp_path / "episodes").glob("*.mp4"))))
     assert next(reader)["size"] == (12, 16)  # 64×48 -> 32×24 (the ring) -> 16×12 (halved)
     assert sum(1 for _ in reader) == 11
+
+
+def test_episode_clips_keep_the_newest_and_drop_older_ones_only_after_the_grace(tmp_path):
+    """The newest ``keep`` episode clips stay; an older one stays until it is ``grace`` seconds
+    old, so that a page told the newest ID a moment ago still finds its clip while short
+    episodes keep ending (it was dropped at once, and a request could lose its file)."""
+    import os
+    import time
+
+    from lib.clips import EpisodeClips, newest_episode_clip
+
+    folder = tmp_path / "episodes"
+    clips = EpisodeClips(folder, fps=10, keep=3, grace=10.0)
+    frames = np.zeros((4, 8, 8, 3), np.uint8)
+    for clip_id in range(1, 6):
+        clips.write(clip_id, frames)
+    assert sorted(p.name for p in folder.glob("episode_*")) == [
+        f"episode_{i:08d}.mp4" for i in range(1, 6)]  # all younger than the grace
+    old = time.time() - 60
+    for clip_id in range(1, 5):
+        os.utime(folder / f"episode_{clip_id:08d}.mp4", (old, old))
+    clips.write(6, frames)
+    # 1-3 are old and beyond the newest three; 4 is old but among the newest three
+    assert sorted(int(p.stem[-8:]) for p in folder.glob("episode_*")) == [4, 5, 6]
+    assert newest_episode_clip(folder) == 6

@@ -839,13 +839,13 @@ def test_web_clips_carry_explanation_panels_and_rounds_go_on_without_answers(com
     reader.close()
     assert len(ws.learner.dataset) == 0
     assert LabelStore(tmp_path / "labels.sqlite").pending_count() > 0
-    # the synchronous loop writes the last full episode too (DRLHP's second window): the newest
-    # three, at half the frame size, the newest the last episode that ended (1200 steps of
-    # 200-step episodes: episode IDs 1-6)
+    # the synchronous loop writes the last full episode too (DRLHP's second window): at half
+    # the frame size, the newest the last episode that ended (1200 steps of 200-step episodes:
+    # episode IDs 1-6; older ones are dropped once 10 s old, test_episode_clips_drop_rule)
     from lib.clips import newest_episode_clip
 
     episodes = sorted((tmp_path / "web" / "episodes").glob("episode_*.mp4"))
-    assert len(episodes) == 3 and newest_episode_clip(tmp_path / "web" / "episodes") == 6
+    assert 3 <= len(episodes) <= 6 and newest_episode_clip(tmp_path / "web" / "episodes") == 6
     reader = imageio_ffmpeg.read_frames(str(episodes[-1]))
     assert next(reader)["size"][1] == 48 // 2
     reader.close()
