@@ -4,7 +4,8 @@
 #   scripts/setup.sh            # CPU build of PyTorch (default)
 #   THEMIS_TORCH=cuda scripts/setup.sh   # or: scripts/setup.sh --cuda
 #
-# Creates .venv in the repository root, installs PyTorch, then Themis with its dev extras.
+# Creates .venv in the repository root, installs PyTorch (pip), then Themis with its dev extras
+# (uv, or pip where uv is unavailable).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,5 +70,12 @@ if .venv/bin/python -m pip show mujoco-core >/dev/null 2>&1; then
   "${pip[@]}" uninstall -y mujoco mujoco-core mujoco-studio
 fi
 echo "[setup] installing themis with dev extras"
-"${pip[@]}" install -e ".[dev]"
+# uv resolves and installs the extras' ~250 packages in parallel (pip took minutes); the
+# PyTorch installed above satisfies themis's range, so uv keeps it. pip when uv is unavailable.
+if "${pip[@]}" install uv && .venv/bin/python -m uv pip install --python .venv/bin/python -q -e ".[dev]"; then
+  :
+else
+  echo "[setup] uv failed; installing with pip"
+  "${pip[@]}" install -e ".[dev]"
+fi
 .venv/bin/python -c "import themis, torch, gymnasium, mujoco; print(f'[setup] ok: themis {themis.__version__}, torch {torch.__version__}, gymnasium {gymnasium.__version__}, mujoco {mujoco.__version__}')"
