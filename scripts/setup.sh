@@ -70,11 +70,10 @@ if .venv/bin/python -m pip show mujoco-core >/dev/null 2>&1; then
   "${pip[@]}" uninstall -y mujoco mujoco-core mujoco-studio
 fi
 echo "[setup] installing themis with dev extras"
-# uv resolves and installs the extras' ~250 packages in parallel (pip took minutes); the
-# PyTorch installed above satisfies themis's range, so uv keeps it. pip when uv is unavailable.
-if "${pip[@]}" install uv && .venv/bin/python -m uv pip install --python .venv/bin/python -q -e ".[dev]"; then
-  :
-else
+# uv installs the extras' ~220 packages in parallel (pip took minutes); the PyTorch installed
+# above satisfies themis's range, so uv keeps it. pip where uv cannot be had or reach PyPI.
+uv=(.venv/bin/python -m uv pip install --python .venv/bin/python -q)
+if ! { "${pip[@]}" install uv && "${uv[@]}" -e ".[dev]"; }; then
   echo "[setup] uv failed; installing with pip"
   "${pip[@]}" install -e ".[dev]"
 fi
