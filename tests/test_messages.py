@@ -99,6 +99,12 @@ def test_resume_of_a_finished_run_says_it_had_finished(capsys, tmp_path):
                     "num_train_steps=1200); to train on, resume it with a larger "
                     "num_train_steps=")
     assert resume_problem(tmp_path, ["num_train_steps=1800"]) is None  # a longer run goes on
+    torch.save({"agent": {}, "step": 1200, "env": "Pendulum-v1", "finished": False},
+               tmp_path / "checkpoints" / "agent.pt")
+    assert resume_problem(tmp_path, []) is None  # the last evaluation's, before the run's end
+    torch.save({"agent": {}, "step": 1200, "env": "Pendulum-v1", "finished": True},
+               tmp_path / "checkpoints" / "agent.pt")
+    assert resume_problem(tmp_path, []) is not None
     torch.save({"agent": {}, "step": 600, "env": "Pendulum-v1"},
                tmp_path / "checkpoints" / "agent.pt")
     assert resume_problem(tmp_path, []) is None  # a run stopped half-way goes on

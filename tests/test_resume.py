@@ -144,6 +144,36 @@ def test_resume_with_the_original_command_line_and_a_longer_budget(tmp_path):
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800]
 
 
+@pytest.mark.slow
+def test_a_run_killed_after_its_last_evaluation_resumes_and_ends(tmp_path):
+    """The last evaluation writes agent.pt at num_train_steps before the run's end gathers the
+    last answers and writes the final checkpoint: a run killed in between is no finished run
+    (resume= was refused with "the run had finished", leaving web answers out of
+    preferences/). It resumes from its last checkpoint and ends; then it is finished."""
+    from themis.core.safe_loading import safe_load
+    from themis.run.hints import resume_problem
+
+    run = tmp_path / "run"
+    done = launch("themis_train.sh", *TINY_PENDULUM, "checkpoint_frequency=500",
+                  f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ckpt = run / "checkpoints"
+    agent = safe_load(ckpt / "agent.pt")
+    assert agent["finished"] is True and agent["step"] == 1200
+    assert "the run had finished (step 1200" in (resume_problem(run, []) or "")
+    # as a kill after the evaluation at step 1200 leaves it: its agent.pt, the checkpoint of 1000
+    torch.save({**agent, "finished": False}, ckpt / "agent.pt")
+    for name in ("state.pt", "state.pt.sha256"):
+        (ckpt / name).unlink()
+    assert resume_problem(run, []) is None
+    resumed = launch("themis_train.sh", f"resume={run}")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout and "step 1000" in resumed.stdout
+    assert safe_load(ckpt / "agent.pt")["finished"] is True
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200]
+    assert "the run had finished" in (resume_problem(run, []) or "")
+
+
 def test_resume_with_a_method_whose_config_has_a_defaults_list(tmp_path):
     """``method=surf`` (its config file includes its per-domain settings through a Hydra
     defaults list) on the resume command line: the run continues (it ended with a

@@ -197,14 +197,18 @@ def _as_int(value: str) -> float:
         return float("inf")
 
 
-def save_models(run_dir: Path, step: int, env_id: str, agent: Any, learner: Any) -> None:
-    """The files a user takes from a run: ``checkpoints/agent.pt`` (the agent's state dict),
-    ``checkpoints/reward_model.pt`` and the preference dataset (``preferences/``), each written
-    atomically (a crash leaves the old file or the new one). ``learner``: the run's
-    :class:`themis.feedback.PreferenceLearner`, or ``None`` without reward learning."""
+def save_models(run_dir: Path, step: int, env_id: str, agent: Any, learner: Any,
+                finished: bool = False) -> None:
+    """The files a user takes from a run: ``checkpoints/agent.pt`` (the agent's state dict,
+    its step, and ``finished``: whether the run's end — the last answers gathered, the final
+    checkpoint — is behind it), ``checkpoints/reward_model.pt`` and the preference dataset
+    (``preferences/``), each written atomically (a crash leaves the old file or the new one).
+    ``learner``: the run's :class:`themis.feedback.PreferenceLearner`, or ``None`` without
+    reward learning."""
     ckpt = run_dir / "checkpoints"
     ckpt.mkdir(exist_ok=True)
-    save_durably({"agent": agent.state_dict(), "step": step, "env": env_id}, ckpt / "agent.pt")
+    save_durably({"agent": agent.state_dict(), "step": step, "env": env_id,
+                  "finished": finished}, ckpt / "agent.pt")
     if learner is not None:
         save_reward_model(learner.model, ckpt / "reward_model.pt", step=step, env=env_id)
         learner.dataset.save(run_dir / "preferences")

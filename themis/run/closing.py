@@ -54,8 +54,8 @@ def finish(ws: Workspace) -> None:
         ws.remote.close()
     if ws.learner is not None and ws.learner.unsaved_answers():
         ws.feedback_round(ask=False, final=True)
-    ws.save_checkpoints()
     ws.maybe_checkpoint(force=True)
+    ws.save_checkpoints(finished=True)  # last: a kill before it resumes and ends again
     ws.logger.close()
     for env in (ws.env, ws.eval_env):  # frees renderers (OSMesa/EGL contexts) in order
         env.close()

@@ -85,8 +85,8 @@ def composition_hint(error: Exception, overrides: list[str]) -> str | None:
 
 def resume_problem(target: Path, overrides: list[str]) -> str | None:
     """``resume=RUN`` of a folder that is no run to continue: a pretraining run (its snapshot
-    starts a training run: ``pretrained_snapshot=``) or a run that had finished (its last
-    checkpoint is at ``num_train_steps``; a larger ``num_train_steps=`` trains on)."""
+    starts a training run: ``pretrained_snapshot=``) or a run that had finished (its end wrote
+    ``agent.pt`` at ``num_train_steps``; a larger ``num_train_steps=`` trains on)."""
     ckpt = target / "checkpoints"
     if (target / "snapshot.pt").is_file() and not (ckpt / "state.pt").is_file() and \
             not (ckpt / "state.prev.pt").is_file():
@@ -94,7 +94,7 @@ def resume_problem(target: Path, overrides: list[str]) -> str | None:
                 f"training from it with pretrained_snapshot={target / 'snapshot.pt'}")
     if any(o.lstrip("+").startswith("num_train_steps=") for o in overrides):
         return None  # a new length: checked when the run resumes
-    step = _checkpoint_step(ckpt / "agent.pt")
+    step = _finished_step(ckpt / "agent.pt")
     total = _saved_value(target / "config.yaml", "num_train_steps")
     if step is not None and isinstance(total, int) and step >= total:
         return (f"resume={target}: the run had finished (step {step} of num_train_steps="
@@ -102,8 +102,11 @@ def resume_problem(target: Path, overrides: list[str]) -> str | None:
     return None
 
 
-def _checkpoint_step(path: Path) -> int | None:
-    """The step of a run's ``checkpoints/agent.pt`` (read without pickle), or None."""
+def _finished_step(path: Path) -> int | None:
+    """The step of a run's ``checkpoints/agent.pt`` (read without pickle) when the run's end
+    wrote it (``finished``; an agent.pt of an earlier version has no such key: its step), or
+    None: the last evaluation's agent.pt, written before the run's end gathered the last
+    answers, is not a finished run."""
     if not path.is_file():
         return None
     try:
@@ -112,7 +115,9 @@ def _checkpoint_step(path: Path) -> int | None:
         state = safe_load(path, "cpu", mmap=True)
     except Exception:  # unreadable: the resume itself says so
         return None
-    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(state, dict) or not state.get("finished", True):
+        return None
+    step = state.get("step")
     return step if isinstance(step, int) else None
 
 

@@ -325,9 +325,11 @@ class Workspace:
         return self.driver.eval_action(self, obs)
 
     # ------------------------------------------------------------------ checkpoints
-    def save_checkpoints(self) -> None:
-        """The agent, the reward model and the labels as a user takes them (:func:`save_models`)."""
-        save_models(self.run_dir, self.step, self.facts.env_id, self.agent, self.learner)
+    def save_checkpoints(self, finished: bool = False) -> None:
+        """The agent, the reward model and the labels as a user takes them (:func:`save_models`;
+        ``finished`` only from the run's end, after its final checkpoint)."""
+        save_models(self.run_dir, self.step, self.facts.env_id, self.agent, self.learner,
+                    finished)
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``);
