@@ -4,7 +4,6 @@ since the last round, final checkpoints, the learning curve, the trackers' last 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 from themis.core.console import close_progress_bars
@@ -65,8 +64,7 @@ def finish(ws: Workspace) -> None:
         plot_learning_curve(eval_csv, ws.run_dir / "learning_curve.png",
                             title=f"{ws.facts.env_id}: {ws.title}")
     if ws.tracking is not None:  # curve, report, clips; then the tracked run ends
-        files = run_files(ws.cfg.logger, ws.run_dir,
-                          partial(ws.logger_info, colour="yellow")) \
+        files = run_files(ws.cfg.logger, ws.run_dir, ws.tracking.warn) \
             if ws.tracking.active else None  # no report for trackers that are gone
         ws.tracking.close("FINISHED", files)
     ws.logger.info(f"done: {ws.run_dir}", "cyan")
