@@ -72,6 +72,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("sac", "pebble", "surf", "rune", "qpa", "rime")
@@ -183,6 +184,19 @@ def finished(run: Path, steps: int) -> bool:
 
 
 RECORD_KEY = ["env", "budget", "method", "seed", "noisy"]
+# overrides that say how a run was driven, not what it computes: left out of a recorded command
+DRIVING = ("torch_threads=", "resume=", "hydra.")
+
+
+def ran_command(run: Path, composed: str) -> str:
+    """The command a finished run ran: its ``.hydra/overrides.yaml`` without ``DRIVING``
+    overrides, joined by spaces; ``composed`` (this invocation's) when the file lists none.
+    A run folder does not encode the ``--`` extras, so the record takes the settings from
+    the run itself, never from the invocation that tables it."""
+    path = run / ".hydra" / "overrides.yaml"
+    ran = yaml.safe_load(path.read_text()) if path.is_file() else None
+    kept = [o for o in ran or [] if not o.startswith(DRIVING)]
+    return " ".join(kept) if kept else composed
 
 
 def machine() -> str:
@@ -380,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{int(st)}:{v:.1f}" for st, v in points),
                 "recorded": datetime.date.fromtimestamp((run / "eval.csv").stat().st_mtime)
                 .isoformat(), "machine": host,
-                "command": command})
+                "command": ran_command(run, command)})
             continue
         same = record[(record["env"] == env) & (record["budget"] == budget)
                       & (record["method"] == method) & (record["seed"] == seed)

@@ -724,3 +724,21 @@ def test_ray_launcher_gives_one_line_when_the_cluster_refuses_its_token(monkeypa
     monkeypatch.setattr(ray, "init", other)  # other errors stay Ray's own
     with pytest.raises(ConnectionError):
         ThemisRayLauncher(address="127.0.0.1:6379").start_ray()
+
+
+def test_bench_methods_record_names_the_settings_a_run_ran_not_the_tabling_command(tmp_path):
+    """A run folder does not encode the ``--`` extras: a run made with ``-- precision=bf16``
+    and tabled without them is recorded with its own overrides (threads and resume left out),
+    so the record never claims settings the run did not have."""
+    record = tmp_path / "record.csv"
+    clean = tmp_path / "clean" / "walker_walk"
+    fake_run(clean, "100/pebble/seed0", ["env=walker_walk", "seed=0", "torch_threads=1",
+                                         "precision=bf16", "method=pebble", "resume=true"],
+             [250_000, 500_000], [100.0, 300.0])
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_methods.py"),
+                           "--protocol", "ppe", "--seeds", "0", "--out", str(tmp_path),
+                           "--reps", "100", "--table-only", "--record", str(record)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = pd.read_csv(record)
+    assert rows["command"].tolist() == ["env=walker_walk seed=0 precision=bf16 method=pebble"]
