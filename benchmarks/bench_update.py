@@ -9,6 +9,14 @@ in float32 and with bfloat16 products (``precision=bf16``), counts its multiply-
 layer sizes (forward 1×, backward 2× for layers whose weights train, 1× where only the input
 gradient flows), and sets the rate beside the core's measured matmul peak (a 1024×1024×1024
 product, float32 and bfloat16). Prints a Markdown table, last.
+
+    python benchmarks/bench_update.py --hidden 256 --depth 3 --batch 512 --obs 39 --act 4 \
+        --subnormal 0.4                                  # Meta-World's SAC, dead units
+
+``--subnormal F`` gives a fixed random fraction F of every parameter's gradient entries a size
+of 1e-20 (units that have almost stopped firing: their squared gradients, and so Adam's second
+moments, are subnormal floats, as in long runs) and times each precision with subnormals kept
+and flushed (:func:`themis.core.precision.flush_denormals`, which a run sets).
 """
 
 from __future__ import annotations
@@ -61,6 +69,15 @@ def time_update(agent: SAC, batches: list[ReplayBufferSamples], n: int) -> float
     return best
 
 
+def dead_units(agent: SAC, fraction: float) -> None:
+    """Gradient hooks that set a fixed random ``fraction`` of every parameter's gradient entries
+    to ±1e-20 (their squares, 1e-40, are subnormal float32)."""
+    gen = torch.Generator().manual_seed(1)
+    for param in [*agent.actor.parameters(), *agent.critic.parameters()]:
+        mask = torch.rand(param.shape, generator=gen) < fraction
+        param.register_hook(lambda g, m=mask: torch.where(m, torch.sign(g) * 1e-20, g))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hidden", type=int, default=256)
@@ -70,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--act", type=int, default=6, help="HalfCheetah-v5: 6")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--updates", type=int, default=100, help="updates per timed block")
+    parser.add_argument("--subnormal", type=float, default=0.0,
+                        help="fraction of gradient entries of size 1e-20 (Adam's second moments "
+                             "subnormal); times subnormals kept and flushed")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.subnormal <= 1.0:
+        parser.error("--subnormal is a fraction in [0, 1]")
     if min(args.hidden, args.depth, args.batch, args.obs, args.act, args.threads,
            args.updates) < 1:
         parser.error("every size, --threads and --updates must be positive")
@@ -83,13 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     peaks = {"fp32": peak(torch.float32), "bf16": peak(torch.bfloat16)}
     cfg = SACConfig(hidden_dim=args.hidden, hidden_depth=args.depth, batch_size=b)
     rows = []
-    for name, precision in (("fp32", None), ("bf16", torch.bfloat16)):
-        ms = time_update(SAC(o, a, torch.device("cpu"), cfg, precision=precision), batches,
-                         args.updates)
+    flushes = (False, True) if args.subnormal else (None,)
+    for (name, precision), flush in itertools.product(
+            (("fp32", None), ("bf16", torch.bfloat16)), flushes):
+        if flush is not None:
+            torch.set_flush_denormal(flush)
+        torch.manual_seed(0)
+        agent = SAC(o, a, torch.device("cpu"), cfg, precision=precision)
+        if args.subnormal:
+            dead_units(agent, args.subnormal)
+        ms = time_update(agent, batches, args.updates)
         rate = flops / ms / 1e6
-        rows.append((name, ms, rate, peaks[name], flops / peaks[name] / 1e6))
+        label = name if flush is None else f"{name}, subnormals {'flushed' if flush else 'kept'}"
+        rows.append((label, ms, rate, peaks[name], flops / peaks[name] / 1e6))
+    torch.set_flush_denormal(False)
     print(f"\nSAC update, {args.depth}×{args.hidden}, batch {b}, obs {o}, action {a}: "
           f"{flops / 1e9:.2f} GFLOP in matrix products; {args.threads} thread(s), "
+          f"{args.subnormal:.0%} of gradient entries 1e-20, "
           f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"{time.strftime('%Y-%m-%d')}\n")
     print("| precision | ms per update | GFLOP/s in the update | matmul peak (GFLOP/s) | "

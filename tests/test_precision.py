@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -11,7 +14,7 @@ from themis.agents.buffers import ReplayBufferSamples
 from themis.agents.networks import EnsembleMLP, FullPrecisionLinear, mlp
 from themis.agents.sac import SAC, SACConfig
 from themis.builder import make_workspace
-from themis.core.precision import autocast, cpu_has_bf16, resolve_precision
+from themis.core.precision import autocast, cpu_has_bf16, flush_denormals, resolve_precision
 from themis.reward.ensemble import RewardEnsemble
 
 CPU = torch.device("cpu")
@@ -107,6 +110,58 @@ def test_resolve_precision():
     assert resolve_precision("auto", torch.device("cuda")) is None
     with pytest.raises(ValueError, match="precision=fp16 is not one of auto, fp32, bf16"):
         resolve_precision("fp16", CPU)
+
+
+SUBNORMAL = 1e-39  # below float32's smallest normal number, 1.18e-38
+
+
+@pytest.fixture
+def can_flush():
+    """Whether this CPU flushes subnormals (x86 with SSE3); kept (PyTorch's start) after."""
+    supported = torch.set_flush_denormal(True)
+    torch.set_flush_denormal(False)
+    yield supported
+    torch.set_flush_denormal(False)
+
+
+def test_flush_denormals_turns_subnormal_arithmetic_to_zero_and_leaves_normal_numbers(
+        can_flush):
+    x = torch.tensor([SUBNORMAL, 1e-30, 1.0])
+    assert (x * 1.0)[0] > 0  # kept: the subnormal survives a product
+    assert flush_denormals() is can_flush
+    flushed = x * 1.0
+    assert bool(flushed[0] == 0) is can_flush
+    assert flushed[1] == pytest.approx(1e-30) and flushed[2] == 1.0
+
+
+def test_a_run_flushes_subnormals_and_adam_still_steps_as_before(compose, tmp_path, can_flush):
+    if not can_flush:
+        pytest.skip("this CPU cannot flush subnormals (not x86 with SSE3)")
+    make_workspace(compose(TINY_PENDULUM), tmp_path)
+    assert (torch.tensor([SUBNORMAL]) * 1.0)[0] == 0
+    # Adam with the moments of a dead unit (subnormal) and of live ones: the live parameters
+    # take the same step as with subnormals kept, the dead one none
+    steps = []
+    for flush in (False, True):
+        torch.set_flush_denormal(flush)
+        p = nn.Parameter(torch.zeros(3))
+        opt = torch.optim.Adam([p], lr=1e-3)
+        p.grad = torch.tensor([SUBNORMAL, 0.5, -2.0])
+        opt.step()
+        steps.append(p.detach().clone())
+    assert torch.equal(steps[0][1:], steps[1][1:]) and steps[0][1:].abs().min() > 1e-4
+    assert steps[1][0] == 0
+
+
+def test_numpy_float_limits_measured_after_the_flush_do_not_warn(can_flush):
+    """pandas imports numpy.ma, which measures np.finfo of every float type: with subnormals
+    flushed and no cached limits NumPy would warn "the smallest subnormal ... is zero"."""
+    flush_denormals()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kind in (np.half, np.single, np.double, np.longdouble):
+            tiny = np.finfo(kind).smallest_subnormal  # its bits: comparing would flush it
+            assert np.frombuffer(tiny.tobytes(), np.uint8).any()
 
 
 def test_a_bf16_run_says_so_in_the_banner_and_trains(compose, tmp_path, capsys):

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from themis.agents.buffers import EpisodeStore
+from themis.core.precision import flush_denormals
 from themis.feedback.learner import PreferenceLearner, RoundReport
 from themis.feedback.selector import DecayingSchedule
 from themis.online.segments import Run, add_run
@@ -621,6 +622,7 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the agent's process
     torch.set_num_threads(threads)
+    flush_denormals()  # as a run's workspace: subnormal Adam moments are slow on a CPU
     if stdin_of is not None:  # the terminal teacher reads the agent's terminal
         try:
             sys.stdin = open(f"/proc/{stdin_of}/fd/0", encoding="utf-8")

@@ -23,7 +23,7 @@ import numpy as np
 
 from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
-from themis.core.precision import resolve_precision
+from themis.core.precision import flush_denormals, resolve_precision
 from themis.crowd.label_store import LabelStore
 from themis.feedback import PreferenceLearner, RoundReport
 from themis.feedback.factory import (
@@ -89,6 +89,7 @@ class Workspace:
         # --- PyTorch threads (themis/run/threads.py: one per run unless the config says more)
         self.thread_choice = run_threads(cfg, driver.NAME, facts.obs_kind, self.device.type)
         self.precision = resolve_precision(cfg.precision, self.device)  # None: float32
+        flush_denormals()  # Adam's moments of dead units: subnormal floats are slow on a CPU
 
         # --- agent, store, intrinsic reward
         self.agent = driver.make_agent(self)
