@@ -88,6 +88,16 @@ def launch(script: str, *overrides: str, timeout: int = 600,
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+@pytest.fixture(autouse=True)
+def _subnormals_as_pytorch_starts():
+    """A run flushes subnormal floats to zero for its process (flush_denormals), as it sets the
+    threads; tests share a worker process, and Hypothesis (the web API's fuzzing) refuses to
+    draw floats while subnormals are flushed. Each test starts with them kept."""
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(False)
+
+
 # ---------------------------------------------------------------- a failure is always named
 @pytest.fixture(autouse=True)
 def _no_label_server_left_running():

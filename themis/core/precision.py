@@ -74,8 +74,10 @@ def flush_denormals() -> bool:
     critic's Adam moments were subnormal by 200k steps and its optimiser step ran 12× slower
     than with them flushed (docs/benchmarks/throughput.md). Flushed, such a value is 0: in
     Adam's step m / (√v + ε) with ε 1e-8 it contributed less than 1e-30.
-    ``torch.set_flush_denormal`` (SSE3's flush-to-zero and denormals-are-zero); a process-wide
-    setting, made by a run's workspace and the online learner process, not on import.
+    ``torch.set_flush_denormal`` (SSE3's flush-to-zero and denormals-are-zero): a setting of the
+    whole process, made by a run's workspace and the online learner process (not on import),
+    kept after the run as its thread count is. Code that needs subnormals later in the same
+    process (Hypothesis draws floats only with them) calls ``torch.set_flush_denormal(False)``.
 
     NumPy's float limits are computed first: ``np.finfo`` measures the smallest subnormal
     number, and measured with subnormals flushed (as ``numpy.ma`` does on import, e.g. through
