@@ -116,12 +116,12 @@ SUBNORMAL = 1e-39  # below float32's smallest normal number, 1.18e-38
 
 
 @pytest.fixture
-def can_flush():
-    """Whether this CPU flushes subnormals (x86 with SSE3); kept (PyTorch's start) after."""
+def can_flush() -> bool:
+    """Whether this CPU flushes subnormals (x86 with SSE3); probed, then kept as the test
+    starts (conftest restores PyTorch's start state after every test)."""
     supported = torch.set_flush_denormal(True)
     torch.set_flush_denormal(False)
-    yield supported
-    torch.set_flush_denormal(False)
+    return supported
 
 
 def test_flush_denormals_turns_subnormal_arithmetic_to_zero_and_leaves_normal_numbers(

@@ -70,9 +70,8 @@ def flush_denormals() -> bool:
 
     Adam's moments of a ReLU unit that no longer fires decay geometrically below float32's
     smallest normal number (1.2e-38) and stay there; x86 CPUs compute on such subnormal values
-    through a slow microcode path. In a 500k-step Meta-World SAC run a third to a half of the
-    critic's Adam moments were subnormal by 200k steps and its optimiser step ran 12× slower
-    than with them flushed (docs/benchmarks/throughput.md). Flushed, such a value is 0: in
+    through a slow microcode path, which slowed long runs' optimiser steps several-fold
+    (measured in docs/benchmarks/throughput.md). Flushed, such a value is 0: in
     Adam's step m / (√v + ε) with ε 1e-8 it contributed less than 1e-30.
     ``torch.set_flush_denormal`` (SSE3's flush-to-zero and denormals-are-zero): a setting of the
     whole process, made by a run's workspace and the online learner process (not on import),
