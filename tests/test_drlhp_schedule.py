@@ -75,6 +75,35 @@ def test_train_passes_takes_the_steps_owed_and_each_member_never_trains_on_its_o
     assert not np.array_equal(seen[0][0], seen[0][1])  # members draw their own minibatches
 
 
+def adaptations(monkeypatch) -> list[int]:
+    """Count :meth:`AdaptiveL2.adapt` calls made in this process from now on."""
+    calls: list[int] = []
+    adapt = AdaptiveL2.adapt
+    monkeypatch.setattr(AdaptiveL2, "adapt",
+                        lambda self, t, v: (calls.append(1), adapt(self, t, v))[1])
+    return calls
+
+
+def test_the_adaptive_l2_adapts_every_50_steps_of_the_run_however_the_calls_split_them(
+        monkeypatch):
+    """The loops train a few minibatches per call (a rollout's or 1000 agent steps' worth):
+    the adaptation count is over the run's steps, not each call's (issue 84)."""
+    calls = adaptations(monkeypatch)
+    for split in ((1, 120), (120, 1), (8, 15)):
+        rng = np.random.default_rng(0)
+        data = pairs(60, rng)
+        l2 = AdaptiveL2(2, 1e-4, adaptive=True)
+        trainer = RewardTrainer(RewardEnsemble(3, 1, 2, 16, 1), batch_size=8, rng=rng,
+                                bootstrap=BootstrapCounts(2, seed=1), l2=l2)
+        before = len(calls)
+        for _ in range(split[0]):
+            trainer.train_passes(data, split[1], np.arange(60))
+        assert (len(calls) - before, l2.pass_steps) == (2, 120), split
+        restored = AdaptiveL2(2, adaptive=True)
+        restored.load_state_dict(l2.state_dict())  # a resumed run goes on counting
+        assert restored.pass_steps == 120
+
+
 def test_out_of_bag_validation_reports_each_members_loss():
     rng = np.random.default_rng(0)
     data = pairs(120, rng)
@@ -189,6 +218,32 @@ def test_a_tiny_moving_dot_run_with_the_drlhp_recipe_pretrains_then_trains_in_pa
     assert ws.learner.normaliser is not None
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["ppo", "sac"])
+def test_the_adaptive_l2_adapts_after_pretraining_in_both_loops(compose, tmp_path, monkeypatch,
+                                                                loop):
+    """PPO trains the passes owed after every rollout (64 steps: 32 minibatches), SAC every
+    1000 steps (45): neither call reaches 50 minibatches, the run does (issue 84)."""
+    overrides = [*TINY_RECIPE, "reward_passes_per_step=4"] if loop == "ppo" else [
+        "domain=Classic", "env=Pendulum-v1", "num_train_steps=4000", "num_seed_steps=200",
+        "num_unsup_steps=200", "num_interact=400", "max_feedback=40", "reward_batch=10",
+        "segment=20", "eval_frequency=4000", "num_eval_episodes=1", "log_frequency=4000",
+        "sac.hidden_dim=32", "sac.batch_size=32", "reward_hidden_dim=32",
+        "entropy_pool_size=256", "reset_update=5", "reward_schedule=passes",
+        "reward_pretrain_epochs=4", "reward_passes_per_step=0.36", "reward_train_batch=8",
+        "reward_bootstrap=true", "reward_adaptive_l2=true", "reward_l2=1e-5",
+        "precision=fp32", "checkpoint_frequency=100000"]
+    calls = adaptations(monkeypatch)
+    ws = make_workspace(compose(overrides), tmp_path)
+    ws.run()
+    finish(ws)
+    l2 = ws.learner.trainer.l2
+    assert l2.pass_steps >= 100  # two or more adaptations are owed after pretraining
+    assert len(calls) == 4 + l2.pass_steps // 50  # the pretraining epochs, then every 50
+    written = pd.read_csv(tmp_path / "reward.csv")["reward_l2"]
+    assert (written > 0).all()  # six significant digits, not six decimals
+
+
 def test_fast_dropout_zeroes_p_of_the_elements_scales_the_rest_and_passes_gradients_through():
     torch.manual_seed(0)
     drop = FastDropout(0.5)
@@ -251,3 +306,6 @@ def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_proces
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["epochs"].iloc[0] == 4 and rounds["label_passes"].iloc[-1] > 0
     assert ws.remote.version > len(rounds)  # published between the rounds too (every 128)
+    # the adaptive L2 goes on adapting in the learner process, 8 minibatches per 64 steps
+    # received (issue 84: before, only the pretraining epochs moved it)
+    assert rounds["reward_l2"].iloc[1:].nunique() > 1

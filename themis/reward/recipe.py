@@ -160,6 +160,10 @@ class AdaptiveL2:
         low, high: the band of the ratio validation / training loss (DRLHP: 1.1 and 1.5).
         factor: multiplicative step per epoch.
         floor: smallest coefficient that growing starts from.
+
+    Attributes:
+        pass_steps: minibatch steps of continuous training (``reward_schedule=passes``) counted
+            over the whole run, across every call that trains (:meth:`count_pass_step`).
     """
 
     def __init__(self, ensemble_size: int, initial: float = 0.0, adaptive: bool = False,
@@ -170,6 +174,15 @@ class AdaptiveL2:
         self.coef = np.full(ensemble_size, float(initial))
         self.adaptive, self.low, self.high = adaptive, low, high
         self.factor, self.floor = factor, floor
+        self.pass_steps = 0
+
+    def count_pass_step(self, every: int) -> bool:
+        """Count one minibatch step of continuous training; ``True`` on every ``every``-th of
+        the run (mrahtz's DRLHP validates every 50 steps of its training loop). The loops train
+        in small calls (a PPO rollout's or a batch of agent steps' worth), so the count carries
+        over from call to call, and over a resume (:meth:`state_dict`)."""
+        self.pass_steps += 1
+        return self.pass_steps % every == 0
 
     def penalty(self, norms: torch.Tensor) -> torch.Tensor:
         """``Σ_e λ_e ‖θ_e‖²`` for the members' squared weight norms ``(E,)``."""
@@ -189,10 +202,11 @@ class AdaptiveL2:
                 self.coef[e] = self.coef[e] / self.factor
 
     def state_dict(self) -> dict[str, object]:
-        return {"coef": self.coef.copy()}
+        return {"coef": self.coef.copy(), "pass_steps": self.pass_steps}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.coef = np.asarray(state["coef"], dtype=np.float64).copy()
+        self.pass_steps = int(state.get("pass_steps", 0))  # type: ignore[call-overload]
 
 
 def trainer_kwargs(cfg: Any) -> dict[str, Any]:

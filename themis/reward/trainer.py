@@ -477,8 +477,9 @@ class RewardTrainer:
         of :attr:`batch_size` pairs is drawn from ``rows`` — with ``reward_bootstrap`` from its
         own bootstrap sample (probability ∝ the pair's count, so its out-of-bag pairs never),
         else uniformly — with replacement across steps, as mrahtz's shuffled passes over the
-        buffer. The adaptive L2 is adapted every ``adapt_every`` steps (mrahtz validates
-        every 50). ``epochs`` of the result counts the steps.
+        buffer. The adaptive L2 is adapted every ``adapt_every`` steps of the run (mrahtz
+        validates every 50), counted across calls (:meth:`AdaptiveL2.count_pass_step`): the
+        loops call this with a few steps at a time. ``epochs`` of the result counts the steps.
 
         Raises:
             ValueError: no rows to train on.
@@ -497,14 +498,14 @@ class RewardTrainer:
             weights = [c / c.sum() if c.sum() > 0 else None for c in counts]
         self.model.train()
         sums = torch.zeros(3, device=obs.device)
-        for k in range(steps):
+        for _ in range(steps):
             batch = np.stack([  # a bootstrap sample: with replacement, by its counts
                 self.rng.choice(len(rows), size=b, replace=len(rows) < b, p=None)
                 if weights is None or weights[e] is None else
                 self.rng.choice(len(rows), size=b, p=weights[e]) for e in range(ens)])
             self.minibatch_step(obs, act, labels, picked,
                                 torch.as_tensor(batch, device=obs.device), sums, encoded)
-            if (k + 1) % adapt_every == 0:
+            if self.l2 is not None and self.l2.count_pass_step(adapt_every):
                 self.adapt_l2(dataset, rows, val_rows)
         self.model.eval()
         total_loss, correct, counted = sums.tolist()

@@ -51,11 +51,13 @@ class CSVLog:
 
 
 def _plain(value: Any) -> Any:
-    """Convert tensors and NumPy scalars to plain Python numbers for CSV."""
+    """Convert tensors and NumPy scalars to plain Python numbers for CSV: floats to six
+    decimals, or to six significant digits below 1e-4 in magnitude, which six decimals would
+    write as 0 (an L2 coefficient of 1e-5 / 1.5^20 is 3e-9)."""
     if hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, float):
-        return round(value, 6) if math.isfinite(value) else value
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.6g}") if 0 < abs(value) < 1e-4 else round(value, 6)
     return value
 
 
@@ -156,7 +158,8 @@ class Logger:
         for key, value in row.items():
             value = _plain(value)
             if isinstance(value, float):
-                value = f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
+                value = f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}" \
+                    if 0 < abs(value) < 1e-3 else f"{value:.3f}"
             parts.append(f"{key} {value}")
         self.info(" | ".join(parts))
 
