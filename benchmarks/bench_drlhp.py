@@ -386,7 +386,7 @@ Paper scale (Christiano et al. 2017: 50M timesteps; mrahtz: Pong in 20M, 16 envs
 a GPU, resumable with resume=RUN_DIR:
 
   ./themis_train.sh domain=ALE env=PongNoFrameskip-v4 +recipe=drlhp num_train_steps=20000000 \\
-      ppo.num_envs=16 max_feedback=5500 num_interact=100000 query_decay_steps=5000000 \\
+      ppo.num_envs=16 max_feedback=5500 num_interact=100000 \\
       eval_frequency=500000 num_eval_episodes=5 device=cuda
   ./themis_train.sh domain=ALE env=PongNoFrameskip-v4 learn_reward=false num_unsup_steps=0 \\
       num_train_steps=20000000 ppo.num_envs=16 eval_frequency=500000 num_eval_episodes=5 \\

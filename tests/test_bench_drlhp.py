@@ -40,3 +40,15 @@ def test_recorded_rows_add_up_across_sessions_and_a_rerun_replaces_its_row(tmp_p
     assert list(table["seed"]) == [0, 1, 2]
     assert list(table["true_return"]) == [61.0, 50.0, 40.0]
     assert {"date", "commit", "machine", "command"} <= set(table.columns)
+
+
+def test_the_paper_scale_pong_command_keeps_the_papers_decay_time(compose):
+    """T₀ is 5·10⁶ frames in the paper (Sec. 2.2.4: labels "roughly proportional to
+    5·10⁶/(T + 5·10⁶)"): 1.25·10⁶ agent steps at Atari's frame skip of 4 (issue 84 item 2)."""
+    command = _bench().COMMANDS.split("Paper scale")[1].split("./themis_train.sh")[1]
+    overrides = [word for word in command.replace("\\\n", " ").split()
+                 if "=" in word]
+    assert overrides[0] == "domain=ALE" and "+recipe=drlhp" in overrides
+    cfg = compose(overrides)
+    assert cfg.query_schedule == "decay"
+    assert cfg.query_decay_steps * 4 == 5_000_000
