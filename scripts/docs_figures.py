@@ -40,13 +40,30 @@ def curves(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def table_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the README's PPE table: the runs of the table's own command, one per method
+    and seed — QPA's with the official reward-training rule (``qpa.iterations=true``), and no
+    run made to measure something else beside it (``precision=fp32`` seeds).
+
+    Raises:
+        ValueError: a method's seed still has two runs (the figure would count it twice).
+    """
+    command = table["command"].astype(str)
+    old_qpa = (table["method"] == "qpa") & ~command.str.contains("qpa.iterations=true",
+                                                                  regex=False)
+    fp32 = command.str.contains("precision=fp32", regex=False)
+    kept = table[~old_qpa & ~fp32]
+    twice = kept[kept.duplicated(["method", "seed"], keep=False)]
+    if len(twice):
+        pairs = sorted({(str(m), int(s)) for m, s in zip(twice["method"], twice["seed"],
+                                                         strict=True)})
+        raise ValueError(f"two runs of the same method and seed: {pairs}")
+    return kept
+
+
 def ppe_walker_walk(csv: Path, out: Path) -> None:
-    """Draw ``csv``'s curves into ``out`` (a PNG); QPA's runs with the official reward-training
-    rule only (``qpa.iterations=true`` in the command), not the old rule's."""
-    table = pd.read_csv(csv)
-    old_qpa = (table["method"] == "qpa") & \
-        ~table["command"].str.contains("qpa.iterations=true", regex=False)
-    data = curves(table[~old_qpa])
+    """Draw the curves of ``csv``'s table rows (:func:`table_rows`) into ``out`` (a PNG)."""
+    data = curves(table_rows(pd.read_csv(csv)))
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     for method in ("pebble", "surf", "rune", "qpa", "sac"):
         if method not in data:
