@@ -122,6 +122,12 @@ def test_an_integer_written_1e5_gets_the_integer(capsys):
                            "num_train_steps=100000")
 
 
+@pytest.mark.parametrize("value", ["1e400", "-1e400"])
+def test_an_integer_too_large_for_a_float_is_one_line(capsys, value):
+    line = refused(capsys, check_overrides, [f"seed={value}"], "train_themis")
+    assert line == f"seed={value} must be an integer, e.g. seed=1 ({value} is out of range)"
+
+
 def test_a_new_env_kwargs_key_without_plus_gets_the_plus(capsys):
     line = refused(capsys, check_overrides, ["env_kwargs.continuous=false"], "train_themis")
     assert line == ("env_kwargs.continuous adds a key to env_kwargs: Hydra needs a + for a new "

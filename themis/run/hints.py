@@ -10,6 +10,7 @@ nothing to say; none of them imports more than the standard library and OmegaCon
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ def integer_hint(key: str, overrides: list[str]) -> str | None:
         if name != key or not _NUMBER.match(value.strip()):
             continue
         number = float(value)
+        if not math.isfinite(number):  # 1e400 reads as infinity
+            return f"{key}={value} must be an integer, e.g. {key}=1 ({value} is out of range)"
         if number.is_integer():
             return (f"{key}={value} must be an integer: write {key}={int(number)} "
                     "(Hydra reads 1e5 as a float)")
