@@ -10,6 +10,7 @@ import torch
 
 import themis
 from themis.cli.api import to_overrides
+from themis.run.received_config import written_here
 from themis.utils import ConfigError
 
 TINY = dict(domain="Classic", env="Pendulum-v1", num_train_steps=600, num_seed_steps=100,
@@ -46,6 +47,8 @@ def test_a_tiny_run_returns_its_folder_and_metrics_and_load_run_reads_it_back(tm
     run = themis.train(max_feedback=20, seed=1, run_dir=tmp_path / "run",
                        **{k: v for k, v in TINY.items() if k != "max_feedback"})
     assert run.run_dir == tmp_path / "run" and (run.run_dir / "config.yaml").is_file()
+    # marked yours, as the launcher marks its runs: resume= trusts its own path settings
+    assert written_here(run.run_dir / "config.yaml")
     assert run.metrics["step"] == 600 and math.isfinite(run.metrics["episode_reward"])
     assert run.eval_return == pytest.approx(run.metrics["episode_reward"])
     assert run.metrics["total_feedback"] == 20

@@ -154,7 +154,6 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
     """
     from themis.cli import train as cli
     from themis.run.config import resume_target
-    from themis.run.resolve import config_yaml
     from themis.run.threads import parse_threads
 
     given = {k: v for k, v in (("env", env), ("max_feedback", max_feedback), ("seed", seed))
@@ -186,7 +185,7 @@ def train(env: str | None = None, max_feedback: int | None = None, seed: int | N
             raise TrainConfigError(str(e)) from None
     finally:
         cli.RAISE_INSTEAD.on = before
-    (out / "config.yaml").write_text(config_yaml(ws.cfg))  # resolved: what the run uses
+    cli.write_config(ws, out)  # resolved, and marked yours (a later resume= trusts it)
     try:
         ws.run()
     except BaseException:

@@ -367,9 +367,17 @@ def build_workspace(cfg: DictConfig) -> Workspace:
         fail(str(e))
     finally:  # the env names listed, for the launchers' quick check of env= (key_check.py)
         save_env_lists(LISTED)
-    (out / "config.yaml").write_text(config_yaml(ws.cfg))  # resolved: what the run uses
-    mark_config(out)  # yours: a later resume= trusts its addresses, paths and trackers
+    write_config(ws, out)
     return ws
+
+
+def write_config(ws: Workspace, out: Path) -> None:
+    """The run's resolved ``config.yaml`` (what the run uses) and this user's mark of it: a
+    later ``resume=`` of the run trusts its addresses, paths and trackers
+    (:func:`themis.run.received_config.mark_config`). For the launchers and :func:`themis.train`
+    alike."""
+    (out / "config.yaml").write_text(config_yaml(ws.cfg))
+    mark_config(out)
 
 
 def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
