@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from themis.core.script_args import ScriptParser, int_at_least
 from themis.feedback.factory import make_clips
 from themis.interpret.inspection import load_run
-from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:

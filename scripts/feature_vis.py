@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from themis.core.script_args import ScriptParser, int_at_least, positive_float
 from themis.interpret.featvis import (
     dataset_examples,
     maximise_reward,
@@ -29,7 +30,6 @@ from themis.interpret.report import update_report
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.sources import load_reward_source
 from themis.run.threads import set_num_threads
-from themis.utils import ScriptParser, int_at_least, positive_float
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from themis.interpret.inspection import inspect_run
-from themis.utils import ScriptParser, int_at_least
+from themis.core.script_args import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps per episode at most")
     parser.add_argument("--seed", type=int_at_least(0), default=0)
     args = parser.parse_args(argv)
+    if not args.run_dir.is_dir():  # before PyTorch and the envs load, and nothing written
+        what = "a file" if args.run_dir.exists() else "not found"
+        print(f"inspect_reward: error: {args.run_dir} is {what}: give a run folder (the one "
+              "that holds config.yaml)", file=sys.stderr)
+        return 2
+    from themis.interpret.inspection import inspect_run
+
     try:
         report = inspect_run(args.run_dir, args.episodes, args.max_steps, args.seed)
     except (FileNotFoundError, ValueError) as e:  # ConfigError, UnsafeFileError too

@@ -16,16 +16,14 @@ Ctrl-C: every answer is already on disk.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from lib.label_server import LabelServer
-from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
+from themis.core.script_args import ScriptParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="label_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
@@ -42,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"label_server: error: {db} not found; start the run with human_teacher=true "
               "teacher_ui=web", file=sys.stderr)
         return 2
+    from lib.label_server import LabelServer  # FastAPI and the store: after the arguments
+    from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
+
     try:
         store = LabelStore(db, args.run_dir / "web")
     except UnsafeStoreError as e:  # a received store's triggers or views: nothing runs

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from themis.core.script_args import ScriptParser
 from themis.reward.dataset import PreferenceDataset
-from themis.utils import ScriptParser
 
 
 def merge(sources: list[Path], out: Path) -> PreferenceDataset:

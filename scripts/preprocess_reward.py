@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from themis.core.script_args import ScriptParser, int_at_least
 from themis.environments.domains import get_domain, make_env
 from themis.interpret.analysis import analyse_grid, analyse_rollouts
 from themis.interpret.preprocessing import NORMALIZE, OBJECTIVES
@@ -28,7 +29,6 @@ from themis.interpret.report import update_report
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.sources import load_reward_source
 from themis.run.threads import set_num_threads
-from themis.utils import ScriptParser, int_at_least
 
 GRID_DOMAINS = ("Minigrid", "BabyAI")
 

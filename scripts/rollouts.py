@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from themis.core.script_args import ScriptParser, int_at_least
 from themis.environments.domains import make_env
 from themis.interpret.rollouts import (
     collect_rollouts,
@@ -31,7 +32,6 @@ from themis.interpret.rollouts import (
 )
 from themis.interpret.sources import policy_source, run_env
 from themis.run.threads import set_num_threads
-from themis.utils import ScriptParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from themis.core.script_args import ScriptParser, int_at_least, positive_float
 from themis.interpret.rollouts import load_rollouts
 from themis.interpret.supervised import save_supervised, train_supervised
 from themis.run.threads import set_num_threads
-from themis.utils import ConfigError, ScriptParser, get_device, int_at_least, positive_float
+from themis.utils import ConfigError, get_device
 
 
 def fraction(text: str) -> float:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from themis.utils import ConfigError, ScriptParser
+from themis.core.script_args import ScriptParser
+from themis.utils import ConfigError
 
 
 def parse_value(text: str) -> object:

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 import yaml
 
+from themis.core.script_args import ScriptParser, int_at_least
 from themis.environments.domains import make_env
 from themis.reward.ensemble import load_reward_model
 from themis.reward.wrapper import LearnedRewardWrapper
 from themis.run.received_config import check_named_code
 from themis.run.threads import set_num_threads
-from themis.utils import ConfigError, ScriptParser, get_device, int_at_least
+from themis.utils import ConfigError, get_device
 
 
 def true_return(env: gym.Env, policy, episodes: int, seed: int) -> tuple[float, float]:

@@ -249,6 +249,42 @@ def test_scripts_reject_bad_arguments_with_one_line(tmp_path, script, args, mess
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("script,args,message", [
+    ("inspect_reward.py", ["NOPE"], "NOPE is not found: give a run folder"),
+    ("inspect_reward.py", ["FILE"], "FILE is a file: give a run folder"),
+    ("label_server.py", ["--help"], ""),
+    ("label_server.py", ["NOPE"], "NOPE/labels.sqlite not found"),
+])
+def test_scripts_refuse_before_they_load_pytorch_and_write_nothing(tmp_path, script, args,
+                                                                   message):
+    """A missing folder, a ``.pt`` file where a run folder goes, ``--help``: answered before
+    PyTorch and the envs load (they took 18-35 s), with nothing left behind (issue 85 items
+    9 and 13)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    a_file, nope = tmp_path / "reward_model.pt", tmp_path / "nope"
+    a_file.write_bytes(b"PK")
+    argv = [str(nope) if a == "NOPE" else str(a_file) if a == "FILE" else a for a in args]
+    probe = ("import runpy, sys; sys.argv = [sys.argv[1], *sys.argv[2:]]\n"
+             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "except SystemExit as e:\n    code = e.code\n"
+             "print('torch loaded' if 'torch' in sys.modules else 'torch not loaded')\n"
+             "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "scripts" / script), *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.stdout.strip().splitlines()[-1] == "torch not loaded"
+    if message:
+        message = message.replace("NOPE", str(nope)).replace("FILE", str(a_file))
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    else:
+        assert proc.returncode == 0 and "usage: label_server" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reward_model.pt"]
+
+
 def test_a_taken_labeling_port_is_one_line(tmp_path):
     import socket
 
