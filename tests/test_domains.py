@@ -72,6 +72,16 @@ def test_unknown_env_lists_close_matches_of_its_domain():
         make_env("Minigrid", "GoToRedBallGrey-v0")  # a BabyAI level, not a MiniGrid task
 
 
+def test_an_env_of_ones_own_package_is_pointed_to_domain_gym():
+    """``env=module:EnvId`` (the README's "any gymnasium env") under the default domain: the
+    line says domain=Gym, not a list of MuJoCo names (issue 85 item 15)."""
+    with pytest.raises(ConfigError) as info:
+        make_env("Control", "mypkg.envs:MyEnv-v0")
+    assert str(info.value) == ("env=mypkg.envs:MyEnv-v0 names an env of your own package "
+                               "(module:EnvId); add domain=Gym, which imports the module and "
+                               "makes the env")
+
+
 def test_grid_observation_holds_direction_and_mission_words():
     env = make_env("BabyAI", "GoToRedBallGrey-v0", seed=3)
     obs, _ = env.reset(seed=3)

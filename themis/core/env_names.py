@@ -83,13 +83,16 @@ def home_domain(env: str, listing: Listing, skip: str = "", cheap_only: bool = F
 
 
 def unknown_env(domain: str, env: str, ids: list[str], prefix: str, listing: Listing) -> str:
-    """The line that refuses ``env=`` not among ``domain``'s ``ids``: the domain it belongs to
-    when it is another's (``walker_walk`` with ``domain=Control``: add ``domain=DMC``), else
+    """The line that refuses ``env=`` not among ``domain``'s ``ids``: ``domain=Gym`` for a
+    ``module:EnvId`` of the user's own package; the domain it belongs to when it is another's (``walker_walk`` with ``domain=Control``: add ``domain=DMC``), else
     up to five close matches, else the first twelve names.
 
     Raises:
         NotListed: from ``listing``, asked for other domains' names.
     """
+    if ":" in env and domain != "Gym":  # module:EnvId, a user's own env (the README's way)
+        return (f"env={env} names an env of your own package (module:EnvId); add domain=Gym, "
+                "which imports the module and makes the env")
     short = [i.removeprefix(prefix) for i in ids]
     close = difflib.get_close_matches(spellings(domain, env, ids)[-1].removeprefix(prefix),
                                       short, n=5, cutoff=0.5)
