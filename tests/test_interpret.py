@@ -100,6 +100,17 @@ def test_an_imitation_npz_made_here_is_read_without_unpickling(tmp_path):
     np.testing.assert_array_equal(load_rollouts(tmp_path / "folder").acts, acts)
 
 
+@pytest.mark.parametrize("key", ["acts", "obs", "rews"])
+def test_an_imitation_npz_with_a_single_number_for_its_steps_is_one_error(tmp_path, key):
+    """A 0-d ``acts`` gave ``TypeError: len() of unsized object`` (issue 85 item 4)."""
+    arrays = {"obs": np.zeros((4, 2), np.float32), "acts": np.zeros(3), "rews": np.zeros(3),
+              "terminal": np.array([True]), "indices": np.zeros(0, np.int64)}
+    arrays[key] = np.array(1.0)
+    np.savez(tmp_path / "traj.npz", **arrays)
+    with pytest.raises(RolloutFormatError, match=f"'{key}' is a single number"):
+        load_rollouts(tmp_path / "traj.npz")
+
+
 @pytest.mark.parametrize("case,message", [
     ("object_obs", "'obs' holds Python objects"),
     ("no_rews", "without rewards"),

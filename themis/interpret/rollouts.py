@@ -375,6 +375,10 @@ def _load_imitation(path: Path) -> Rollouts:
         rews = _array(data, "rews", path).astype(np.float32)
         indices = _array(data, "indices", path).astype(np.int64).reshape(-1)
         terminal = _array(data, "terminal", path).astype(bool).reshape(-1)
+    for key, array in (("obs", obs), ("acts", acts), ("rews", rews)):
+        if array.ndim == 0:  # one number where steps go
+            raise RolloutFormatError(f"{path}: '{key}' is a single number, not an array of "
+                                     "steps")
     bounds = np.concatenate([[0], indices, [len(acts)]])
     lengths = np.diff(bounds)
     if np.any(lengths < 0) or len(terminal) != len(lengths):
