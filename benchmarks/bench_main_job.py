@@ -232,6 +232,18 @@ def write_record(path: Path, record: pd.DataFrame, rows: list[dict]) -> pd.DataF
     return merged
 
 
+def default_record(record: pd.DataFrame, fixture: str) -> pd.DataFrame:
+    """The rows of ``record`` that are the main job as a user runs it (no overrides after
+    ``--``) with the default path's fixture digest ``fixture``: the newest such commit's rows
+    (empty when there is none)."""
+    plain = record[(record["fixture"].astype(str) == fixture)
+                   & ~record["command"].map(lambda c: "--" in shlex.split(str(c)))]
+    if plain.empty:
+        return plain
+    newest = plain.sort_values("recorded", kind="stable")["commit"].iloc[-1]
+    return plain[plain["commit"] == newest]
+
+
 def record_table(record: pd.DataFrame, reps: int) -> list[str]:
     """Markdown lines: one row per recorded group (commit and command), oldest first, with its
     seeds' finals, mean ± standard error, IQM and 95 % bootstrap CI, wall clock and machine."""

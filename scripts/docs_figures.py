@@ -13,6 +13,7 @@ It trains nothing.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 import matplotlib
@@ -88,18 +89,42 @@ def ppe_walker_walk(csv: Path, out: Path) -> None:
     fig.savefig(out)
 
 
+def load_bench_main_job():
+    """``benchmarks/bench_main_job.py`` as a module (its record readers)."""
+    spec = importlib.util.spec_from_file_location("bench_main_job",
+                                                  ROOT / "benchmarks" / "bench_main_job.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main_job(csv: Path, out: Path) -> None:
-    """Draw the main job's true eval return per seed from ``csv`` into ``out`` (a PNG)."""
-    steps, returns = curves(pd.read_csv(csv))["pebble"]
+    """Draw the main job's true eval return per seed into ``out`` (a PNG): the record of today's
+    default path (``bench_main_job.default_record``) and, dashed, the commit run side by side
+    with it in the same command."""
+    bench = load_bench_main_job()
+    record = bench.read_record(csv)
+    today = bench.default_record(record, bench.fixture_digest(ROOT))
+    if today.empty:
+        raise ValueError(f"{csv} holds no record of today's default path")
+    beside = record[(record["command"] == today["command"].iloc[0])
+                     & (record["commit"] != today["commit"].iloc[0])]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for seed, curve in enumerate(returns):
-        ax.plot(steps / 1000, curve, marker="o", markersize=3, label=f"seed {seed}")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for commit, rows, style in ((today["commit"].iloc[0], today, "-"),
+                                *((c, r, "--") for c, r in beside.groupby("commit"))):
+        steps, returns = curves(rows.sort_values("seed"))["pebble"]
+        for seed, curve in zip(sorted(rows["seed"]), returns, strict=True):
+            ax.plot(steps / 1000, curve, style, marker="o", markersize=2.5,
+                    color=colours[int(seed) % len(colours)], label=f"{commit} seed {seed}")
     ax.axhline(1500, color="k", linestyle=":", label="target: 1500 within 20 minutes")
-    ax.axhline(-300, color="grey", linestyle="--", label="random policy (about -300)")
+    ax.axhline(-300, color="grey", linestyle="-.", label="random policy (about -300)")
     ax.set_xlabel("environment steps (thousands)")
     ax.set_ylabel("true return (5 episodes)")
-    ax.set_title("Main job: HalfCheetah-v5 from 1000 oracle preferences (PEBBLE, 2 CPU cores)")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("Main job: HalfCheetah-v5, 1000 oracle preferences (dashed: earlier commit)",
+                 fontsize=10)
+    ax.legend(fontsize=6, loc="upper left", ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -84,8 +84,9 @@ def home_domain(env: str, listing: Listing, skip: str = "", cheap_only: bool = F
 
 def unknown_env(domain: str, env: str, ids: list[str], prefix: str, listing: Listing) -> str:
     """The line that refuses ``env=`` not among ``domain``'s ``ids``: ``domain=Gym`` for a
-    ``module:EnvId`` of the user's own package; the domain it belongs to when it is another's (``walker_walk`` with ``domain=Control``: add ``domain=DMC``), else
-    up to five close matches, else the first twelve names.
+    ``module:EnvId`` of the user's own package; the domain it belongs to when it is another's
+    (``walker_walk`` with ``domain=Control``: add ``domain=DMC``), else up to five close
+    matches, else the first twelve names.
 
     Raises:
         NotListed: from ``listing``, asked for other domains' names.
