@@ -122,15 +122,6 @@ def test_an_integer_written_1e5_gets_the_integer(capsys):
                            "num_train_steps=100000")
 
 
-def test_a_key_given_twice_is_named_with_both_values(capsys, tmp_path):
-    with pytest.raises(SystemExit):  # the typo after it still ends the launch
-        preflight("train_themis", ["seed=1", f"hydra.run.dir={tmp_path}", "seed=2",
-                                   "num_train_step=3"])
-    err = capsys.readouterr().err.splitlines()
-    assert err[0] == ("themis: warning: seed is given twice (seed=1, then seed=2): the last "
-                      "one, seed=2, is used")
-
-
 @pytest.mark.parametrize("value", ["1e400", "-1e400"])
 def test_an_integer_too_large_for_a_float_is_one_line(capsys, value):
     line = refused(capsys, check_overrides, [f"seed={value}"], "train_themis")

@@ -35,13 +35,7 @@ from themis.run.config import (
     resume_target,
     schema_keys,
 )
-from themis.run.hints import (
-    composition_hint,
-    flag_hint,
-    help_command,
-    repeated_key,
-    resume_problem,
-)
+from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
 from themis.run.received_config import mark_config
 from themis.run.resolve import config_yaml
 from themis.run.threads import available_cores, parse_threads
@@ -134,8 +128,6 @@ def preflight(config_name: str, argv: list[str]) -> None:
     flags = {a for a in argv if a.startswith("-")}
     overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
                                                       "~hydra"))]
-    if (twice := repeated_key(overrides)) is not None:  # Hydra keeps the last, silently
-        print(f"themis: warning: {twice}", file=sys.stderr)
     if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())):
         fail(hint)  # --num_train_steps 1000: a key written as a flag
     if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked

@@ -47,26 +47,6 @@ def flag_hint(argv: list[str], keys: list[str]) -> str | None:
     return None
 
 
-def repeated_key(overrides: list[str]) -> str | None:
-    """``seed=1 ... seed=2``: Hydra silently keeps the last value of a key given twice; the
-    warning that names both (a warning, not a refusal: scripts build commands whose later
-    overrides replace earlier ones on purpose). Hydra's own keys are left out (the launchers
-    add ``hydra.run.dir`` for ``resume=``)."""
-    seen: dict[str, str] = {}
-    for override in overrides:
-        if override.startswith("-") or "=" not in override:
-            continue
-        key, _, value = override.partition("=")
-        name = key.lstrip("+~")
-        if name.startswith("hydra."):
-            continue
-        if name in seen:
-            return (f"{name} is given twice ({name}={seen[name]}, then {name}={value}): the "
-                    f"last one, {name}={value}, is used")
-        seen[name] = value
-    return None
-
-
 def integer_hint(key: str, overrides: list[str]) -> str | None:
     """``num_train_steps=1e5`` or ``=2.5e4`` for an integer key: the integer to write."""
     for override in overrides:
