@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -18,6 +19,17 @@ choose_gl_backend()
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_file(relative: str):
+    """A script or benchmark of the repository (``scripts/x.py``) as a module, for its
+    functions (they are files, not package modules)."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 # One folder for the test session's own state, removed when the process that made it ends
 # (pytest-xdist's workers inherit the controller's): the owner key that marks a run's config
 # and tokens as this user's (themis/core/owner.py), so that tests and the runs they start never

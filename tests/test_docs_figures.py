@@ -3,24 +3,12 @@ not every run recorded beside them (issue 84 item 3)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_file
 
-
-def _figures():
-    spec = importlib.util.spec_from_file_location("docs_figures",
-                                                  ROOT / "scripts" / "docs_figures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-figures = _figures()
+figures = load_file("scripts/docs_figures.py")
 
 
 def test_the_walker_walk_figure_takes_one_run_per_method_and_seed():

@@ -12,7 +12,6 @@ and the front pages' main-job numbers come from that record.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from argparse import Namespace
 
@@ -20,22 +19,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_file
 
 RECORD = ROOT / "results" / "main_job.csv"
 SEEDS = {0, 1, 2, 3, 4}
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_main_job",
-                                                  ROOT / "benchmarks" / "bench_main_job.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_file("benchmarks/bench_main_job.py")
 
 
 def test_todays_fixture_has_a_five_seed_learning_record_of_the_main_job():
