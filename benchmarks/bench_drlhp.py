@@ -78,7 +78,8 @@ DOT_DEFAULT = ("random", "ppo_true", "drlhp", "drlhp_onehot", "drlhp_rounds", "d
                "drlhp_constant")
 DOT_SEED_STEPS = 10_000
 """MovingDot: steps of the random policy before the first round (DRLHP's 500 labels)."""
-PONG_VARIANTS = ("ppo_true", "oracle")
+PONG_VARIANTS = ("ppo_true", "a2c_true", "ppo_oracle", "a2c_oracle")
+PONG_DEFAULT = ("a2c_true", "a2c_oracle")
 
 
 def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
@@ -122,18 +123,24 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
 
 
 def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
-    """The ``./themis_train.sh`` overrides of one Pong run."""
+    """The ``./themis_train.sh`` overrides of one Pong run: ``<agent>_true`` (the agent on the
+    true reward) or ``<agent>_oracle`` (DRLHP's recipe and an oracle teacher), ``<agent>``
+    ``ppo`` (16 envs × 128 steps, 4 epochs) or ``a2c`` (16 envs × 5 steps, one step, RMSprop:
+    DRLHP's and mrahtz's agent)."""
+    agent, kind = variant.split("_")
     out = ["domain=ALE", "env=PongNoFrameskip-v4", f"num_train_steps={steps}", f"seed={seed}",
-           f"eval_frequency={max(steps // 20, 1024)}"]
+           f"eval_frequency={max(steps // 20, 1024)}", f"agent={agent}",
+           f"checkpoint_frequency={max(steps // 40, 1024)}"]
     interact = 20_000
     if quick:  # a smoke run: small rollouts, short episodes, a few rounds
         interact = max(steps // 4, 256)
-        out += ["ppo.num_envs=2", "ppo.num_steps=64", "num_eval_episodes=1", "num_seed_steps=0",
-                f"num_unsup_steps={interact}", "reward_update=2",
+        out += [f"{agent}.num_envs=2", "num_eval_episodes=1", "num_seed_steps=0",
+                f"num_unsup_steps={interact}", "reward_update=2", "reward_pretrain_epochs=2",
                 "+env_kwargs.max_num_frames_per_episode=1000"]
+        out += ["ppo.num_steps=64"] if agent == "ppo" else []
     else:
-        out += ["ppo.num_envs=16", "num_eval_episodes=3"]
-    if variant == "ppo_true":
+        out += [f"{agent}.num_envs=16", "num_eval_episodes=3"]
+    if kind == "true":
         return [*out, "learn_reward=false", "num_unsup_steps=0"]
     return [*out, "+recipe=drlhp", f"max_feedback={queries}", f"num_interact={interact}",
             f"query_decay_steps={max(1, steps // 4)}",
@@ -580,10 +587,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1 or (args.steps is not None and args.steps < 1024):
         print("bench_drlhp: error: --jobs must be >= 1 and --steps >= 1024", file=sys.stderr)
         return 2
-    bad = sorted(set(args.variants or []) - set(DOT_VARIANTS))
+    known = DOT_VARIANTS if args.part == "dot" else PONG_VARIANTS
+    bad = sorted(set(args.variants or []) - set(known))
     if bad:
-        print(f"bench_drlhp: error: unknown variant {bad[0]}; use {', '.join(DOT_VARIANTS)}",
-              file=sys.stderr)
+        print(f"bench_drlhp: error: unknown {args.part} variant {bad[0]}; use "
+              f"{', '.join(known)}", file=sys.stderr)
         return 2
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     if args.part == "dot":
@@ -599,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = args.queries or 1500
         cells = [(args.out / "pong" / v / f"seed{s}",
                   [*pong_overrides(v, steps, s, queries, args.quick), *args.extra])
-                 for v in PONG_VARIANTS for s in seeds]
+                 for v in args.variants or PONG_DEFAULT for s in seeds]
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
         pong_table(args.out, seeds, steps)
     print("\n" + COMMANDS)

@@ -293,14 +293,16 @@ def test_a_fixed_encoder_trains_on_features_encoded_once_with_the_same_result():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("agent", [[], ["agent=a2c", "a2c.num_envs=2"]], ids=["ppo", "a2c"])
 def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_process(
-        compose, tmp_path):
+        compose, tmp_path, agent):
     """reward_training=async: the learner process pretrains on the first round's labels, then
     trains the label-passes owed for the steps it receives and publishes new versions between
-    the rounds (DRLHP's background training)."""
+    the rounds (DRLHP's background training), under PPO's loop and under A2C's (5-step
+    rollouts, DRLHP's own agent)."""
     ws = make_workspace(compose([*TINY_RECIPE, "reward_training=async", "num_interact=512",
-                                 "num_train_steps=1536", "reward_passes_per_step=1"]),
-                        tmp_path)
+                                 "num_train_steps=1536", "reward_passes_per_step=1",
+                                 *agent]), tmp_path)
     ws.run()
     finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")

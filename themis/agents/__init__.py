@@ -7,10 +7,15 @@ from typing import Any, ClassVar, Protocol
 import gymnasium as gym
 import numpy as np
 
+from themis.agents.a2c import A2C, A2CConfig
 from themis.agents.ppo import PPO, PPOConfig
 from themis.agents.sac import SAC, SACConfig
 
-__all__ = ["PPO", "SAC", "Agent", "PPOConfig", "SACConfig", "resolve_agent", "select_agent"]
+__all__ = ["A2C", "ON_POLICY", "PPO", "SAC", "A2CConfig", "Agent", "PPOConfig", "SACConfig",
+           "agent_of", "on_policy_config", "resolve_agent", "rollout_steps", "select_agent"]
+
+ON_POLICY = ("ppo", "a2c")
+"""The agents of the on-policy loop (:mod:`themis.loops.prefppo`), for ``Discrete`` actions."""
 
 
 class Agent(Protocol):
@@ -48,9 +53,30 @@ def select_agent(action_space: gym.Space) -> str:
                      "a Box action space, PPO a Discrete one")
 
 
+def on_policy_config(cfg: Any) -> PPOConfig | A2CConfig:
+    """The rollout settings (``num_envs``, ``num_steps``, ``gamma``, ...) of a run's on-policy
+    agent: ``cfg.a2c`` with ``agent=a2c``, else ``cfg.ppo``."""
+    return cfg.a2c if cfg.agent == "a2c" else cfg.ppo
+
+
+def agent_of(cfg: Any, loop: str) -> str:
+    """The agent a run's loop (``sac`` or ``ppo``: :mod:`themis.loops`) runs: ``sac``, ``ppo``
+    or ``a2c`` (the on-policy loop runs A2C with ``agent=a2c``)."""
+    return "a2c" if loop in ON_POLICY and cfg.agent == "a2c" else loop
+
+
+def rollout_steps(cfg: Any, agent: str) -> int:
+    """Agent steps between two updates of a run's agent, over all envs: ``num_envs ×
+    num_steps`` of PPO's or A2C's rollout (feedback rounds come between rollouts), 1 for SAC."""
+    if agent not in ON_POLICY:
+        return 1
+    settings = on_policy_config(cfg)
+    return int(settings.num_envs * settings.num_steps)
+
+
 def resolve_agent(requested: str, action_space: gym.Space) -> tuple[str, str]:
-    """The agent to run and why: ``requested`` (``auto``, ``sac`` or ``ppo``) checked against the
-    action space.
+    """The agent to run and why: ``requested`` (``auto``, ``sac``, ``ppo`` or ``a2c``) checked
+    against the action space (A2C, like PPO, needs a ``Discrete`` one).
 
     Returns:
         ``(name, reason)``, e.g. ``("ppo", "auto: Discrete action space")``.
@@ -60,6 +86,8 @@ def resolve_agent(requested: str, action_space: gym.Space) -> tuple[str, str]:
     """
     fitting = select_agent(action_space)
     kind = type(action_space).__name__
+    if requested == "a2c" and fitting == "ppo":
+        return "a2c", f"agent=a2c: {kind} action space"
     if requested in ("auto", fitting):
         return fitting, f"{'auto' if requested == 'auto' else 'agent=' + requested}: {kind} " \
             "action space"

@@ -13,7 +13,7 @@ learned reward or the true one), as in B-Pref's PrefPPO.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -77,13 +77,20 @@ def _head(in_dim: int, hidden_dim: int, depth: int, out_dim: int, out_std: float
     return nn.Sequential(*layers)
 
 
+class HeadSizes(Protocol):
+    """The head sizes :class:`ActorCritic` reads (:class:`PPOConfig`, ``A2CConfig``)."""
+
+    hidden_dim: int
+    hidden_depth: int
+
+
 class ActorCritic(nn.Module):
-    """Shared encoder, categorical policy head and value head.
+    """Shared encoder, categorical policy head and value head (PPO's and A2C's network).
 
     Shapes: ``obs (B, *obs_shape)`` -> logits ``(B, n_actions)``, values ``(B,)``.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg: PPOConfig) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg: HeadSizes) -> None:
         super().__init__()
         self.encoder = make_encoder(obs_shape)
         if isinstance(self.encoder, ConvEncoder):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from themis.agents import rollout_steps
 from themis.agents.encoders import observation_kind
 from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
 from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
@@ -173,9 +174,9 @@ def run_title(cfg: Any, agent: str) -> str:
     PPO), the sampler and the teacher — or the agent on the true reward (``learn_reward=false``)."""
     if not cfg.learn_reward:
         return f"{agent.upper()} on the true reward"
-    base = "PrefPPO" if agent == "ppo" else "PEBBLE"
+    base = {"ppo": "PrefPPO", "a2c": "PrefA2C"}.get(agent, "PEBBLE")
     methods = method_title(cfg)
-    method = base if methods == "PEBBLE" else methods + (" on PrefPPO" if agent == "ppo" else "")
+    method = base if methods == "PEBBLE" else methods + (f" on {base}" if base != "PEBBLE" else "")
     if cfg.max_feedback == 0:
         return f"{method} · reward from saved preferences"
     return f"{method} · sampler {resolve_feed_type(cfg.feed_type)} · teacher {teacher_name(cfg)}"
@@ -234,7 +235,7 @@ def make_dataset(cfg: Any, spec: LearnerSpec) -> PreferenceDataset:
 def decaying_schedule(cfg: Any, agent: str) -> DecayingSchedule:
     """``query_schedule=decay``: DRLHP's decaying labelling rate over the run's rounds
     (``agent`` ``ppo`` rounds up to whole rollouts)."""
-    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    rollout = rollout_steps(cfg, agent)
     _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
                                 cfg.num_interact, rollout)
     return DecayingSchedule(cfg.query_decay_steps, every, last)

@@ -1,4 +1,4 @@
-"""The on-policy loop: PPO with PEBBLE's phases, as B-Pref's PrefPPO (Lee et al. 2021).
+"""The on-policy loop: PPO (or A2C) with PEBBLE's phases, as B-Pref's PrefPPO (Lee et al. 2021).
 
 1. ``num_seed_steps``: the initial (near-uniform) policy collects episodes, no updates;
 2. ``num_unsup_steps``: PPO on the state-entropy reward of each rollout (k-NN among the
@@ -7,12 +7,12 @@
    open; every rollout's rewards are the ensemble mean r̂(s, a) — the agent never sees the
    environment reward.
 
-``ppo.num_envs`` environments run side by side in a gymnasium ``SyncVectorEnv`` with
-``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns the first observation of the
-next one and the last one in ``info["final_obs"]``. Terminations end the return; time-limit
-truncations are bootstrapped with ``γ V(final_obs)`` (Pardo et al. 2018). Finished episodes go,
-whole, into the episode store that queries are cut from. The loop is flat, in sections, as
-CleanRL's ``ppo.py``.
+``ppo.num_envs`` (``a2c.num_envs`` with ``agent=a2c``) environments run side by side in a gymnasium
+``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns the first
+observation of the next one and the last one in ``info["final_obs"]``. Terminations end the return;
+time-limit truncations are bootstrapped with ``γ V(final_obs)`` (Pardo et al. 2018). Finished
+episodes go, whole, into the episode store that queries are cut from. The loop is flat, in sections,
+as CleanRL's ``ppo.py``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from themis.agents import PPO
+from themis.agents import A2C, PPO, agent_of, on_policy_config
 from themis.agents.buffers import EpisodeStore
 from themis.agents.intrinsic import NoveltySample, knn_distance
 from themis.agents.ppo import Rollout
 from themis.environments.frames import FrameStore
 from themis.run.envs import make_vector_env
 from themis.run.plan import log_banner
-from themis.utils import ConfigError, eval_mode
+from themis.utils import eval_mode
 
 if TYPE_CHECKING:
     from themis.run.workspace import Workspace
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 NAME = "ppo"
 METHOD = "PrefPPO"
 STORE_CAPACITY = 100_000
+SEGMENTS_PER_PIECE = 4
+"""Rollouts shorter than a query segment (A2C's 5 steps): each env's steps go to the episode
+store in pieces of at least this many segments (query segments are cut inside one piece)."""
 
 
 class _EpisodeStaging:
@@ -83,19 +86,23 @@ class _EpisodeStaging:
         self.obs, self.actions, self.rewards, self.frames = [], [], [], []
 
 
-def make_agent(ws: Workspace) -> PPO:
-    """PPO with a learning-rate schedule over the planned number of rollouts.
+def make_agent(ws: Workspace) -> PPO | A2C:
+    """PPO (or A2C, ``agent=a2c``) with a learning-rate schedule over the planned number of
+    rollouts."""
+    cfg, settings = ws.cfg, on_policy_config(ws.cfg)
+    rollouts = max(1, cfg.num_train_steps // (settings.num_envs * settings.num_steps))
+    if cfg.agent == "a2c":
+        return A2C(ws.facts.obs_shape, ws.facts.action_dim, ws.device, cfg.a2c,
+                   total_updates=rollouts)
+    return PPO(ws.facts.obs_shape, ws.facts.action_dim, ws.device, cfg.ppo,
+               total_updates=rollouts)
 
-    Raises:
-        ConfigError: a query segment longer than one rollout.
-    """
-    cfg, ppo = ws.cfg, ws.cfg.ppo
-    if cfg.segment > ppo.num_steps:
-        raise ConfigError(f"segment={cfg.segment} is longer than a PPO rollout "
-                          f"(ppo.num_steps={ppo.num_steps}); a query segment must fit in "
-                          "one rollout: lower segment or raise ppo.num_steps")
-    rollouts = max(1, cfg.num_train_steps // (ppo.num_envs * ppo.num_steps))
-    return PPO(ws.facts.obs_shape, ws.facts.action_dim, ws.device, ppo, total_updates=rollouts)
+
+def piece_steps(segment: int, horizon: int) -> int:
+    """Steps an env stages before they go to the episode store (besides the end of an
+    episode): one rollout, or :data:`SEGMENTS_PER_PIECE` segments when a rollout is shorter than
+    a segment (a query segment lies inside one stored piece of an episode)."""
+    return horizon if segment <= horizon else SEGMENTS_PER_PIECE * segment
 
 
 def store(ws: Workspace) -> EpisodeStore:
@@ -126,7 +133,8 @@ def end_pretraining(ws: Workspace) -> None:
         ws.feedback_round(first=True)
     ws.pretraining_done = True
     ws.logger.info(f"step {ws.step}: " + (
-        "random seed steps done; PPO learns from the environment reward"
+        f"random seed steps done; {agent_of(ws.cfg, NAME).upper()} learns from the environment "
+        "reward"
         if not ws.cfg.learn_reward and ws.cfg.num_unsup_steps == 0 else "pretraining done"),
         "cyan")
 
@@ -153,7 +161,7 @@ def warm_start(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray,
     act = torch.as_tensor(np.eye(ws.facts.action_dim, dtype=np.float32)[actions.reshape(-1)],
                           device=ws.device)
     z, bound = ws.state_entropy.standardise(dist)
-    size = max(1, len(z) // ws.cfg.ppo.num_minibatches)
+    size = max(1, len(z) // on_policy_config(ws.cfg).num_minibatches)
 
     def draw() -> NoveltySample:
         idx = torch.as_tensor(ws.rng.choice(len(z), size=size, replace=False),
@@ -174,11 +182,12 @@ def learned_rewards(ws: Workspace, rollout_obs: np.ndarray, actions: np.ndarray)
 
 def run(ws: Workspace, until: int) -> None:
     """Collect rollouts and update PPO from the current step up to ``until``."""
-    cfg, ppo, buffer = ws.cfg, ws.cfg.ppo, ws.buffer
-    agent: PPO = ws.agent  # type: ignore[assignment]
+    cfg, ppo, buffer = ws.cfg, on_policy_config(ws.cfg), ws.buffer
+    agent: PPO | A2C = ws.agent  # type: ignore[assignment]
     log_banner(ws, f" | {ppo.num_envs} envs x {ppo.num_steps} steps per rollout")
     envs = make_vector_env(cfg)
     n_envs, horizon = ppo.num_envs, ppo.num_steps
+    piece = piece_steps(cfg.segment, horizon)
     obs, _ = envs.reset(seed=[cfg.seed + ws.episode + i for i in range(n_envs)])
     # frames of the current observations, when a person watches clips
     frames: Any = envs.call("render") if ws.frames is not None else [None] * n_envs
@@ -225,8 +234,9 @@ def run(ws: Workspace, until: int) -> None:
             ws.step += n_envs
             if remote is not None:
                 remote.stepped(n_envs)
-        for stage in staging:  # unfinished episodes: this rollout's steps to the store
-            stage.flush(buffer, frames=ws.frames, episode_clips=ws.episode_clips)
+        for stage in staging:  # unfinished episodes: their staged steps to the store
+            if len(stage.obs) >= piece:
+                stage.flush(buffer, frames=ws.frames, episode_clips=ws.episode_clips)
 
         # ------------------------------------------------------------ rewards and update
         phase = ws.phase

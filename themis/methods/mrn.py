@@ -176,7 +176,7 @@ class MRN(Method):
     @classmethod
     def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
         """SAC only: the inner step is one of SAC's critic."""
-        if agent == "ppo":
+        if agent in ("ppo", "a2c"):
             raise ConfigError("method=mrn trains the reward model through one step of SAC's "
                               "critic; PPO has no Q-function: use it with SAC (Box actions)")
 

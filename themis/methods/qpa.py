@@ -140,7 +140,7 @@ class QPA(Method):
     @classmethod
     def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
         """SAC only (PPO has no replay buffer); crops need segments of 16 steps or more."""
-        if agent == "ppo":
+        if agent in ("ppo", "a2c"):
             raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
                               "trains on fresh rollouts only: use it with SAC (Box actions)")
         if run_cfg.qpa.data_aug_ratio and run_cfg.segment <= 15:

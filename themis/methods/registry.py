@@ -124,7 +124,7 @@ def check_methods(cfg: Any, agent: str | None = None, where: str = "loop") -> No
     """
     if where not in WHERE:
         raise ValueError(f"where={where!r} is not one of {WHERE}")
-    agent = agent or (cfg.agent if cfg.agent in ("sac", "ppo") else None)
+    agent = agent or (cfg.agent if cfg.agent in ("sac", "ppo", "a2c") else None)
     classes = active(cfg)
     refuse_inside_agent([cls.name for cls in classes], where)
     for cls in classes:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from themis.agents import on_policy_config
 from themis.agents.buffers import EpisodeStore
 from themis.methods.base import MethodContext, reward_with_bonus
 from themis.methods.registry import build_methods
@@ -77,7 +78,7 @@ class LoopChannel(LearnerClient):
                                        num_unsup_steps=0)
         self.online = OnlineKeys()  # close_timeout: the final gather and save
         self.frame_height = None  # the loop's frames are rendered at the clip size already
-        n_envs = ws.cfg.ppo.num_envs if ws.driver.NAME == "ppo" else 1
+        n_envs = on_policy_config(ws.cfg).num_envs if ws.driver.NAME == "ppo" else 1
         self.make_recorder(n_envs, facts.obs_shape, self.obs_dtype, facts.action_dim, ws.step)
         spec = EnvSpec(facts.env_id, facts.obs_shape, self.obs_dtype.name, facts.action_dim,
                        facts.discrete, facts.max_episode_steps, ws.buffer.capacity)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
+from themis.agents.a2c import A2CConfig
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
 from themis.methods.registry import config_fields
@@ -266,6 +267,9 @@ class BaseTrainConfig:
     """pretrain: write snapshot.pt at the end of pretraining."""
     checkpoint_frequency: int = 10_000
     """Steps between full checkpoints (checkpoints/state.pt); also after every feedback round."""
+    checkpoint_minutes: float = 30.0
+    """Also a full checkpoint when this many minutes of wall time passed since the last one
+    (long pixel runs: at most this much work is lost when a run is stopped)."""
     resume: str | None = None
     """Continue a run from its last checkpoint: resume=RUN_DIR, or resume=true with
     hydra.run.dir=RUN_DIR. The run's saved config is used; other overrides on the command line
@@ -284,13 +288,16 @@ class BaseTrainConfig:
     logger=mlflow or several, logger=[wandb,mlflow]; settings logger.* (docs/guide/tracking.md)."""
 
     agent: str = "auto"
-    """auto (SAC for Box action spaces, PPO for Discrete), sac or ppo."""
+    """auto (SAC for Box action spaces, PPO for Discrete), sac, ppo or a2c (Discrete: one
+    gradient step per rollout of 16 envs × 5 steps, DRLHP's Atari agent)."""
     reset_critic: bool = True
     """Reset SAC's critic at the end of pretraining (PEBBLE; a method's config may keep it)."""
     sac: SACConfig = field(default_factory=lambda: SACConfig(hidden_dim=128))
     """SAC hyper-parameters (hidden 128: fits the 20-min main job on 2 cores; SB3 256)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (discrete actions)."""
+    a2c: A2CConfig = field(default_factory=A2CConfig)
+    """A2C hyper-parameters (``agent=a2c``: DRLHP's Atari agent; discrete actions)."""
 
     @property
     def pretrain_end(self) -> int:

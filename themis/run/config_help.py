@@ -8,13 +8,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from themis.agents.a2c import A2CConfig
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
 from themis.methods.registry import BASE, config_groups, method_names
 from themis.run.config import BaseTrainConfig
 from themis.tracking.settings import LoggerConfig
 
-GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, **config_groups(),
+GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "a2c": A2CConfig, **config_groups(),
                            "logger": LoggerConfig}
 """The nested key groups (``sac.*``, ``ppo.*``, each method's keys) and their dataclasses."""
 

@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from themis.agents import on_policy_config
 from themis.agents.encoders import observation_kind
 from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
 from themis.environments.frames import FrameStore
@@ -109,16 +110,17 @@ def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
 
 
 def make_vector_env(cfg: Any) -> gym.vector.SyncVectorEnv:
-    """PPO's ``ppo.num_envs`` training envs side by side (env ``i`` seeded ``seed + i``, all on
-    the task of ``seed``; rendering frames as :func:`make_envs`'s), in a gymnasium
-    ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns
-    the next one's first observation and the last one in ``info["final_obs"]``."""
+    """The on-policy agent's ``ppo.num_envs`` (``a2c.num_envs``) training envs side by side
+    (env ``i`` seeded ``seed + i``, all on the task of ``seed``; rendering frames as
+    :func:`make_envs`'s), in a gymnasium ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``:
+    when an episode ends, ``step`` returns the next one's first observation and the last one
+    in ``info["final_obs"]``."""
     def env_maker(i: int) -> Any:
         return lambda: make_env(cfg.domain, cfg.env, seed=cfg.seed + i, task_seed=cfg.seed,
                                 render_mode="rgb_array" if renders_frames(cfg) else None,
                                 obs_transform=cfg.obs_transform, **cfg.env_kwargs)
 
-    return gym.vector.SyncVectorEnv([env_maker(i) for i in range(cfg.ppo.num_envs)],
+    return gym.vector.SyncVectorEnv([env_maker(i) for i in range(on_policy_config(cfg).num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from themis.agents import agent_of, rollout_steps
 from themis.feedback.factory import decaying_schedule, teacher_description, teacher_name
 from themis.feedback.selector import feedback_rounds, round_grid
 from themis.run.checkpoint import STATE_FILE
@@ -28,7 +29,7 @@ def plural(count: int, word: str) -> str:
 def query_rounds(cfg: Any, agent: str) -> int:
     """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
     step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
-    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if agent == "ppo" else 1
+    rollout = rollout_steps(cfg, agent)
     return feedback_rounds(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
                            cfg.num_interact, rollout)
 
@@ -50,7 +51,7 @@ def log_banner(ws: Any, extra: str = "") -> None:
     else:
         reward = f"learned from {teacher_description(cfg)}"
     ws.logger.info(
-        f"Themis | {ws.facts.env_id} | {ws.title} | agent {ws.driver.NAME} "
+        f"Themis | {ws.facts.env_id} | {ws.title} | agent {agent_of(ws.cfg, ws.driver.NAME)} "
         f"({'auto' if cfg.agent == 'auto' else 'agent=' + cfg.agent}: "
         f"{type(ws.env.action_space).__name__} action space: "
         f"{ws.env.action_space}){extra} | reward: {reward} | device {ws.device}, "
@@ -73,7 +74,7 @@ def query_plan(ws: Any) -> tuple[str, str] | None:
     if until is not None and until <= ws.cfg.pretrain_end:
         return None
     rounds = query_rounds(cfg, ws.driver.NAME)
-    rollout = cfg.ppo.num_envs * cfg.ppo.num_steps if ws.driver.NAME == "ppo" else 1
+    rollout = rollout_steps(cfg, ws.driver.NAME)
     first, every, _ = round_grid(cfg.num_train_steps, ws.cfg.pretrain_end, cfg.num_interact,
                                  rollout)  # PPO: rounds come after whole rollouts
     spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1

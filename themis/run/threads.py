@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from themis.agents import on_policy_config
 from themis.utils import ConfigError
 
 WIDE_WORK = 256 * 128 * 128
@@ -178,9 +179,9 @@ def run_threads(cfg: Any, agent: str, obs_kind: str, device: str) -> ThreadChoic
     Raises:
         ConfigError: ``torch_threads`` or ``THEMIS_THREADS`` is not ``auto`` or a count.
     """
-    net = cfg.sac if agent == "sac" else cfg.ppo
+    net = cfg.sac if agent == "sac" else on_policy_config(cfg)
     batch = cfg.sac.batch_size if agent == "sac" else \
-        cfg.ppo.num_envs * cfg.ppo.num_steps // cfg.ppo.num_minibatches
+        net.num_envs * net.num_steps // net.num_minibatches
     try:
         choice = choose_threads(cfg.torch_threads, agent=agent, obs_kind=obs_kind, device=device,
                                 hidden_dim=net.hidden_dim, batch_size=batch)

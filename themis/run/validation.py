@@ -25,7 +25,7 @@ from themis.run.config import frame_capacity, resume_target
 from themis.run.threads import parse_threads
 from themis.utils import ConfigError
 
-AGENTS = ("auto", "sac", "ppo")
+AGENTS = ("auto", "sac", "ppo", "a2c")
 
 
 # ---------------------------------------------------------------- numeric keys: one table
@@ -62,8 +62,8 @@ NUMERIC_KEYS: dict[str, Range] = {
     "xplain_clips_per_round": NON_NEGATIVE,
     # evaluation, logging, snapshots
     "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
-    "checkpoint_frequency": POSITIVE, "logger.clips": NON_NEGATIVE,
-    "logger.finish_timeout": POSITIVE,
+    "checkpoint_frequency": POSITIVE, "checkpoint_minutes": POSITIVE_REAL,
+    "logger.clips": NON_NEGATIVE, "logger.finish_timeout": POSITIVE,
     # agents
     "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
     "sac.discount": UNIT, "sac.actor_lr": POSITIVE_REAL, "sac.critic_lr": POSITIVE_REAL,
@@ -76,6 +76,11 @@ NUMERIC_KEYS: dict[str, Range] = {
     "ppo.gae_lambda": UNIT, "ppo.num_minibatches": POSITIVE, "ppo.update_epochs": POSITIVE,
     "ppo.clip_coef": POSITIVE_REAL, "ppo.ent_coef": NON_NEGATIVE, "ppo.vf_coef": NON_NEGATIVE,
     "ppo.max_grad_norm": POSITIVE_REAL,
+    "a2c.hidden_dim": POSITIVE, "a2c.hidden_depth": NON_NEGATIVE, "a2c.num_envs": POSITIVE,
+    "a2c.num_steps": POSITIVE, "a2c.learning_rate": POSITIVE_REAL, "a2c.gamma": UNIT,
+    "a2c.gae_lambda": UNIT, "a2c.ent_coef": NON_NEGATIVE, "a2c.vf_coef": NON_NEGATIVE,
+    "a2c.max_grad_norm": POSITIVE_REAL, "a2c.rms_alpha": Range(0, 1, hi_open=True),
+    "a2c.rms_eps": POSITIVE_REAL, "a2c.num_minibatches": POSITIVE,
 }
 """Every numeric key of the train/pretrain config and its method and agent groups, with the
 values it takes (``reward_batch`` once ``auto`` is resolved; ``feed_type`` is a name or code,

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from themis.agents import agent_of
 from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.core.precision import flush_denormals, resolve_precision
@@ -141,6 +142,7 @@ class Workspace:
         self.last_eval_return = float("nan")  # the objective of hydra/sweeper=optuna
         self.round_step = 0  # the step of the last feedback round (feedback_due)
         self.last_checkpoint_step = 0
+        self.last_checkpoint_time = time.monotonic()
         self.checkpointed_before_people = False  # see checkpoint_before_people
         self.start_time = time.time()
 
@@ -209,7 +211,7 @@ class Workspace:
     @property
     def title(self) -> str:
         """Method, sampler and teacher (:func:`themis.feedback.factory.run_title`)."""
-        return run_title(self.cfg, self.driver.NAME)
+        return run_title(self.cfg, agent_of(self.cfg, self.driver.NAME))
 
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
@@ -334,9 +336,11 @@ class Workspace:
         none with ``reward_training=async``, which cannot be resumed."""
         if self.remote is not None:
             return
-        if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency:
+        if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency \
+                or time.monotonic() - self.last_checkpoint_time >= 60 * self.cfg.checkpoint_minutes:
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
+            self.last_checkpoint_time = time.monotonic()
 
     def checkpoint_before_people(self, round_at: int) -> None:
         """A full checkpoint before the first feedback round that asks people (a person in the

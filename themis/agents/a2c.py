@@ -1,0 +1,179 @@
+"""Advantage actor-critic for discrete actions (A2C: the synchronous A3C of Mnih et al. 2016).
+
+The agent DRLHP trained Atari with (Christiano et al. 2017, App. A.2: A3C; mrahtz's
+reproduction and OpenAI baselines' ``a2c``: the synchronous version): ``num_envs``
+environments step ``num_steps`` steps, then **one** gradient step on the whole rollout with
+the n-step returns ``R_t = r_t + γ r_{t+1} + … + γ^{n−t} V(s_n)`` (reset at episode ends), the
+policy gradient ``−log π(a_t|s_t) (R_t − V(s_t))``, the value loss ``(R_t − V(s_t))²`` and an
+entropy bonus (Mnih et al. 2016, Algorithm S3), RMSprop. Hyper-parameters as OpenAI baselines'
+Atari A2C (``baselines/a2c/a2c.py``) and mrahtz's Pong run: 16 envs, 5 steps, RMSprop
+(lr 7·10⁻⁴ decayed linearly to 0, α = 0.99, ε = 10⁻⁵), entropy 0.01, value 0.5, gradient
+norm 0.5, the Nature CNN with its 512-unit layer then a linear policy and a linear value.
+
+The network is PPO's (:class:`themis.agents.ppo.ActorCritic`) and so is the rollout
+(:class:`themis.agents.ppo.Rollout`): the on-policy loop (:mod:`themis.loops.prefppo`) runs
+either agent. One update costs one forward and backward pass per sample, where PPO's default
+makes four (``update_epochs=4``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+from themis.agents.encoders import observation_kind
+from themis.agents.ppo import ActorCritic, Rollout, gae
+
+
+@dataclass
+class A2CConfig:
+    """Hyper-parameters of :class:`A2C` (defaults: OpenAI baselines' Atari A2C, mrahtz's Pong)."""
+
+    hidden_dim: int = 64
+    """Width of the hidden layers of the policy and value heads."""
+    hidden_depth: int | None = None
+    """Hidden layers of the heads after the encoder; ``None``: as baselines' policies, 0 on
+    pixels (linear heads on the Nature CNN's 512 features) and 2 elsewhere (its 64-64 tanh
+    MLP policy; with linear heads on CartPole's four numbers A2C learns nothing)."""
+    num_envs: int = 16
+    """Environments stepped side by side (gymnasium SyncVectorEnv)."""
+    num_steps: int = 5
+    """Steps per environment before each update (the n of the n-step returns)."""
+    learning_rate: float = 7e-4
+    """RMSprop learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run (baselines: ``lrschedule='linear'``)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """λ of the advantage estimate; 1 = the n-step return minus V(s_t), as A2C."""
+    ent_coef: float = 0.01
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clipping."""
+    rms_alpha: float = 0.99
+    """RMSprop's smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop's ε."""
+    num_minibatches: int = 1
+    """Samples of a rollout per state-entropy minibatch divisor (the loop's warm start of r̂
+    draws ``rollout / num_minibatches`` states); A2C itself updates on the whole rollout."""
+
+
+class A2C:
+    """A2C agent for a ``Discrete(n_actions)`` action space, with PPO's interface (``step``,
+    ``value``, ``act``, ``update(Rollout)``), so that :mod:`themis.loops.prefppo` runs it.
+
+    Args:
+        obs_shape: shape of one observation.
+        n_actions: number of discrete actions.
+        device: torch device.
+        cfg: :class:`A2CConfig`.
+        total_updates: number of :meth:`update` calls planned (for learning-rate annealing).
+    """
+
+    METRICS = ("policy_loss", "value_loss", "entropy", "grad_norm")
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
+                 cfg: A2CConfig, total_updates: int = 1) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.n_actions = n_actions
+        depth = cfg.hidden_depth if cfg.hidden_depth is not None else \
+            (0 if observation_kind(obs_shape) == "pixels" else 2)
+        self.net = ActorCritic(obs_shape, n_actions,
+                               replace(cfg, hidden_depth=depth)).to(device)  # type: ignore[arg-type]
+        self.optimizer = torch.optim.RMSprop(self.net.parameters(), lr=cfg.learning_rate,
+                                             alpha=cfg.rms_alpha, eps=cfg.rms_eps)
+        self.total_updates = max(1, total_updates)
+        self.num_updates = 0
+        self.metrics: dict[str, float] = {}
+
+    @torch.no_grad()
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample actions for ``(N, *obs_shape)`` observations: actions ``(N,)`` int64, their
+        log-probabilities ``(N,)`` and values ``(N,)``."""
+        logits, values = self.net(torch.as_tensor(obs, device=self.device))
+        dist = Categorical(logits=logits)
+        actions = dist.sample()
+        return (actions.cpu().numpy(), dist.log_prob(actions).cpu().numpy(),
+                values.cpu().numpy())
+
+    @torch.no_grad()
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        """V(obs) for ``(N, *obs_shape)`` observations, ``(N,)``."""
+        return self.net(torch.as_tensor(obs, device=self.device))[1].cpu().numpy()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, sample: bool = False) -> int:
+        """One action for one observation: the most probable one, or a sample."""
+        logits, _ = self.net(torch.as_tensor(obs[None], device=self.device))
+        if sample:
+            return int(Categorical(logits=logits).sample().item())
+        return int(logits.argmax(-1).item())
+
+    def targets(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
+        """Advantages and return targets ``(T, N)`` of a rollout: with ``gae_lambda=1`` the
+        n-step returns bootstrapped from ``next_values`` and cut at ``dones``, minus the
+        rollout's values (:func:`themis.agents.ppo.gae` with λ = 1)."""
+        return gae(rollout.rewards, rollout.values, rollout.dones, rollout.next_values,
+                   self.cfg.gamma, self.cfg.gae_lambda)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """One gradient step on the whole rollout.
+
+        Loss = −mean(log π(a|s) · A) + c_v · mean((R − V(s))²) − c_e · mean(H[π(·|s)]), with
+        ``A`` and ``R`` from :meth:`targets` (A fixed, from the rollout's values; baselines'
+        ``a2c.py``); the learning rate decays linearly with the updates made.
+        """
+        cfg = self.cfg
+        if cfg.anneal_lr:
+            frac = 1.0 - self.num_updates / self.total_updates
+            for group in self.optimizer.param_groups:
+                group["lr"] = max(frac, 0.0) * cfg.learning_rate
+        self.num_updates += 1
+        advantages, returns = self.targets(rollout)
+        t, n = rollout.rewards.shape
+        obs = torch.as_tensor(rollout.obs.reshape(t * n, *rollout.obs.shape[2:]),
+                              device=self.device)
+        actions = torch.as_tensor(rollout.actions.reshape(-1), device=self.device,
+                                  dtype=torch.int64)
+        adv = torch.as_tensor(advantages.reshape(-1), device=self.device)
+        ret = torch.as_tensor(returns.reshape(-1), device=self.device)
+        logits, values = self.net(obs)
+        dist = Categorical(logits=logits)
+        policy_loss = -(dist.log_prob(actions) * adv).mean()
+        value_loss = ((ret - values) ** 2).mean()
+        entropy = dist.entropy().mean()
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.metrics = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                        "entropy": entropy.item(), "grad_norm": float(grad_norm)}
+        return self.metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output.
+
+        Raises:
+            ValueError: the network shapes differ.
+        """
+        try:
+            self.net.load_state_dict(state["net"])
+        except RuntimeError as e:
+            raise ValueError(f"A2C network shapes differ: {e}") from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state.get("num_updates", 0))
