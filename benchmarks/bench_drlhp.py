@@ -67,6 +67,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -154,6 +155,25 @@ def finished(run: Path, steps: int) -> bool:
     return int(pd.read_csv(eval_csv)["step"].iloc[-1]) >= steps
 
 
+def note_provenance(run: Path) -> None:
+    """``<run>/provenance.json``: the date, commit, machine and command a run started with, and
+    the commit of each later resume (a record names the run's own, not the tabling's)."""
+    import datetime
+
+    path = run / "provenance.json"
+    commit = _commit()
+    if path.is_file():
+        prov = json.loads(path.read_text())
+        if commit not in prov["commits"]:
+            prov["commits"].append(commit)
+    else:
+        prov = {"date": datetime.date.today().isoformat(), "commits": [commit],
+                "machine": _bench_methods().machine(),  # type: ignore[attr-defined]
+                "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
+    run.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prov))
+
+
 def run_one(run: Path, overrides: list[str], threads: int) -> int:
     """One run; an interrupted one continues from its last checkpoint (or starts again when it
     stopped before the first). Its console goes to ``<run>.log``."""
@@ -162,6 +182,7 @@ def run_one(run: Path, overrides: list[str], threads: int) -> int:
         overrides = [*overrides, "resume=true"]
     else:
         shutil.rmtree(run, ignore_errors=True)
+    note_provenance(run)
     start = time.time()
     with run.with_name(run.name + ".log").open("a") as log:
         proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides,
@@ -330,8 +351,7 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
     assert spec is not None and spec.loader is not None
     bench_methods = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_methods)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = _commit()
     rows = pd.DataFrame({
         "variant": variant, "seed": runs["seed"], "steps": steps,
         "final_distance": runs["final_distance"].round(2),
@@ -348,10 +368,91 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
     merged.sort_values(key).to_csv(path, index=False)
 
 
-def pong_table(out: Path, seeds: list[int], steps: int) -> None:
-    """Pong: the true score of both variants at each evaluation, and ``curve.png``."""
+PONG_LABELS = {"ppo_true": "PPO, true reward", "a2c_true": "A2C, true reward",
+               "ppo_oracle": "PrefPPO + DRLHP recipe, oracle",
+               "a2c_oracle": "PrefA2C + DRLHP recipe, oracle"}
+
+
+def pong_final(run: Path) -> dict[str, float]:
+    """A Pong run's result: its last step, the final true score (mean true return of its last
+    10 training episodes, ``train.csv``), the last evaluation, r̂'s last held-out accuracy and
+    correlation (``reward.csv``), and CPU and wall seconds: the agent's process
+    (``timing.json``, from ``wait4``, summed over resumes) and the background learner's
+    (``learner_cpu.json``, its own process time over resumes)."""
+    train = pd.read_csv(run / "train.csv")
+    episodes = train.dropna(subset=["episode_reward"]).drop_duplicates("episode", keep="last")
+    evals = pd.read_csv(run / "eval.csv")
+    out = {"step": int(train["step"].max()),
+           "final_score": float(episodes["episode_reward"].tail(10).mean()),
+           "last_eval": float(evals["episode_reward"].iloc[-1]),
+           "heldout_accuracy": float("nan"), "heldout_pearson": float("nan")}
+    if (run / "reward.csv").is_file():
+        rounds = pd.read_csv(run / "reward.csv")
+        for key in ("heldout_accuracy", "heldout_pearson"):
+            if key in rounds and rounds[key].notna().any():
+                out[key] = float(rounds[key].dropna().iloc[-1])
+    timing = json.loads((run / "timing.json").read_text()) \
+        if (run / "timing.json").is_file() else {"wall_s": float("nan"), "cpu_s": float("nan")}
+    learner = json.loads((run / "learner_cpu.json").read_text()) \
+        if (run / "learner_cpu.json").is_file() else {"cpu_s": 0.0}
+    return {**out, "wall_s": timing["wall_s"], "agent_cpu_s": timing["cpu_s"],
+            "learner_cpu_s": float(learner["cpu_s"])}
+
+
+def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
+                steps: int) -> None:
+    """One row per finished (variant, seed) Pong run in the CSV ``path`` (:func:`pong_final`
+    and the date, commit, machine and command of the run); a row of the same (variant, seed,
+    steps) is replaced."""
+    import datetime
+
+    bench_methods: Any = _bench_methods()
+    rows = []
+    for variant in variants:
+        for seed in seeds:
+            run = out / "pong" / variant / f"seed{seed}"
+            if not finished(run, steps):
+                continue
+            prov = json.loads((run / "provenance.json").read_text()) \
+                if (run / "provenance.json").is_file() else {
+                    "date": datetime.date.fromtimestamp(
+                        (run / "eval.csv").stat().st_mtime).isoformat(),
+                    "commits": [_commit()], "machine": bench_methods.machine(),
+                    "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
+            rows.append({"variant": variant, "seed": seed, "steps": steps, **pong_final(run),
+                         "date": prov["date"], "commit": " ".join(prov["commits"]),
+                         "machine": prov["machine"], "command": prov["command"]})
+    if not rows:
+        return
+    key = ["variant", "seed", "steps"]
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(rows[0]))
+    merged = pd.concat([old, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
+        key, keep="last")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged.sort_values(key).to_csv(path, index=False)
+    print(f"recorded {len(rows)} Pong run(s) in {path}")
+
+
+def _bench_methods() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_methods",
+                                                  ROOT / "benchmarks" / "bench_methods.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def pong_table(out: Path, variants: list[str], seeds: list[int], steps: int) -> None:
+    """Pong: the true score of each variant at each evaluation, and ``curve.png``."""
     curves = {}
-    for variant in PONG_VARIANTS:
+    for variant in variants:
         frames = [pd.read_csv(out / "pong" / variant / f"seed{s}" / "eval.csv")
                   .assign(seed=s) for s in seeds
                   if (out / "pong" / variant / f"seed{s}" / "eval.csv").is_file()]
@@ -376,9 +477,7 @@ def pong_table(out: Path, seeds: list[int], steps: int) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for variant, curve in curves.items():
-        ax.plot(curve.index, curve.values, label={"ppo_true": "PPO, true reward",
-                                                  "oracle": "PrefPPO + DRLHP recipe, oracle"}
-                [variant])
+        ax.plot(curve.index, curve.values, label=PONG_LABELS[variant])
     ax.set_xlabel("agent steps")
     ax.set_ylabel("true score")
     ax.set_title("Pong from an oracle teacher")
@@ -478,6 +577,134 @@ def speed_table(frames: int, reps: int) -> None:
         print(f"| {name} | {params:,} | {train:.3f} | {score:.3f} |", flush=True)
 
 
+def agent_cost(agent: str, steps: int) -> float:
+    """CPU seconds per 10k agent steps of ``agent`` (``a2c`` or ``ppo``, 16 envs, one thread) on
+    ``PongNoFrameskip-v4`` with the true reward: stepping the envs, acting and the updates, over
+    at least ``steps`` steps after one warm-up rollout."""
+    import time
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from themis.agents import A2C, PPO, A2CConfig, PPOConfig
+    from themis.agents.ppo import Rollout
+    from themis.run.envs import make_vector_env
+
+    torch.set_num_threads(1)
+    cfg = OmegaConf.create({"domain": "ALE", "env": "PongNoFrameskip-v4", "seed": 0,
+                            "agent": agent, "a2c": {"num_envs": 16}, "ppo": {"num_envs": 16},
+                            "obs_transform": None, "env_kwargs": {}, "human_teacher": False,
+                            "xplain_action": False, "xplain_state": False})
+    envs = make_vector_env(cfg)
+    settings = A2CConfig(num_envs=16) if agent == "a2c" else PPOConfig(num_envs=16)
+    obs, _ = envs.reset(seed=0)
+    net = (A2C if agent == "a2c" else PPO)(obs.shape[1:], 6, torch.device("cpu"),
+                                           settings)  # type: ignore[arg-type]
+    horizon, n = settings.num_steps, settings.num_envs
+    done_steps, start = 0, 0.0
+    while done_steps < steps + horizon * n:
+        if done_steps == horizon * n:
+            start = time.process_time()
+        buf = [np.zeros((horizon, n, *shape), dtype) for shape, dtype in
+               ((obs.shape[1:], obs.dtype), ((), np.int64), ((), np.float32), ((), np.float32),
+                ((), np.float32), ((), np.float32))]
+        for t in range(horizon):
+            act, logp, val = net.step(obs)
+            buf[0][t], buf[1][t], buf[2][t], buf[3][t] = obs, act, logp, val
+            obs, reward, term, trunc, _ = envs.step(act)
+            buf[4][t], buf[5][t] = reward, term | trunc
+        net.update(Rollout(*buf, net.value(obs)))
+        done_steps += horizon * n
+    envs.close()
+    return (time.process_time() - start) / (done_steps - horizon * n) * 10_000
+
+
+def reward_cost(threads: int, reps: int = 3) -> tuple[float, float]:
+    """CPU seconds of DRLHP's reward model (3 members, fp32) with ``threads`` threads: per
+    label-pass of training (a minibatch of 32 pairs of 25-step segments per member, forward,
+    backward and Adam, divided by 32) and per agent step of scoring (r̂ of a rollout)."""
+    import time
+
+    import torch
+
+    from themis.reward import RewardEnsemble
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = RewardEnsemble(4 * 84 * 84, 6, 3, obs_shape=(4, 84, 84), net="drlhp",
+                           dropout=0.5, batchnorm=True)
+    frames = 32 * 2 * 25
+    obs = torch.randint(0, 255, (3, frames, 4 * 84 * 84), dtype=torch.uint8)
+    act = torch.eye(6)[torch.randint(0, 6, (3, frames))]
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
+    model.train()
+    clock = time.perf_counter if threads > 1 else time.process_time  # CPU time of one thread
+    for i in range(reps + 1):
+        if i == 1:
+            start = clock()
+        optimizer.zero_grad()
+        model(obs, act).sum().backward()
+        optimizer.step()
+    per_pass = (clock() - start) / reps / 32
+    model.eval()
+    with torch.no_grad():
+        for i in range(reps + 1):
+            if i == 1:
+                start = clock()
+            model(obs[0, :2048], act[0, :2048])
+    per_step = (clock() - start) / reps / 2048
+    return per_pass, per_step
+
+
+def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 100_000,
+               record: Path | None = None) -> None:
+    """The pieces of a Pong run with DRLHP's recipe, measured here and now, and the projected
+    wall time of ``steps`` agent steps: pretraining (200 epochs on 500 labels = 100k
+    label-passes, on both cores), then per agent step the agent, r̂ of its rollouts and
+    0.1 label-passes of training, laid out as the run lays them: ``async`` (the reward model
+    on its own core: the slower of the two lanes sets the pace) or ``sync`` (both in one
+    process on two threads). ``record``: the pieces as rows of this CSV (piece, threads, CPU
+    seconds per 10k agent steps, date, commit, machine, command), added to its rows."""
+    import datetime
+
+    one_pass, score = reward_cost(1)
+    two_pass, two_score = reward_cost(2)
+    print(f"\nPong with DRLHP's recipe: measured pieces (CPU s per 10k agent steps, one thread; "
+          f"{passes_per_step} label-passes per step)\n")
+    print("| piece | 1 thread | 2 threads (wall) |")
+    print("|---|---|---|")
+    train = passes_per_step * 10_000
+    print(f"| reward training ({train:.0f} label-passes) | {one_pass * train:.1f} | "
+          f"{two_pass * train:.1f} |")
+    print(f"| r̂ of the rollouts | {score * 1e4:.1f} | {two_score * 1e4:.1f} |")
+    agents = {agent: agent_cost(agent, 4096) for agent in ("a2c", "ppo")}
+    for agent, cost in agents.items():
+        print(f"| {agent.upper()} (16 envs: stepping, acting, updates) | {cost:.1f} | - |")
+    if record is not None:
+        pieces = [("reward training", 1, one_pass * train),
+                  ("reward training", 2, two_pass * train),
+                  ("reward scoring", 1, score * 1e4), ("reward scoring", 2, two_score * 1e4),
+                  *((f"{agent} agent", 1, cost) for agent, cost in agents.items())]
+        rows = pd.DataFrame([{"piece": piece, "threads": threads,
+                              "s_per_10k_steps": round(value, 2),
+                              "date": datetime.date.today().isoformat(), "commit": _commit(),
+                              "machine": _bench_methods().machine(),  # type: ignore[attr-defined]
+                              "command": "python benchmarks/bench_drlhp.py "
+                                         + " ".join(sys.argv[1:])}
+                             for piece, threads, value in pieces])
+        old = pd.read_csv(record) if record.is_file() else None
+        record.parent.mkdir(parents=True, exist_ok=True)
+        pd.concat([old, rows]).to_csv(record, index=False)
+    pretrain = pretrain_passes * two_pass / 3600
+    print(f"\npretraining ({pretrain_passes} label-passes, 2 threads): {pretrain:.2f} h")
+    for agent, cost in agents.items():
+        lane = (cost + score * 1e4, one_pass * train)  # agent + r̂, reward training
+        asynchronous = pretrain + steps / 10_000 * max(lane) / 3600
+        print(f"{agent.upper()}, {steps / 1e6:g}M steps, async (agent | reward model): "
+              f"{asynchronous:.1f} h wall (lanes {lane[0]:.0f} | {lane[1]:.0f} s per 10k steps;"
+              f" the agent waits {max(0.0, 1 - lane[0] / lane[1]):.0%} of the time)")
+
+
 def trunk_table(labels: int, heldout: int, epochs: int, seed: int) -> None:
     """Separate members against one shared trunk with a head per member (``reward_net=drlhp``,
     the recipe's trainer: bootstrap, 10 % random response, BN and dropout 0.5, Adam 2e-4,
@@ -555,7 +782,7 @@ def trunk_table(labels: int, heldout: int, epochs: int, seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["dot", "pong", "speed", "trunk", "commands"])
+    parser.add_argument("part", choices=["dot", "pong", "cost", "speed", "trunk", "commands"])
     parser.add_argument("--variants", nargs="+", help="dot: a subset of "
                         + ", ".join(DOT_VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int)
@@ -568,8 +795,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_drlhp")
     parser.add_argument("--quick", action="store_true", help="a smoke run's small schedule")
     parser.add_argument("--record", type=Path, metavar="CSV",
-                        help="dot: keep each finished run's row in this CSV (e.g. "
-                        "results/drlhp_dot.csv)")
+                        help="keep each finished run's row in this CSV (dot: "
+                        "results/drlhp_dot.csv; pong: results/drlhp_pong.csv, the measured "
+                        "pieces in drlhp_pong_cost.csv beside it)")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -579,6 +807,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.part == "speed":
         speed_table(frames=800, reps=3)
+        return 0
+    if args.part == "cost":
+        cost_table(args.steps or 3_000_000, record=args.record)
         return 0
     if args.part == "trunk":
         trunk_table(labels=args.queries or 400, heldout=200, epochs=args.episodes,
@@ -603,13 +834,20 @@ def main(argv: list[str] | None = None) -> int:
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
         dot_table(args.out, variants, seeds, steps, args.episodes, args.record)
     else:
-        steps, seeds = args.steps or 2_000_000, args.seeds or [0]
-        queries = args.queries or 1500
+        steps, seeds = args.steps or 3_000_000, args.seeds or [0]
+        queries, variants = args.queries or 1500, list(args.variants or PONG_DEFAULT)
         cells = [(args.out / "pong" / v / f"seed{s}",
                   [*pong_overrides(v, steps, s, queries, args.quick), *args.extra])
-                 for v in args.variants or PONG_DEFAULT for s in seeds]
+                 for v in variants for s in seeds]
+        todo = [run for run, _ in cells if "oracle" in run.parent.name
+                and not finished(run, steps)]
+        if todo and not args.table_only and not args.quick:  # the pieces, then the projection
+            cost_table(steps, record=args.record.with_name(args.record.stem + "_cost.csv")
+                       if args.record else None)
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
-        pong_table(args.out, seeds, steps)
+        pong_table(args.out, variants, seeds, steps)
+        if args.record:
+            record_pong(args.record, args.out, variants, seeds, steps)
     print("\n" + COMMANDS)
     if failed:
         print(f"{len(failed)} runs failed; see their .log files", file=sys.stderr)

@@ -180,3 +180,24 @@ def test_a2c_learns_cartpole(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     evals = pd.read_csv(run / "eval.csv")
     assert evals["episode_reward"].iloc[-1] >= 120  # random play: about 22
+
+
+@pytest.mark.slow
+def test_a_compiled_reward_model_keeps_its_state_dict_and_its_outputs(compose):
+    """``reward_compile=true``: the CNN encoders are compiled in place; the state dict (what
+    checkpoints and published versions hold) keeps its keys, and r̂ is the eager model's."""
+    from themis.reward.ensemble import reward_model_from
+
+    cfg = compose(["domain=MovingDot", "+recipe=drlhp", "reward_compile=true"])
+    torch.manual_seed(0)
+    compiled = reward_model_from(cfg, 4 * 84 * 84, 5, (4, 84, 84))
+    eager = reward_model_from(compose(["domain=MovingDot", "+recipe=drlhp"]), 4 * 84 * 84, 5,
+                              (4, 84, 84))
+    eager.load_state_dict(compiled.state_dict())
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    obs = torch.randint(0, 255, (6, 4 * 84 * 84), dtype=torch.uint8)
+    act = torch.eye(5)[torch.randint(0, 5, (6,))]
+    compiled.eval()
+    eager.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(obs, act), eager(obs, act), rtol=1e-4, atol=1e-5)

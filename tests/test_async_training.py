@@ -111,10 +111,10 @@ def test_what_async_cannot_do_is_one_line(compose, tmp_path, override, words):
     assert words in text and "\n" not in text
 
 
-def test_resume_of_an_async_run_is_refused_in_one_line(tmp_path):
+def test_resume_of_an_async_run_with_people_is_refused_in_one_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("reward_training: async\n")
+    (run / "config.yaml").write_text("reward_training: async\nhuman_teacher: true\n")
     # in tmp_path: Hydra's default run dir (runs/...) is not made in the repository, where
     # parallel test workers would share it
     out = subprocess.run([sys.executable, "-m", "themis.cli.train", f"resume={run}"],
@@ -122,7 +122,74 @@ def test_resume_of_an_async_run_is_refused_in_one_line(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
-    assert "resume of an async run is not supported" in out.stderr
+    assert "resume of an async run with people is not supported" in out.stderr
+
+
+DOT_ASYNC = [
+    "domain=MovingDot", "agent=a2c", "a2c.num_envs=2", "+recipe=drlhp",
+    "reward_net=drlhp_dot_onehot", "+env_kwargs.max_episode_steps=80", "num_seed_steps=160",
+    "num_unsup_steps=0", "num_interact=320", "max_feedback=40", "first_round_queries=10",
+    "segment=10", "reward_pretrain_epochs=2", "reward_train_batch=8", "query_decay_steps=512",
+    "num_eval_episodes=1", "precision=fp32", "reward_training=async", "torch_threads=1",
+]
+"""A tiny async PrefA2C run on MovingDot with DRLHP's recipe (label-passes in the learner)."""
+
+
+def test_with_reward_max_lag_the_agent_waits_for_the_learners_label_passes(compose, tmp_path):
+    """The learner trains DRLHP's CNN on the frames, far slower than A2C steps: without a
+    bound the agent runs ahead; with ``reward_max_lag`` the steps the passes were trained for
+    are never more than the bound behind."""
+    lags = {}
+    for lag in (0, 40):
+        ws = make_workspace(compose([*DOT_ASYNC, "reward_net=drlhp", "num_train_steps=1200",
+                                     "reward_passes_per_step=0.5", "eval_frequency=1200",
+                                     f"reward_max_lag={lag}"]), tmp_path / f"lag{lag}")
+        seen: list[int] = []
+        stepped = ws.remote.stepped
+
+        def watch(n: int, stepped=stepped, ws=ws, seen=seen) -> None:
+            stepped(n)
+            if ws.remote.version > 0:  # after the first model
+                channel = ws.remote.channel
+                seen.append(channel.total_steps - channel.shared.trained_steps.value)
+
+        ws.remote.stepped = watch
+        ws.run()
+        finish(ws)
+        lags[lag] = max(seen)
+    assert lags[40] <= 40
+    assert lags[0] > 400  # unbounded, the learner falls far behind
+
+
+def test_an_async_run_killed_after_a_checkpoint_resumes_with_its_learner(tmp_path):
+    """SIGKILL after the loop's first full checkpoint past pretraining: the resumed run starts
+    the learner from its own checkpoint (no round asked twice, labels kept), the loop from its,
+    and ends."""
+    run = tmp_path / "run"
+    overrides = [*DOT_ASYNC, "num_train_steps=2400", "checkpoint_frequency=400",
+                 "eval_frequency=800", "reward_passes_per_step=0.5", f"hydra.run.dir={run}"]
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    learner_state = run / "checkpoints" / "learner" / "state.pt.sha256"
+    while not (learner_state.exists() and (run / "checkpoints" / "state.pt.sha256").exists()
+               and (run / "eval.csv").exists()):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] < 2400, "it ended before the kill"
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    assert "resumed the preference learner" in resumed.stdout
+    rounds = pd.read_csv(run / "reward.csv")
+    assert rounds["round"].is_unique and rounds["step"].is_monotonic_increasing
+    assert rounds["total_feedback"].iloc[-1] == 40
+    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 2400
 
 
 def children(pid: int) -> set[int]:
@@ -200,5 +267,5 @@ def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path
     with pytest.raises(PreferenceLearnerError) as error:
         ws.run()
     assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
-    assert "cannot be resumed" in stop(ws, "./themis_train.sh")
+    assert "before the first checkpoint" in stop(ws, "./themis_train.sh")  # resumable
     assert not ws.remote.channel.process.is_alive()

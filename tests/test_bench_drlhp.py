@@ -1,11 +1,14 @@
-"""The MovingDot table of ``benchmarks/bench_drlhp.py``: standard errors and the recorded CSV."""
+"""``benchmarks/bench_drlhp.py``: the MovingDot table's standard errors and recorded CSV, the
+Pong variants and the Pong record's provenance."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.conftest import ROOT
 
@@ -52,3 +55,40 @@ def test_the_paper_scale_pong_command_keeps_the_papers_decay_time(compose):
     cfg = compose(overrides)
     assert cfg.query_schedule == "decay"
     assert cfg.query_decay_steps * 4 == 5_000_000
+
+
+@pytest.mark.parametrize("variant", ["a2c_oracle", "ppo_oracle", "a2c_true", "ppo_true"])
+def test_each_pong_variant_composes_with_its_agent(compose, variant):
+    cfg = compose(_bench().pong_overrides(variant, 3_000_000, 0, 1500, quick=False))
+    agent, kind = variant.split("_")
+    assert cfg.agent == agent and getattr(cfg, agent).num_envs == 16
+    assert cfg.learn_reward == (kind == "oracle")
+    assert cfg.checkpoint_frequency <= 100_000  # a checkpoint at least every 100k steps
+    if kind == "oracle":
+        assert cfg.reward_schedule == "passes" and cfg.reward_net == "drlhp"
+
+
+def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path):
+    bench = _bench()
+    run = tmp_path / "pong" / "a2c_oracle" / "seed0"
+    run.mkdir(parents=True)
+    returns = [-21.0] * 5 + [-3.0, 1.0, 2.0, 0.0, -1.0, 4.0, 3.0, 1.0, 2.0, 1.0]
+    pd.DataFrame({"step": np.arange(1, 16) * 1000, "episode": np.arange(15),
+                  "episode_reward": returns}).to_csv(run / "train.csv", index=False)
+    pd.DataFrame({"step": [8000, 16000], "episode_reward": [-5.0, 2.5]}).to_csv(
+        run / "eval.csv", index=False)
+    pd.DataFrame({"step": [4000, 12000], "heldout_accuracy": [0.7, 0.9],
+                  "heldout_pearson": [0.5, 0.8]}).to_csv(run / "reward.csv", index=False)
+    (run / "timing.json").write_text(json.dumps({"wall_s": 100.0, "cpu_s": 90.0}))
+    (run / "learner_cpu.json").write_text(json.dumps({"cpu_s": 80.0}))
+    (run / "provenance.json").write_text(json.dumps({
+        "date": "2026-12-07", "commits": ["abc1234", "def5678"], "machine": "a machine",
+        "command": "python benchmarks/bench_drlhp.py pong"}))
+    record = tmp_path / "drlhp_pong.csv"
+    bench.record_pong(record, tmp_path, ["a2c_oracle", "a2c_true"], [0], 16000)
+    row = pd.read_csv(record).iloc[0]
+    assert row["final_score"] == pytest.approx(np.mean(returns[-10:]))  # the last 10 episodes
+    assert row["last_eval"] == 2.5 and row["heldout_accuracy"] == 0.9
+    assert row["agent_cpu_s"] == 90.0 and row["learner_cpu_s"] == 80.0
+    assert row["commit"] == "abc1234 def5678" and row["date"] == "2026-12-07"
+    assert len(pd.read_csv(record)) == 1  # a2c_true has no finished run

@@ -61,6 +61,9 @@ GATHER_EVERY = 2.0
 """Seconds between two looks for new web answers between rounds."""
 
 STATS_ROWS = 20_000
+PASSES_CHUNK_STEPS = 2048
+"""``reward_schedule=passes``: most agent steps whose label-passes one call trains, so that
+rounds and the agent's ``reward_max_lag`` see progress in steps of this size."""
 PASSES_PUBLISH_STEPS = 10_000
 """``reward_schedule=passes``: agent steps between publications of the continuously trained
 model (scoring the newest STATS_ROWS steps for its statistics takes seconds on pixels)."""
@@ -193,6 +196,7 @@ class OnlineLearner:
         self.trainings = 0  # model versions published (trained models)
         self.passes_seen = 0  # reward_schedule=passes: agent steps trained for so far
         self.passes_published = 0  # ... and the step of the last publication
+        self.cpu_before = 0.0  # CPU seconds of the learner processes before a resume
         self.last_log = 0
         self.label_server: Any = None
         self.status: Any = None  # the status pipe (set by main; replies to save_prefs)
@@ -222,6 +226,11 @@ class OnlineLearner:
         self.learner.model.load_state_dict(model.state_dict())
         self.publish()
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        """``checkpoints/`` of the run dir (``checkpoints/learner/`` in Themis's loop)."""
+        return self.run_dir / "checkpoints" / ("learner" if self.loop else "")
+
     def resume(self) -> None:
         """Continue from ``checkpoints/state.pt``: counters, model, optimiser, generators; the
         labels come from ``preferences/`` (and the web store, reconciled with it).
@@ -233,7 +242,7 @@ class OnlineLearner:
         from themis.run.checkpoint import CheckpointError, load_checkpoint
 
         try:
-            state, path = load_checkpoint(self.run_dir / "checkpoints", "cpu")
+            state, path = load_checkpoint(self.checkpoint_dir, "cpu")
         except CheckpointError as e:
             raise ConfigError(f"resume: {e}") from None
         if not isinstance(state, dict) or state.get("env") != self.spec.env_id:
@@ -241,7 +250,12 @@ class OnlineLearner:
                               f"({self.spec.env_id})")
         try:
             self.learner.load_state_dict(state)
-            self.offset = self.steps = self.last_round = int(state["step"])
+            self.steps = self.last_round = int(state["step"])
+            self.offset = 0 if self.loop else self.steps  # the loop sends its own step count
+            self.passes_seen = self.passes_published = int(state.get("passes_seen",
+                                                                     self.steps))
+            self.shared.trained_steps.value = self.passes_seen
+            self.cpu_before = float(state.get("cpu_s", 0.0))
             self.first_done = bool(state["first_done"])
             self.episodes = int(state["episodes"])
             self.recent_returns.extend(float(r) for r in state["recent_returns"])
@@ -350,10 +364,17 @@ class OnlineLearner:
         logged to ``reward.csv``; the trained model is published and checkpointed."""
         first = ask and not self.first_done
         pool = max(0, self.newest_episode + 1 - self.cfg.query_pool_episodes)
-        report = self.learner.round(self.store, self.steps, first, pool, self.recent_returns,
-                                    self.recent_lengths,
-                                    self.usable if self.space.frames is not None else None,
-                                    ask=ask, final=final)
+        threads = torch.get_num_threads()
+        if first and self.loop and not self.cfg.human_teacher:  # the loop waits for it:
+            # its threads too (pretraining on both cores of a run with one thread each)
+            torch.set_num_threads(max(threads, min(2 * threads, len(os.sched_getaffinity(0)))))
+        try:
+            report = self.learner.round(self.store, self.steps, first, pool,
+                                        self.recent_returns, self.recent_lengths,
+                                        self.usable if self.space.frames is not None else None,
+                                        ask=ask, final=final)
+        finally:
+            torch.set_num_threads(threads)
         if ask:
             asked_now = report is not None and report.postponed == 0
             self.first_done = self.first_done or asked_now
@@ -389,9 +410,15 @@ class OnlineLearner:
         passes = self.learner.passes
         if passes is None or not passes.pretrained:
             self.passes_seen = self.passes_published = self.steps
+            self.shared.trained_steps.value = self.steps
             return False
-        grown, self.passes_seen = self.steps - self.passes_seen, self.steps
-        if grown <= 0 or not self.learner.keep_training(grown):
+        grown = min(self.steps - self.passes_seen, PASSES_CHUNK_STEPS)
+        if grown <= 0:
+            return False
+        self.passes_seen += grown
+        trained = self.learner.keep_training(grown)
+        self.shared.trained_steps.value = self.passes_seen
+        if not trained:
             return False
         if self.steps - self.passes_published >= min(PASSES_PUBLISH_STEPS,
                                                       max(1, self.cfg.num_interact // 4)):
@@ -453,15 +480,24 @@ class OnlineLearner:
                 "first_done": self.first_done, "episodes": self.episodes,
                 "recent_returns": list(self.recent_returns),
                 "recent_lengths": list(self.recent_lengths), "trainings": self.trainings,
-                "reward_stats": stats}
+                "reward_stats": stats, "passes_seen": self.passes_seen,
+                "cpu_s": self.cpu_s()}
+
+    def cpu_s(self) -> float:
+        """CPU seconds of this learner process, resumed runs' included."""
+        return self.cpu_before + time.process_time()
 
     def checkpoint(self) -> None:
         """``checkpoints/state.pt`` and ``checkpoints/reward_model.pt`` (atomic writes)."""
+        import json
+
         from themis.reward.ensemble import save_reward_model
         from themis.run.checkpoint import save_checkpoint
 
-        ckpt = self.run_dir / "checkpoints" / ("learner" if self.loop else "")
+        ckpt = self.checkpoint_dir
         save_checkpoint(self.state_dict(), ckpt)
+        if self.loop:  # the learner's share of a run's CPU time (benchmarks/bench_drlhp.py)
+            (self.run_dir / "learner_cpu.json").write_text(json.dumps({"cpu_s": self.cpu_s()}))
         if self.trainings:
             save_reward_model(self.learner.model, ckpt / "reward_model.pt", step=self.steps,
                               env=self.spec.env_id)
@@ -497,6 +533,7 @@ class Service:
         self.stop = threading.Event()
         self.done = threading.Event()
         self.save_requested = threading.Event()  # the agent's save_prefs()
+        self.checkpoint_requested = threading.Event()  # the loop checkpoints (resumable async)
         self.orphaned = False
 
     def parent_alive(self) -> bool:
@@ -528,6 +565,8 @@ class Service:
                     self.stop.set()
                 elif message[0] == "save_prefs":  # after the steps sent before it
                     self.save_requested.set()
+                elif message[0] == "checkpoint":  # ... as is a checkpoint
+                    self.checkpoint_requested.set()
                 else:
                     self.keep(message)
                 self.wake.set()
@@ -591,6 +630,9 @@ class Service:
             if self.save_requested.is_set():
                 self.save_requested.clear()
                 learner.save_prefs()
+            if self.checkpoint_requested.is_set():
+                self.checkpoint_requested.clear()
+                learner.checkpoint()
             if learner.due():
                 learner.feedback_round()
             elif learner.keep_training():  # reward_schedule=passes, between the rounds

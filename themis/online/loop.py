@@ -22,10 +22,14 @@ when they come.
 
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
-``checkpoints/reward_model.pt`` (the version the agent uses). A resume of an async run is
-refused (:func:`themis.run.validation.check_reward_training`), and so are methods that work
-inside the agent, a warm start of r̂ in pretraining and explained clips, which need the agent
-inside the learner.
+``checkpoints/reward_model.pt`` (the version the agent uses). Each full checkpoint of the loop
+asks the learner to checkpoint after the same steps; a resume (synthetic teachers) starts the
+learner from its own checkpoint and the loop from its, the learner's passes owed for the steps
+in between trained as they arrive. With ``reward_max_lag`` the loop waits while the learner's
+label-passes lag more than that many steps behind (DRLHP's rate of reward training on a core
+of its own). Refused (:func:`themis.run.validation.check_reward_training`): a resume with
+people as teachers, methods that work inside the agent, a warm start of r̂ in pretraining and
+explained clips, which need the agent inside the learner.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class LoopChannel(LearnerClient):
         PreferenceLearnerError: the learner process could not start.
     """
 
-    def __init__(self, ws: Workspace, model: RewardEnsemble) -> None:
+    def __init__(self, ws: Workspace, model: RewardEnsemble, resume: bool = False) -> None:
         facts = ws.facts
         self.run_dir = ws.run_dir
         self.obs_dtype = np.dtype(facts.obs_dtype)
@@ -82,8 +86,8 @@ class LoopChannel(LearnerClient):
         self.make_recorder(n_envs, facts.obs_shape, self.obs_dtype, facts.action_dim, ws.step)
         spec = EnvSpec(facts.env_id, facts.obs_shape, self.obs_dtype.name, facts.action_dim,
                        facts.discrete, facts.max_episode_steps, ws.buffer.capacity)
-        self.start_learner(model, spec, {"resume": False, "reward_model": None, "loop": True})
-        if len(ws.buffer):  # a pretraining snapshot's steps: queries may come from them too
+        self.start_learner(model, spec, {"resume": resume, "reward_model": None, "loop": True})
+        if len(ws.buffer) and not resume:  # a pretraining snapshot's steps: queries from them
             self.send_stored(ws.buffer, ws.step,
                              list(zip(ws.recent_returns, ws.recent_lengths, strict=False)))
 
@@ -179,6 +183,7 @@ class AsyncLearner:
         self.normaliser: RewardNormaliser | None = RewardNormaliser(
             cfg.ensemble_size, cfg.reward_norm_std) if cfg.reward_norm_std else None
         self.said_no_model = False  # the console line of a run that goes on without r̂
+        self.resuming = False  # the workspace was loaded from a checkpoint
 
     def fit_normaliser(self, store: Any, most: int = 10_000) -> None:
         """``reward_norm_std``: fit the normaliser on up to ``most`` stored transitions and
@@ -220,8 +225,20 @@ class AsyncLearner:
         Raises:
             ConfigError, PreferenceLearnerError: see :class:`LoopChannel`.
         """
-        if self.channel is None:
-            self.channel = LoopChannel(self.ws, self.model)
+        if self.channel is not None:
+            return
+        ws = self.ws
+        resume = self.resuming and (ws.run_dir / "checkpoints" / "learner" / "state.pt").is_file()
+        self.channel = LoopChannel(ws, self.model, resume=resume)
+        if self.resuming and ws.pretraining_done and ws.driver.NAME == "ppo":
+            self.take(wait=True)  # the next rollout's rewards come from the resumed model
+
+    def checkpoint(self) -> None:
+        """The loop checkpoints: the learner checkpoints too, after the steps sent so far
+        (its ``checkpoints/learner/``; a resume continues both)."""
+        if self.channel is not None and not self.channel._closed:
+            self.channel.flush(block=True)
+            self.channel.queue.put(("checkpoint",), timeout=60)
 
     def close(self) -> None:
         """Send the last steps, let the learner gather the last answers and save, stop it;
@@ -251,9 +268,19 @@ class AsyncLearner:
         Raises:
             PreferenceLearnerError: the learner crashed or was killed.
         """
-        assert self.channel is not None
-        self.channel.check()
-        self.channel.stepped(n)
+        channel = self.channel
+        assert channel is not None
+        channel.check()
+        channel.stepped(n)
+        lag = self.ws.cfg.reward_max_lag
+        if lag and self.version > 0 and \
+                channel.total_steps - channel.shared.trained_steps.value > lag:
+            channel.flush(block=True)  # the learner trains for the steps it has
+            while channel.total_steps - channel.shared.trained_steps.value > lag:
+                channel.check()
+                if not channel.process.is_alive():
+                    raise PreferenceLearnerError("the preference learner process ended")
+                time.sleep(0.01)
 
     # ------------------------------------------------------------------ versions
     def newer(self) -> bool:
@@ -360,9 +387,15 @@ class AsyncLearner:
         return False
 
     def state_dict(self) -> dict[str, Any]:
-        """What a workspace checkpoint holds of it: the version in use (an async run is not
-        resumed; the learner checkpoints itself in ``checkpoints/learner/``)."""
+        """What a workspace checkpoint holds of it: the version in use (the learner
+        checkpoints itself in ``checkpoints/learner/``)."""
         return {"reward_training": "async", "model_version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A resume: :meth:`start` starts the learner from its own checkpoint (labels, model,
+        counters; from scratch when it has none yet) and, past pretraining, PPO's loop takes
+        its model before the next rollout (SAC's relabels at its next check)."""
+        self.resuming = True
 
 
 __all__ = ["AsyncLearner", "LoopChannel"]

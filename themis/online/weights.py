@@ -46,6 +46,9 @@ class SharedWeights:
         self.weights = ctx.RawArray(ctypes.c_float, size)
         self.stats = ctx.RawArray(ctypes.c_double, STATS)
         self.version = ctx.RawValue(ctypes.c_int64, 0)
+        self.trained_steps = ctx.RawValue(ctypes.c_int64, 0)
+        """``reward_schedule=passes``: the agent steps the label-passes trained so far are
+        owed for (the agent's side waits on it with ``reward_max_lag``)."""
         self.counters = ctx.RawArray(ctypes.c_double, len(COUNTERS))
         self.counters[3] = float("nan")
         self.lock = ctx.Lock()

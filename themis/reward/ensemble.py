@@ -291,15 +291,22 @@ def reward_model_from(cfg: Any, obs_dim: int, action_dim: int,
     """The reward ensemble a run's config describes (``ensemble_size``, ``reward_hidden_dim``,
     ``reward_hidden_depth``, ``reward_dropout``, ``reward_batchnorm``, ``reward_net``,
     ``reward_shared_trunk``), on the CPU: the one place a run's model is built, so the learner,
-    the agent side's copy of an async run and the wrapper's agree on its weights.
+    the agent side's copy of an async run and the wrapper's agree on its weights. With
+    ``reward_compile`` its image encoders are compiled (:meth:`torch.nn.Module.compile`: the
+    state dict keeps its keys).
 
     Raises:
         ValueError: as :class:`RewardEnsemble` (e.g. ``reward_net=drlhp`` for vectors).
     """
-    return RewardEnsemble(obs_dim, action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
-                          cfg.reward_hidden_depth, obs_shape=obs_shape,
-                          dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
-                          net=cfg.reward_net, shared_trunk=cfg.reward_shared_trunk)
+    model = RewardEnsemble(obs_dim, action_dim, cfg.ensemble_size, cfg.reward_hidden_dim,
+                           cfg.reward_hidden_depth, obs_shape=obs_shape,
+                           dropout=cfg.reward_dropout, batchnorm=cfg.reward_batchnorm,
+                           net=cfg.reward_net, shared_trunk=cfg.reward_shared_trunk)
+    if getattr(cfg, "reward_compile", False) and model.encoders is not None \
+            and not model.fixed_encoder:
+        for encoder in model.encoders:
+            encoder.compile()
+    return model
 
 
 def save_reward_model(model: RewardEnsemble, path: str | Path, **extra: Any) -> Path:

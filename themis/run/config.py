@@ -121,6 +121,10 @@ class BaseTrainConfig:
     0.5."""
     reward_batchnorm: bool = False
     """Batch normalisation of every convolution and hidden layer (DRLHP, Atari: on)."""
+    reward_compile: bool = False
+    """torch.compile the reward model's image encoders (fused batch norm, leaky ReLU and dropout
+    around oneDNN's convolutions: DRLHP's network trains about a fifth faster on a CPU; the
+    first minibatches of each process compile, about 30 s; same weights and state dict)."""
     reward_l2: float = 0.0
     """L2 coefficient of the reward members' weights (the start value when adaptive)."""
     reward_adaptive_l2: bool = False
@@ -163,6 +167,11 @@ class BaseTrainConfig:
     timesteps")."""
     reward_label_buffer: int = 3000
     """reward_schedule=passes: train on the newest this-many labels; 0: all (DRLHP: 3000)."""
+    reward_max_lag: int = 0
+    """reward_training=async with reward_schedule=passes: the agent waits while the background
+    learner's label-passes are more than this many agent steps behind it, so that r̂ trains at
+    reward_passes_per_step however slow its core is; 0: never wait (the learner trains as fast
+    as it can, as mrahtz's reproduction)."""
 
     # --- teacher (B-Pref)
     teacher_beta: float = -1.0

@@ -127,14 +127,16 @@ def round_line(row: dict[str, Any], pending: int | None = None) -> dict[str, Any
 def stop_line(ws: Any, launcher: str) -> str:
     """The line printed after Ctrl-C: the step reached and how to go on — the command that
     continues from the last checkpoint (``launcher resume=RUN_DIR``), that there is none yet,
-    or, for ``reward_training=async`` runs (which cannot be resumed), where the labels are."""
+    or, for ``reward_training=async`` runs with people (which cannot be resumed), where the
+    labels are."""
     if ws.remote is not None and (ws.run_dir / "labels.sqlite").is_file():  # web
         return (f"stopped at step {ws.step}; an async run cannot be resumed: every answer is "
                 f"in its labels.sqlite: python scripts/store_to_prefs.py {ws.run_dir} DIR "
                 "writes them all (a new run with prefs_path=DIR keeps them)")
-    if ws.remote is not None:
-        return (f"stopped at step {ws.step}; an async run cannot be resumed: its labels are in "
-                f"{ws.run_dir / 'preferences'} (a new run with prefs_path= keeps them)")
+    if ws.remote is not None and ws.cfg.human_teacher:
+        return (f"stopped at step {ws.step}; an async run with people cannot be resumed: its "
+                f"labels are in {ws.run_dir / 'preferences'} (a new run with prefs_path= keeps "
+                "them)")
     if not (ws.run_dir / "checkpoints" / STATE_FILE).is_file():
         first = min(ws.cfg.pretrain_end, ws.cfg.checkpoint_frequency)
         return (f"stopped at step {ws.step}, before the first checkpoint (at step {first}): "

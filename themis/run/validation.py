@@ -63,6 +63,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     # evaluation, logging, snapshots
     "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
     "checkpoint_frequency": POSITIVE, "checkpoint_minutes": POSITIVE_REAL,
+    "reward_max_lag": NON_NEGATIVE,
     "logger.clips": NON_NEGATIVE, "logger.finish_timeout": POSITIVE,
     # agents
     "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
@@ -174,11 +175,11 @@ def check_reward_training(cfg: Any) -> None:
     why = None
     if not cfg.learn_reward:
         why = "learn_reward=false has no reward to learn"
-    elif resume_target(cfg.resume) is not None:
-        why = ("resume of an async run is not supported (the background learner's labels and "
-               "the agent's checkpoint are not saved together); start a new run with "
+    elif resume_target(cfg.resume) is not None and cfg.human_teacher:
+        why = ("resume of an async run with people is not supported (their answers since the "
+               "learner's last checkpoint would be asked again); start a new run with "
                "prefs_path=RUN_DIR/preferences to keep its labels")
-        if cfg.human_teacher and cfg.teacher_ui == "web":  # preferences/ lacks the last answers
+        if cfg.teacher_ui == "web":  # preferences/ lacks the last answers
             run = cfg.resume if cfg.resume not in ("true", "True", True) else "RUN_DIR"
             why = (f"resume of an async run is not supported; every answer people gave is in "
                    f"its labels.sqlite (preferences/ may lack those since the last round): "

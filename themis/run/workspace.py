@@ -333,11 +333,11 @@ class Workspace:
 
     def maybe_checkpoint(self, force: bool = False) -> None:
         """A full checkpoint every ``checkpoint_frequency`` steps (or now, with ``force``);
-        none with ``reward_training=async``, which cannot be resumed."""
-        if self.remote is not None:
-            return
+        ``reward_training=async``: the learner process checkpoints after the same steps."""
         if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency \
                 or time.monotonic() - self.last_checkpoint_time >= 60 * self.cfg.checkpoint_minutes:
+            if self.remote is not None:
+                self.remote.checkpoint()
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
             self.last_checkpoint_time = time.monotonic()
