@@ -81,6 +81,9 @@ DOT_SEED_STEPS = 10_000
 """MovingDot: steps of the random policy before the first round (DRLHP's 500 labels)."""
 PONG_VARIANTS = ("ppo_true", "a2c_true", "ppo_oracle", "a2c_oracle")
 PONG_DEFAULT = ("a2c_true", "a2c_oracle")
+PONG_SEED_STEPS = 50_000
+"""Pong: random-policy steps before the first round (its 500 labels' 25-step segments are cut
+from about 50 episodes of 16 envs)."""
 
 
 def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
@@ -137,15 +140,21 @@ def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: boo
         interact = max(steps // 4, 256)
         out += [f"{agent}.num_envs=2", "num_eval_episodes=1", "num_seed_steps=0",
                 f"num_unsup_steps={interact}", "reward_update=2", "reward_pretrain_epochs=2",
+                f"first_round_queries={max(queries // 4, 1)}",
                 "+env_kwargs.max_num_frames_per_episode=1000"]
         out += ["ppo.num_steps=64"] if agent == "ppo" else []
     else:
         out += [f"{agent}.num_envs=16", "num_eval_episodes=3"]
     if kind == "true":
         return [*out, "learn_reward=false", "num_unsup_steps=0"]
+    # DRLHP's recipe: 500 labels from the random policy's first PONG_SEED_STEPS steps, 200
+    # epochs on them, then 0.1 label-passes per step in the background learner on a core of
+    # its own, the agent waiting when the learner lags (reward_max_lag), the CNN compiled
     return [*out, "+recipe=drlhp", f"max_feedback={queries}", f"num_interact={interact}",
-            f"query_decay_steps={max(1, steps // 4)}",
-            *([] if quick else ["reward_update=10"])]
+            f"query_decay_steps={max(1, steps // 4)}", "reward_training=async",
+            "reward_compile=true",
+            *([] if quick else [f"num_seed_steps={PONG_SEED_STEPS}", "num_unsup_steps=0",
+                                "reward_max_lag=4096"])]
 
 
 def finished(run: Path, steps: int) -> bool:

@@ -66,6 +66,8 @@ def test_each_pong_variant_composes_with_its_agent(compose, variant):
     assert cfg.checkpoint_frequency <= 100_000  # a checkpoint at least every 100k steps
     if kind == "oracle":
         assert cfg.reward_schedule == "passes" and cfg.reward_net == "drlhp"
+        assert cfg.reward_training == "async" and cfg.reward_max_lag > 0  # its own core
+        assert cfg.num_unsup_steps == 0 and cfg.first_round_queries == 500
 
 
 def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path):
