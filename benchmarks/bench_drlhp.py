@@ -454,8 +454,12 @@ def _bench_methods() -> object:
 
 
 def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+    """The checkout's commit, ``+changes`` when tracked files differ from it."""
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return sha + ("+changes" if dirty else "")
 
 
 def pong_table(out: Path, variants: list[str], seeds: list[int], steps: int) -> None:
@@ -628,10 +632,12 @@ def agent_cost(agent: str, steps: int) -> float:
     return (time.process_time() - start) / (done_steps - horizon * n) * 10_000
 
 
-def reward_cost(threads: int, reps: int = 3) -> tuple[float, float]:
+def reward_cost(threads: int, reps: int = 3, compiled: bool = False) -> tuple[float, float]:
     """CPU seconds of DRLHP's reward model (3 members, fp32) with ``threads`` threads: per
     label-pass of training (a minibatch of 32 pairs of 25-step segments per member, forward,
-    backward and Adam, divided by 32) and per agent step of scoring (r̂ of a rollout)."""
+    backward and Adam, divided by 32) and per agent step of scoring (r̂ of a rollout);
+    ``compiled``: the encoders compiled as ``reward_compile=true`` does (the compilation itself
+    is not timed)."""
     import time
 
     import torch
@@ -645,11 +651,16 @@ def reward_cost(threads: int, reps: int = 3) -> tuple[float, float]:
     frames = 32 * 2 * 25
     obs = torch.randint(0, 255, (3, frames, 4 * 84 * 84), dtype=torch.uint8)
     act = torch.eye(6)[torch.randint(0, 6, (3, frames))]
+    if compiled:
+        for encoder in model.encoders or []:
+            encoder.compile()
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
     model.train()
     clock = time.perf_counter if threads > 1 else time.process_time  # CPU time of one thread
-    for i in range(reps + 1):
-        if i == 1:
+    for i in range(reps + 2 if compiled else reps + 1):
+        if compiled and i == 1:
+            start = clock()  # the first step compiled
+        if i == 1 + compiled:
             start = clock()
         optimizer.zero_grad()
         model(obs, act).sum().backward()
@@ -657,8 +668,8 @@ def reward_cost(threads: int, reps: int = 3) -> tuple[float, float]:
     per_pass = (clock() - start) / reps / 32
     model.eval()
     with torch.no_grad():
-        for i in range(reps + 1):
-            if i == 1:
+        for i in range(reps + 1 + compiled):
+            if i == 1 + compiled:
                 start = clock()
             model(obs[0, :2048], act[0, :2048])
     per_step = (clock() - start) / reps / 2048
@@ -678,6 +689,7 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
 
     one_pass, score = reward_cost(1)
     two_pass, two_score = reward_cost(2)
+    fast_pass, fast_score = reward_cost(1, compiled=True)
     print(f"\nPong with DRLHP's recipe: measured pieces (CPU s per 10k agent steps, one thread; "
           f"{passes_per_step} label-passes per step)\n")
     print("| piece | 1 thread | 2 threads (wall) |")
@@ -686,6 +698,8 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     print(f"| reward training ({train:.0f} label-passes) | {one_pass * train:.1f} | "
           f"{two_pass * train:.1f} |")
     print(f"| r̂ of the rollouts | {score * 1e4:.1f} | {two_score * 1e4:.1f} |")
+    print(f"| reward training, compiled (`reward_compile=true`) | {fast_pass * train:.1f} | - |")
+    print(f"| r̂ of the rollouts, compiled | {fast_score * 1e4:.1f} | - |")
     agents = {agent: agent_cost(agent, 4096) for agent in ("a2c", "ppo")}
     for agent, cost in agents.items():
         print(f"| {agent.upper()} (16 envs: stepping, acting, updates) | {cost:.1f} | - |")
@@ -693,6 +707,8 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
         pieces = [("reward training", 1, one_pass * train),
                   ("reward training", 2, two_pass * train),
                   ("reward scoring", 1, score * 1e4), ("reward scoring", 2, two_score * 1e4),
+                  ("reward training, compiled", 1, fast_pass * train),
+                  ("reward scoring, compiled", 1, fast_score * 1e4),
                   *((f"{agent} agent", 1, cost) for agent, cost in agents.items())]
         rows = pd.DataFrame([{"piece": piece, "threads": threads,
                               "s_per_10k_steps": round(value, 2),
@@ -707,11 +723,17 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     pretrain = pretrain_passes * two_pass / 3600
     print(f"\npretraining ({pretrain_passes} label-passes, 2 threads): {pretrain:.2f} h")
     for agent, cost in agents.items():
-        lane = (cost + score * 1e4, one_pass * train)  # agent + r̂, reward training
-        asynchronous = pretrain + steps / 10_000 * max(lane) / 3600
-        print(f"{agent.upper()}, {steps / 1e6:g}M steps, async (agent | reward model): "
-              f"{asynchronous:.1f} h wall (lanes {lane[0]:.0f} | {lane[1]:.0f} s per 10k steps;"
-              f" the agent waits {max(0.0, 1 - lane[0] / lane[1]):.0%} of the time)")
+        for label, learn, scoring in (("", one_pass, score), (", compiled", fast_pass,
+                                                               fast_score)):
+            lane = (cost + scoring * 1e4, learn * train)  # agent + r̂, reward training
+            hours = pretrain + steps / 10_000 * max(lane) / 3600
+            print(f"{agent.upper()}, {steps / 1e6:g}M steps, async{label} (agent | reward "
+                  f"model): {hours:.1f} h wall (lanes {lane[0]:.0f} | {lane[1]:.0f} s per 10k "
+                  f"steps; the agent waits {max(0.0, 1 - lane[0] / lane[1]):.0%} of the time)")
+        both = cost / 1.3 + two_pass * train + two_score * 1e4  # all on two threads
+        print(f"{agent.upper()}, {steps / 1e6:g}M steps, sync on two threads: "
+              f"{pretrain + steps / 10_000 * both / 3600:.1f} h wall (about {both:.0f} s per "
+              "10k steps, the agent's own part taken 1.3× faster on two threads)")
 
 
 def trunk_table(labels: int, heldout: int, epochs: int, seed: int) -> None:
