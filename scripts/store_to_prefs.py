@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from themis.core.safe_loading import check_yaml_file
 from themis.crowd.label_store import LabelStore
 from themis.reward.dataset import PreferenceDataset
 
@@ -87,8 +88,9 @@ def run_facts(run_dir: Path) -> dict[str, str]:
     """``env`` and ``domain`` from the run's ``config.yaml`` (plain strings only; nothing in
     the file is interpolated or run), or nothing."""
     try:
+        check_yaml_file(run_dir / "config.yaml")
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
         return {}
     if not isinstance(cfg, dict):
         return {}

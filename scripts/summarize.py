@@ -73,13 +73,20 @@ def find_runs(sweep_dir: Path) -> pd.DataFrame:
 
 def plain_yaml(path: Path) -> Any:
     """A run's YAML file as plain values (``yaml.safe_load``: a tag such as ``!!python/...``
-    is refused, nothing is constructed).
+    is refused, nothing is constructed; a special file, one over 1 MB or one with YAML aliases,
+    which nested can expand to billions of nodes, is not read: as
+    ``themis.core.safe_loading.check_yaml_file``, without importing PyTorch).
 
     Raises:
-        ValueError: one line naming the file (a tag, broken YAML, not text).
+        ValueError: one line naming the file (a tag, aliases, broken YAML, not text).
     """
     try:
-        return yaml.safe_load(path.read_text())
+        if not path.is_file() or path.stat().st_size > 1 << 20:
+            raise ValueError(f"{path} is not a regular file of at most 1 MB")
+        text = path.read_text()
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+            raise ValueError(f"{path} uses YAML aliases, which a config Themis wrote never does")
+        return yaml.safe_load(text)
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path} is not plain YAML ({first})") from None
@@ -257,7 +264,7 @@ def optuna_best(sweep_dir: Path, runs: pd.DataFrame) -> dict | None:
     if not path.is_file():
         return None
     try:
-        best = yaml.safe_load(path.read_text())
+        best = plain_yaml(path)
         trial_dir = (sweep_dir / str(int(best["trial"]))).resolve()
     except (yaml.YAMLError, KeyError, TypeError, ValueError):
         return None

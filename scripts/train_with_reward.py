@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 
+from themis.core.safe_loading import check_yaml_file
 from themis.core.script_args import ScriptParser, int_at_least
 from themis.environments.domains import make_env
 from themis.reward.ensemble import load_reward_model
@@ -93,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
               "run dir?)", file=sys.stderr)
         return 2
     try:
+        check_yaml_file(config_file)
         cfg = yaml.safe_load(config_file.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as e:
         print(f"train_with_reward: error: {config_file} is not YAML ({str(e).splitlines()[0]})",
               file=sys.stderr)
         return 2

@@ -363,6 +363,20 @@ def test_a_stored_trial_outside_the_space_or_another_direction_is_refused(tmp_pa
     assert len(sweeper.launcher.jobs) == 2
 
 
+def test_a_stored_trial_of_infinite_value_is_refused(tmp_path, capsys):
+    """Issue 85 item 11: a trial stored with +inf was reported as the best one."""
+    import optuna
+
+    sweep = tmp_path / "sweep"
+    study = study_in(sweep)
+    study.add_trial(optuna.trial.create_trial(
+        params={"reward_lr": 0.001}, distributions={
+            "reward_lr": optuna.distributions.FloatDistribution(1e-4, 3e-3)},
+        value=float("inf")))
+    line = refused(sweeper_in(sweep), capsys)
+    assert "stored trial #0" in line and "inf" in line, line
+
+
 def test_a_symlinked_job_folder_is_refused(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -663,3 +677,39 @@ def test_a_full_disk_mid_run_ends_with_one_line_not_a_traceback(compose, tmp_pat
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "disk is full" in err and "resume=" in err
     assert "Traceback" not in err
+
+
+def alias_bomb(levels: int = 8) -> str:
+    """A config.yaml of nested YAML aliases: a few hundred bytes, 10⁸ nodes expanded."""
+    lines = ["seed: 0", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for n in range(1, levels + 1):
+        lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_config_of_nested_yaml_aliases_is_refused_at_once_by_every_reader(tmp_path):
+    """Issue 85 item 1: ``resume=`` and ``themis.load_run`` hung expanding them."""
+    import time
+
+    import themis
+    from themis.core.safe_loading import UnsafeFileError, check_yaml_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(alias_bomb())
+    assert len(alias_bomb()) < 1000
+    with pytest.raises(UnsafeFileError, match="YAML aliases"):
+        check_yaml_file(run / "config.yaml")
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="YAML aliases"):
+        themis.load_run(run)
+    assert time.monotonic() - start < 5
+    resumed = launch("themis_train.sh", f"resume={run}", timeout=60)
+    assert resumed.returncode == 2
+    assert "YAML aliases" in resumed.stderr and resumed.stderr.strip().count("\n") == 0
+    fifo = tmp_path / "fifo.yaml"
+    import os
+
+    os.mkfifo(fifo)
+    with pytest.raises(UnsafeFileError, match="not a regular file"):
+        check_yaml_file(fifo)  # a FIFO would block the reader

@@ -108,7 +108,8 @@ def check_study(study: Any, space: dict[str, Any], direction: str, where: str) -
     "minimize" continued by a maximising sweep), or a trial — enqueued (``WAITING``: it would
     run its fixed values) or finished (it steers the sampler) — with a parameter outside the
     search space (:func:`outside`), e.g. an enqueued ``reward_lr=1e6`` for ``interval(1e-4,
-    3e-3)``.
+    3e-3)``, or a finished trial whose value is not a finite number (``+inf`` would be the
+    best trial of every maximising search; a run's IQM is finite).
 
     Raises:
         SystemExit: code 2, after one line (:func:`refuse`).
@@ -128,6 +129,11 @@ def check_study(study: Any, space: dict[str, Any], direction: str, where: str) -
             params, kind = dict(trial.params), "a stored"
         else:
             continue
+        values = list(trial.values or []) if trial.state == TrialState.COMPLETE else []
+        if any(not math.isfinite(float(v)) for v in values):
+            refuse(f"{where}: the stored trial #{trial.number} of study {study.study_name!r} "
+                   f"has the value {values[0]}, which no run returns; start another "
+                   "hydra.sweeper.study_name or hydra.sweep.dir")
         found = outside(params, space)
         if found is not None:
             refuse(f"{where}: {kind} trial #{trial.number} of study {study.study_name!r} has "

@@ -226,12 +226,13 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     import pandas as pd
     from omegaconf import OmegaConf
 
-    from themis.core.safe_loading import UnsafeFileError, safe_load
+    from themis.core.safe_loading import UnsafeFileError, check_yaml_file, safe_load
     from themis.reward.ensemble import load_reward_model
 
     run = Path(path)
     if not (run / "config.yaml").is_file():
         raise FileNotFoundError(f"{run} is not a Themis run folder (no config.yaml)")
+    check_yaml_file(run / "config.yaml")  # UnsafeFileError is a ValueError
     config = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=False)
 
     def rows(name: str) -> pd.DataFrame:

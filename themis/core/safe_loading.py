@@ -5,7 +5,9 @@
   :class:`UnsafeFileError`; restoring from such data fails with one of :data:`MALFORMED`,
   :func:`describe` gives its line.
 - Configs (a run's ``config.yaml``) as values only: :func:`check_no_resolvers` refuses
-  ``${oc.env:...}`` and every other resolver call (:func:`resolver_calls`).
+  ``${oc.env:...}`` and every other resolver call (:func:`resolver_calls`), and
+  :func:`check_yaml_file` refuses YAML aliases (a few hundred bytes of nested ``*aliases``
+  expand to billions of nodes), special files and files over 1 MB before any YAML is built.
 
 The reward model, the run's checkpoints, the online learner, the crowd audit and the run
 reports all read received files: this module is on a floor below all of them.
@@ -191,6 +193,41 @@ MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, Runtim
 """What restoring from plain data that Themis did not write raises (a crafted or replaced
 ``state.pt``, snapshot, ``agent.pt`` or ``reward_model.pt`` that :func:`safe_load` read):
 a missing key, a wrong type, a tensor of another shape."""
+
+
+YAML_LIMIT = 1 << 20
+"""Bytes of the largest YAML file read from a run folder (a config is a few kB)."""
+
+
+def check_yaml_file(path: str | Path, limit: int = YAML_LIMIT) -> None:
+    """Refuse a YAML file that could hang or exhaust its reader: not a regular file (a FIFO
+    would block), larger than ``limit`` bytes, or holding YAML aliases (``*name``: nested ones
+    expand exponentially — Themis writes none). Only the event stream is parsed (linear in the
+    text), nothing is built.
+
+    Raises:
+        FileNotFoundError: no such file.
+        UnsafeFileError: one of the above, named with the file.
+    """
+    import stat
+
+    import yaml
+
+    path = Path(path)
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeFileError(f"{path} is not a regular file")
+    if info.st_size > limit:
+        raise UnsafeFileError(f"{path} is {info.st_size} bytes, more than a config's "
+                              f"{limit} (not read)")
+    try:
+        events = yaml.parse(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        aliases = sum(isinstance(event, yaml.AliasEvent) for event in events)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return  # not YAML: the reader says so in its own words
+    if aliases:
+        raise UnsafeFileError(f"{path} uses YAML aliases ({aliases} *references), which a "
+                              "config Themis wrote never does; not read")
 
 
 def describe(error: BaseException) -> str:

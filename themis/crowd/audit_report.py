@@ -178,11 +178,15 @@ def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
     """
     from omegaconf import OmegaConf
 
-    from themis.core.safe_loading import check_no_resolvers
+    from themis.core.safe_loading import check_no_resolvers, check_yaml_file
 
     run = Path(run_dir)
     for path in (run / "config.yaml", run / ".hydra" / "config.yaml"):
         if path.is_file():
+            try:
+                check_yaml_file(path)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
             cfg: Any = OmegaConf.load(path)
             check_no_resolvers(cfg, path)
             try:

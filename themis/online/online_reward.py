@@ -161,9 +161,12 @@ class OnlineReward(LearnerClient):
         if resume and (self.run_dir / "online.yaml").is_file():  # the run's own keys first
             import yaml
 
+            from themis.core.safe_loading import check_yaml_file
+
             try:  # a received run's file: plain YAML values only (a tag is refused)
+                check_yaml_file(self.run_dir / "online.yaml")
                 kept = yaml.safe_load((self.run_dir / "online.yaml").read_text()) or {}
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ConfigError(f"{self.run_dir / 'online.yaml'} is not readable as plain "
                                   f"YAML ({first})") from None

@@ -129,6 +129,9 @@ def _saved_value(path: Path, key: str) -> Any:
     try:
         from omegaconf import OmegaConf
 
+        from themis.core.safe_loading import check_yaml_file
+
+        check_yaml_file(path)
         return OmegaConf.to_container(OmegaConf.load(path), resolve=False).get(key)  # type: ignore[union-attr]
     except Exception:
         return None

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from themis.core.safe_loading import check_no_resolvers
+from themis.core.safe_loading import UnsafeFileError, check_no_resolvers, check_yaml_file
 from themis.run.config import REMOVED_KEYS, TrainConfig
 from themis.utils import ConfigError
 
@@ -58,7 +58,10 @@ def load_received_config(path: str | Path) -> DictConfig:
     from yaml import YAMLError
 
     try:
+        check_yaml_file(path)
         raw = OmegaConf.load(path)
+    except UnsafeFileError as e:
+        raise ConfigError(str(e)) from None
     except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{path} is not a readable YAML config ({first})") from None

@@ -29,6 +29,12 @@ AGENTS = ("auto", "sac", "ppo", "a2c")
 
 
 # ---------------------------------------------------------------- numeric keys: one table
+WIDTH = Range(1, 16_384, text="must be a layer width from 1 to 16384")
+"""Hidden widths: a billion units would allocate until killed (issue 85 item 8)."""
+DEPTH = Range(0, 64, text="must be a number of hidden layers from 0 to 64")
+BATCH = Range(1, 1_000_000, text="must be from 1 to 1000000")
+ENVS = Range(1, 1024, text="must be a number of environments from 1 to 1024")
+
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
     "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
@@ -40,9 +46,10 @@ NUMERIC_KEYS: dict[str, Range] = {
     # preference learning
     "num_interact": POSITIVE, "max_feedback": NON_NEGATIVE, "reward_batch": POSITIVE,
     "segment": POSITIVE, "large_batch": POSITIVE, "query_pool_episodes": POSITIVE,
-    "ensemble_size": POSITIVE, "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
-    "reward_train_batch": POSITIVE, "reward_hidden_dim": POSITIVE,
-    "reward_hidden_depth": NON_NEGATIVE,
+    "ensemble_size": Range(1, 64, text="must be from 1 to 64 members"),
+    "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
+    "reward_train_batch": BATCH, "reward_hidden_dim": WIDTH,
+    "reward_hidden_depth": DEPTH,
     "reward_val_fraction": Range(0, 1, hi_open=True),
     "reward_random_response": Range(0, 1, hi_open=True),
     "reward_dropout": Range(0, 1, hi_open=True), "reward_l2": Range(0),
@@ -54,7 +61,8 @@ NUMERIC_KEYS: dict[str, Range] = {
     "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
     "teacher_eps_skip": UNIT, "teacher_eps_equal": UNIT,
     "label_port": Range(0, 65535, text="is not a TCP port; use 1-65535, or 0 for any free port"),
-    "labelers": NON_NEGATIVE, "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
+    "labelers": Range(0, 1000, text="must be from 0 to 1000 labelers"),
+    "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
     "rating_k": POSITIVE_REAL, "min_labels_before_training": NON_NEGATIVE,
     "gold_fraction": UNIT, "min_gold_accuracy": UNIT, "min_gold_answers": POSITIVE,
     "human_frame_size": Range(16, 4096), "human_frame_capacity": POSITIVE,
@@ -66,18 +74,18 @@ NUMERIC_KEYS: dict[str, Range] = {
     "reward_max_lag": NON_NEGATIVE,
     "logger.clips": NON_NEGATIVE, "logger.finish_timeout": POSITIVE,
     # agents
-    "sac.hidden_dim": POSITIVE, "sac.hidden_depth": NON_NEGATIVE, "sac.batch_size": POSITIVE,
+    "sac.hidden_dim": WIDTH, "sac.hidden_depth": DEPTH, "sac.batch_size": BATCH,
     "sac.discount": UNIT, "sac.actor_lr": POSITIVE_REAL, "sac.critic_lr": POSITIVE_REAL,
     "sac.alpha_lr": POSITIVE_REAL, "sac.init_temperature": POSITIVE_REAL,
     "sac.critic_tau": Range(0, 1, lo_open=True), "sac.actor_update_frequency": POSITIVE,
     "sac.critic_target_update_frequency": POSITIVE, "sac.log_std_min": Range(),
     "sac.log_std_max": Range(),
-    "ppo.hidden_dim": POSITIVE, "ppo.hidden_depth": NON_NEGATIVE, "ppo.num_envs": POSITIVE,
+    "ppo.hidden_dim": WIDTH, "ppo.hidden_depth": DEPTH, "ppo.num_envs": ENVS,
     "ppo.num_steps": POSITIVE, "ppo.learning_rate": POSITIVE_REAL, "ppo.gamma": UNIT,
     "ppo.gae_lambda": UNIT, "ppo.num_minibatches": POSITIVE, "ppo.update_epochs": POSITIVE,
     "ppo.clip_coef": POSITIVE_REAL, "ppo.ent_coef": NON_NEGATIVE, "ppo.vf_coef": NON_NEGATIVE,
     "ppo.max_grad_norm": POSITIVE_REAL,
-    "a2c.hidden_dim": POSITIVE, "a2c.hidden_depth": NON_NEGATIVE, "a2c.num_envs": POSITIVE,
+    "a2c.hidden_dim": WIDTH, "a2c.hidden_depth": DEPTH, "a2c.num_envs": ENVS,
     "a2c.num_steps": POSITIVE, "a2c.learning_rate": POSITIVE_REAL, "a2c.gamma": UNIT,
     "a2c.gae_lambda": UNIT, "a2c.ent_coef": NON_NEGATIVE, "a2c.vf_coef": NON_NEGATIVE,
     "a2c.max_grad_norm": POSITIVE_REAL, "a2c.rms_alpha": Range(0, 1, hi_open=True),
