@@ -387,3 +387,27 @@ def test_ctrl_c_prints_one_line_and_the_run_resumes_from_it(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout and f"at step {last}" in resumed.stdout
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800, 2400]
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
+    """A cluster's pre-emption (SIGTERM): the Ctrl-C line and exit code 143, not a silent
+    death (issue 85 item 16)."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *TINY_PENDULUM,
+                             "num_train_steps=2400", "checkpoint_frequency=300",
+                             f"hydra.run.dir={run}"], cwd=ROOT,
+                            env={**os.environ, "THEMIS_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (run / "checkpoints" / "state.pt.sha256").exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("themis:")]
+    assert len(lines) == 1 and "continue with ./themis_train.sh resume=" in lines[0], err
+    resumed = launch("themis_train.sh", f"resume={run}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800, 2400]

@@ -10,8 +10,10 @@ import difflib
 import errno
 import gc
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -372,9 +374,18 @@ def write_config(ws: Workspace, out: Path) -> None:
     mark_config(out)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a cluster's pre-emption, ``kill``): stopped as Ctrl-C stops a run."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
     """``ws.run(until)``; Ctrl-C ends the program with one line on stderr (the step reached,
-    the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback; a
+    the last checkpoint, the ``resume=`` command) and exit code 130, not a traceback (SIGTERM
+    the same, exit code 143: the last checkpoint is at most ``checkpoint_minutes`` old); a
     :class:`ConfigError` found when the run starts (a labeling port taken) with :func:`fail`;
     a failed background learner (``reward_training=async``) or a full disk with one line and
     exit code 1."""
@@ -385,9 +396,9 @@ def run_or_stop(ws: Workspace, launcher: str, until: int | None = None) -> None:
         if ws.tracking is not None:
             ws.tracking.close("FAILED")
         fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"themis: {stop(ws, launcher)}", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     except PreferenceLearnerError as e:  # reward_training=async: its learner process failed
         print(f"themis: error: {e}; {stop(ws, launcher)}", file=sys.stderr)
         sys.exit(1)
@@ -414,11 +425,13 @@ def main_or_stop(main: Any) -> None:
     memory goes back to the system with the process anyway. Everything a run writes is closed
     (and its labels synced) before this; ``atexit`` handlers and ``weakref.finalize`` clean-ups
     still run."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         main()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("themis: stopped before training started", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     finally:
         gc.freeze()
 
