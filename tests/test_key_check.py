@@ -268,3 +268,36 @@ def test_the_index_holds_every_integer_and_float_range_in_the_tables_order(index
     assert {"seed", "sac.discount", "surf.threshold_u", "label_port"} <= set(keys)
     assert dict((r[0], r[1]) for r in index["ranges"])["sac.discount"] == "float"
     assert json.loads(json.dumps(index))["ranges"] == index["ranges"]  # inf survives JSON
+
+
+def test_a_cache_that_cannot_be_trusted_is_ignored_and_written_anew(tmp_path, monkeypatch, index):
+    """Issue 85 item 5: a malformed index crashed every launch, a FIFO hung it, a file others
+    may write (planted) refused valid keys and was never rewritten."""
+    import os
+    import threading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = key_check.index_path()
+    path.parent.mkdir(parents=True)
+    planted = {**index, "keys": ["nothing"]}  # would refuse seed=1
+    for make in ("[]", "{not json", "planted", "fifo", "huge"):
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        if make == "fifo":
+            os.mkfifo(path)
+        elif make == "planted":
+            path.write_text(json.dumps(planted))
+            os.chmod(path, 0o666)
+        elif make == "huge":
+            path.write_text(" " * (key_check.CACHE_LIMIT + 1) + "{}")
+        else:
+            path.write_text(make)
+        result: list[int] = []
+        worker = threading.Thread(target=lambda out=result: out.append(
+            key_check.main(["themis.cli.train", "seed=1"])), daemon=True)
+        worker.start()
+        worker.join(10)
+        assert result == [0], make  # no crash, no hang, no refusal: the full check decides
+        key_check.save_index(lambda: index, path)
+        assert key_check.read_cache(path, key_check.INDEX_KEYS) == json.loads(json.dumps(index))
+    assert key_check.main(["themis.cli.train", "sac.hiden_dim=3"]) == 2  # rebuilt: it works

@@ -61,17 +61,46 @@ def index_path(root: Path = ROOT) -> Path:
     return cache / "themis" / f"keys-{source_digest(root)}.json"
 
 
+CACHE_LIMIT = 16 << 20
+"""Bytes of the largest cache file read (the key index is about 100 kB)."""
+
+INDEX_KEYS = ("keys", "groups", "ranges", "removed", "options", "domains")
+"""What a key index holds (:func:`themis.run.key_index.key_index`)."""
+
+
+def read_cache(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """A cache file's JSON object, or ``None`` when it cannot be trusted or read: not a regular
+    file (a FIFO would block the launcher, a link may point anywhere), over
+    :data:`CACHE_LIMIT`, not the user's own or writable by others (planted), not a JSON object
+    with the ``required`` keys. ``None`` means: check in full, and write the cache anew."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > CACHE_LIMIT \
+                or info.st_mode & 0o022 or (hasattr(os, "getuid") and
+                                            info.st_uid != os.getuid()):
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not all(key in data for key in required):
+        return None
+    return data
+
+
 def save_index(make_index: Callable[[], dict[str, Any]], path: Path | None = None) -> None:
-    """Write the index ``make_index()`` builds (:func:`themis.run.key_index.key_index`) unless it
-    is there (then it is not built); a cache folder that cannot be written is skipped (the full
-    check still runs)."""
+    """Write the index ``make_index()`` builds (:func:`themis.run.key_index.key_index`) unless a
+    trusted one is there (then it is not built; one :func:`read_cache` refuses is replaced); a
+    cache folder that cannot be written is skipped (the full check still runs)."""
     path = path or index_path()
-    if path.exists():
+    if read_cache(path, INDEX_KEYS) is not None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(json.dumps(make_index()))
+        os.chmod(temporary, 0o644)  # read_cache trusts no file others may write
         os.replace(temporary, path)
     except OSError:
         pass
@@ -100,10 +129,7 @@ def save_env_lists(listed: dict[str, tuple[list[str], str]], path: Path | None =
     packages that define them; nothing is written when they are there already, and a cache
     folder that cannot be written is skipped."""
     path = path or env_lists_path()
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        saved = {}
+    saved = read_cache(path) or {}
     new = {name: {"ids": ids, "prefix": prefix, "versions": _versions(name)}
            for name, (ids, prefix) in listed.items() if name in DISTRIBUTIONS}
     if all(saved.get(name) == entry for name, entry in new.items()):
@@ -112,6 +138,7 @@ def save_env_lists(listed: dict[str, tuple[list[str], str]], path: Path | None =
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(json.dumps({**saved, **new}))
+        os.chmod(temporary, 0o644)  # read_cache trusts no file others may write
         os.replace(temporary, path)
     except OSError:
         pass
@@ -238,17 +265,18 @@ def main(argv: list[str]) -> int:
     config_name = CONFIG_NAMES.get(argv[0]) if argv else None
     if config_name is None:
         return 0
-    try:
-        index = json.loads(index_path().read_text())
-    except (OSError, ValueError):
+    index = read_cache(index_path(), INDEX_KEYS)
+    if index is None:
         return 0
-    line = refusal(index, config_name, argv[1:]) or value_refusal(index, argv[1:])
-    if line is None and (chosen := chosen_env(index, argv[1:])) is not None:
-        try:
-            saved = json.loads(env_lists_path().read_text())
-        except (OSError, ValueError):
-            return 0
-        line = env_refusal(saved, *chosen)
+    try:
+        line = refusal(index, config_name, argv[1:]) or value_refusal(index, argv[1:])
+        if line is None and (chosen := chosen_env(index, argv[1:])) is not None:
+            saved = read_cache(env_lists_path())
+            if saved is None:
+                return 0
+            line = env_refusal(saved, *chosen)
+    except (KeyError, TypeError, ValueError, AttributeError):  # a cache of another shape
+        return 0
     if line is None:
         return 0
     print(f"themis: error: {line}", file=sys.stderr)
