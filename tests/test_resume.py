@@ -411,3 +411,29 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
     resumed = launch("themis_train.sh", f"resume={run}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert pd.read_csv(run / "eval.csv")["step"].tolist() == [600, 1200, 1800, 2400]
+
+
+def test_resume_messages_point_the_right_way(tmp_path):
+    """Issue 85 item 14: a smaller num_train_steps, another env, and a run stopped before its
+    first checkpoint each get a line that says what to do."""
+    run = tmp_path / "run"
+    done = launch("themis_train.sh", *TINY_PENDULUM, "checkpoint_frequency=400",
+                  f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run / "checkpoints" / "agent.pt").unlink()  # as if killed before its end
+    smaller = launch("themis_train.sh", f"resume={run}", "num_train_steps=700")
+    assert smaller.returncode == 2
+    assert "this run is at step 1200; num_train_steps=700 must be larger" in smaller.stderr
+    other = launch("themis_train.sh", f"resume={run}", "env=HalfCheetah-v5")
+    assert other.returncode == 2
+    assert "a resumed run keeps its env (env=Pendulum-v1)" in other.stderr
+    early = tmp_path / "early"
+    early.mkdir()
+    (early / "config.yaml").write_text((run / "config.yaml").read_text())
+    (early / "config.yaml.owner").write_text((run / "config.yaml.owner").read_text())
+    start = launch("themis_train.sh", f"resume={early}")
+    assert start.returncode == 2
+    assert "stopped before its first checkpoint" in start.stderr
+    assert "run its command again to start over" in start.stderr
+    for out in (smaller, other, start):
+        assert out.stderr.strip().count("\n") == 0, out.stderr

@@ -214,8 +214,8 @@ def save_models(run_dir: Path, step: int, env_id: str, agent: Any, learner: Any,
         learner.dataset.save(run_dir / "preferences")
 
 
-def resume_state(run_dir: Path, env_id: str, label_store: Any = None
-                 ) -> tuple[dict[str, Any], Path]:
+def resume_state(run_dir: Path, env_id: str, label_store: Any = None,
+                 num_train_steps: int | None = None) -> tuple[dict[str, Any], Path]:
     """The run's last intact checkpoint for ``resume=``, its tensors on the CPU (generators'
     states must be CPU tensors; modules and optimisers copy theirs to their device), and its
     path. ``label_store``: the run's web label store, if any (its answers are named in the
@@ -223,8 +223,9 @@ def resume_state(run_dir: Path, env_id: str, label_store: Any = None
     checkpoint's step are dropped: the resumed run writes them again.
 
     Raises:
-        ConfigError: none intact (with where the labels given so far are), not a Themis
-            checkpoint, or one of another env.
+        ConfigError: none intact (with where the labels given so far are; a run stopped before
+            its first checkpoint: run the command again), not a Themis checkpoint, one of
+            another env, or one at or past ``num_train_steps`` (a smaller one given).
     """
     try:
         state, path = load_checkpoint(run_dir / "checkpoints", "cpu")
@@ -236,6 +237,12 @@ def resume_state(run_dir: Path, env_id: str, label_store: Any = None
             hint = ("; the answers people gave are in labels.sqlite: python "
                     f"scripts/store_to_prefs.py {run_dir} DIR writes them as a preference "
                     "dataset, and a new run with prefs_path=DIR keeps them")
+        ckpt = run_dir / "checkpoints"
+        if not hint and not any((ckpt / name).exists() for name in (STATE_FILE,
+                                                                      "state.prev.pt")):
+            raise ConfigError(f"resume={run_dir}: the run stopped before its first checkpoint "
+                              "(no label to keep); run its command again to start over") \
+                from None
         raise ConfigError(f"resume: {e}{hint}") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise ConfigError(f"resume: {path} is not a Themis checkpoint (no step counter in it); "
@@ -243,6 +250,9 @@ def resume_state(run_dir: Path, env_id: str, label_store: Any = None
     if state.get("env") != env_id:
         raise ConfigError(f"resume: the checkpoint {path} is for env={state.get('env')}, not "
                           f"{env_id}")
+    if num_train_steps is not None and state["step"] > num_train_steps:
+        raise ConfigError(f"resume={run_dir}: this run is at step {state['step']}; "
+                          f"num_train_steps={num_train_steps} must be larger to train on")
     for stream in ("train", "eval", "reward"):
         truncate_csv(run_dir / f"{stream}.csv", state["step"])
     return state, path

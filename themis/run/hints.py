@@ -95,6 +95,12 @@ def resume_problem(target: Path, overrides: list[str]) -> str | None:
             not (ckpt / "state.prev.pt").is_file():
         return (f"resume={target} is a pretraining run (snapshot.pt, no checkpoints/): start "
                 f"training from it with pretrained_snapshot={target / 'snapshot.pt'}")
+    for key in ("env", "domain"):  # a resumed run keeps what it was trained on
+        given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(f"{key}=")]
+        saved = _saved_value(target / "config.yaml", key)
+        if given and saved is not None and given[-1] != str(saved):
+            return (f"resume={target}: a resumed run keeps its {key} ({key}={saved}); start a "
+                    f"new run for {key}={given[-1]}")
     if any(o.lstrip("+").startswith("num_train_steps=") for o in overrides):
         return None  # a new length: checked when the run resumes
     step = _finished_step(ckpt / "agent.pt")

@@ -146,8 +146,8 @@ class Workspace:
         self.checkpointed_before_people = False  # see checkpoint_before_people
         self.start_time = time.time()
 
-        resumed, path = resume_state(self.run_dir, facts.env_id, self.label_store) \
-            if cfg.resume else (None, None)
+        resumed, path = resume_state(self.run_dir, facts.env_id, self.label_store,
+                                     cfg.num_train_steps) if cfg.resume else (None, None)
         self.checkpoint_path: Path | None = path  # the checkpoint resumed from
         self.logger = Logger(self.run_dir,
                              backends=("csv", "tensorboard") if cfg.logger.tensorboard else
