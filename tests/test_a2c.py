@@ -15,6 +15,7 @@ from torch.distributions import Categorical
 
 from tests.conftest import launch
 from themis.agents import A2C, A2CConfig, resolve_agent
+from themis.agents.a2c import RMSpropTF
 from themis.agents.ppo import Rollout
 from themis.builder import make_workspace
 from themis.run.checkpoint import load_checkpoint
@@ -66,7 +67,7 @@ def test_one_update_is_one_step_on_the_hand_computed_losses():
     assert metrics["entropy"] == pytest.approx(float(dist.entropy().mean()), rel=1e-5)
     assert a2c.num_updates == 1
     assert any(not torch.equal(b, p) for b, p in zip(before, a2c.net.parameters(), strict=True))
-    assert isinstance(a2c.optimizer, torch.optim.RMSprop)
+    assert isinstance(a2c.optimizer, RMSpropTF)
 
 
 def test_the_learning_rate_decays_linearly_over_the_planned_updates():
@@ -201,3 +202,30 @@ def test_a_compiled_reward_model_keeps_its_state_dict_and_its_outputs(compose):
     eager.eval()
     with torch.no_grad():
         torch.testing.assert_close(compiled(obs, act), eager(obs, act), rtol=1e-4, atol=1e-5)
+
+
+def test_rmsprop_as_tensorflow_starts_from_one_with_epsilon_inside_the_root():
+    """Baselines' A2C optimiser: ms₀ = 1, θ ← θ − lr g / sqrt(ms + ε)."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = RMSpropTF([p], lr=0.1, alpha=0.9, eps=0.01)
+    p.grad = torch.tensor([2.0, 0.5])
+    opt.step()
+    ms = 0.9 * 1.0 + 0.1 * torch.tensor([4.0, 0.25])
+    torch.testing.assert_close(p.detach(), torch.tensor([1.0, -2.0]) - 0.1 * torch.tensor(
+        [2.0, 0.5]) / (ms + 0.01).sqrt())
+
+
+def test_the_pixel_actor_critic_starts_orthogonal_so_its_features_see_the_frames():
+    """CleanRL's and baselines' Atari initialisation (gain √2): the features of different
+    frames differ (PyTorch's default left them 35× flatter, issue 83)."""
+    from themis.agents.ppo import ActorCritic
+
+    torch.manual_seed(0)
+    net = ActorCritic((4, 84, 84), 6, A2CConfig(hidden_depth=0))
+    conv = net.encoder.convs[0]
+    w = conv.weight.detach().reshape(conv.weight.shape[0], -1)
+    torch.testing.assert_close(w @ w.T, 2 * torch.eye(w.shape[0]), atol=1e-4, rtol=1e-4)
+    assert torch.count_nonzero(conv.bias) == 0
+    frames = torch.randint(0, 255, (32, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        assert net.encoder(frames).std(0).mean() > 0.01

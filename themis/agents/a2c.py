@@ -61,10 +61,42 @@ class A2CConfig:
     rms_alpha: float = 0.99
     """RMSprop's smoothing constant."""
     rms_eps: float = 1e-5
-    """RMSprop's ε."""
+    """RMSprop's ε (inside the square root, as TensorFlow's: :class:`RMSpropTF`)."""
     num_minibatches: int = 1
     """Samples of a rollout per state-entropy minibatch divisor (the loop's warm start of r̂
     draws ``rollout / num_minibatches`` states); A2C itself updates on the whole rollout."""
+
+
+class RMSpropTF(torch.optim.Optimizer):
+    """RMSprop as TensorFlow's ``RMSPropOptimizer``, which OpenAI baselines' A2C uses: the
+    running mean of squared gradients starts at 1 and ε is added inside the square root,
+    ``θ ← θ − lr · g / sqrt(ms + ε)``, ``ms ← α ms + (1 − α) g²`` (PyTorch's RMSprop starts
+    ``ms`` at 0 and adds ε outside: its first steps are about 10× larger; SB3's
+    ``RMSpropTFLike`` exists for the same reason).
+
+    Args:
+        params: the parameters.
+        lr: learning rate.
+        alpha: smoothing constant α.
+        eps: ε, inside the square root.
+    """
+
+    def __init__(self, params: Any, lr: float, alpha: float = 0.99, eps: float = 1e-5) -> None:
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.ones_like(p)
+                square_avg = state["square_avg"]
+                square_avg.mul_(group["alpha"]).addcmul_(p.grad, p.grad,
+                                                          value=1 - group["alpha"])
+                p.addcdiv_(p.grad, square_avg.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
 class A2C:
@@ -90,8 +122,8 @@ class A2C:
             (0 if observation_kind(obs_shape) == "pixels" else 2)
         self.net = ActorCritic(obs_shape, n_actions,
                                replace(cfg, hidden_depth=depth)).to(device)  # type: ignore[arg-type]
-        self.optimizer = torch.optim.RMSprop(self.net.parameters(), lr=cfg.learning_rate,
-                                             alpha=cfg.rms_alpha, eps=cfg.rms_eps)
+        self.optimizer = RMSpropTF(self.net.parameters(), lr=cfg.learning_rate,
+                                   alpha=cfg.rms_alpha, eps=cfg.rms_eps)
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
         self.metrics: dict[str, float] = {}
