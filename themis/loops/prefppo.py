@@ -99,10 +99,11 @@ def make_agent(ws: Workspace) -> PPO | A2C:
 
 
 def piece_steps(segment: int, horizon: int) -> int:
-    """Steps an env stages before they go to the episode store (besides the end of an
-    episode): one rollout, or :data:`SEGMENTS_PER_PIECE` segments when a rollout is shorter than
-    a segment (a query segment lies inside one stored piece of an episode)."""
-    return horizon if segment <= horizon else SEGMENTS_PER_PIECE * segment
+    """Steps an env stages before they go to the episode store at the end of a rollout (an
+    episode's end moves them at once): 0, every rollout's, when a segment fits in a rollout;
+    :data:`SEGMENTS_PER_PIECE` segments when a rollout is shorter than a segment (A2C's 5
+    steps: a query segment lies inside one stored piece of an episode)."""
+    return 0 if segment <= horizon else SEGMENTS_PER_PIECE * segment
 
 
 def store(ws: Workspace) -> EpisodeStore:
