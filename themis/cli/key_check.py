@@ -209,7 +209,7 @@ def value_refusal(index: dict[str, Any], argv: list[str]) -> str | None:
     given = assignments(argv)
     if any(key in given for key in BEFORE_THE_RANGES):
         return None
-    for key, kind, lo, hi, lo_open, hi_open, text in index.get("ranges", []):
+    for key, kind, lo, hi, lo_open, hi_open, text, cap in index.get("ranges", []):
         raw = given.get(key)
         if raw is None:
             continue
@@ -220,7 +220,7 @@ def value_refusal(index: dict[str, Any], argv: list[str]) -> str | None:
             value = float(raw)
         else:
             continue
-        allowed = Range(lo, hi, lo_open, hi_open, text)
+        allowed = Range(lo, hi, lo_open, hi_open, text, cap)
         if not allowed.holds(value):
             return f"{key}={value} {allowed.rule(value)}"
     return None

@@ -22,10 +22,13 @@ class Range:
     hi_open: bool = False
     text: str = ""
     """A rule in words that replaces the generic one (e.g. a TCP port)."""
+    cap: float = INF
+    """A sanity bound above the range (sizes: a billion hidden units allocates until killed),
+    told as ``must be at most CAP``; below the range the generic rule still speaks."""
 
     def holds(self, value: float) -> bool:
-        """Whether ``value`` is finite and inside the range."""
-        if not math.isfinite(value):
+        """Whether ``value`` is finite and inside the range (and at most :attr:`cap`)."""
+        if not math.isfinite(value) or value > self.cap:
             return False
         above = value > self.lo if self.lo_open else value >= self.lo
         below = value < self.hi if self.hi_open else value <= self.hi
@@ -35,6 +38,8 @@ class Range:
         """What a wrong ``value`` is told, e.g. ``must be positive`` or ``is outside [0, 1]``."""
         if self.text:
             return self.text
+        if math.isfinite(value) and value > self.cap:
+            return f"must be at most {int(self.cap) if self.cap == int(self.cap) else self.cap}"
         def shown(bound: float) -> str:
             return str(int(bound)) if math.isfinite(bound) and bound == int(bound) else \
                 f"{bound:g}"

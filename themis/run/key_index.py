@@ -34,7 +34,7 @@ def key_index() -> dict[str, Any]:
     chosen = [next(iter(d)) for d in defaults if isinstance(d, DictConfig)]
     options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
                for group in chosen if group in folders and group != "domain"}
-    ranges = []  # [key, "int" | "float", lo, hi, lo_open, hi_open, text], in the table's order
+    ranges = []  # [key, "int" | "float", lo, hi, lo_open, hi_open, text, cap], in order
     for key, allowed in NUMERIC_KEYS.items():
         node: Any = schema
         for part in key.split("."):
@@ -42,7 +42,7 @@ def key_index() -> dict[str, Any]:
         kind = {"IntegerNode": "int", "FloatNode": "float"}.get(type(node).__name__)
         if kind is not None:
             ranges.append([key, kind, allowed.lo, allowed.hi, allowed.lo_open, allowed.hi_open,
-                           allowed.text])
+                           allowed.text, allowed.cap])
     return {"keys": keys + [f for f in folders if f not in keys], "groups": groups,
             "ranges": ranges,
             "removed": dict(REMOVED_KEYS), "options": options, "domains": list(DOMAINS),

@@ -29,11 +29,11 @@ AGENTS = ("auto", "sac", "ppo", "a2c")
 
 
 # ---------------------------------------------------------------- numeric keys: one table
-WIDTH = Range(1, 16_384, text="must be a layer width from 1 to 16384")
+WIDTH = Range(1, cap=16_384)
 """Hidden widths: a billion units would allocate until killed (issue 85 item 8)."""
-DEPTH = Range(0, 64, text="must be a number of hidden layers from 0 to 64")
-BATCH = Range(1, 1_000_000, text="must be from 1 to 1000000")
-ENVS = Range(1, 1024, text="must be a number of environments from 1 to 1024")
+DEPTH = Range(0, cap=64)
+BATCH = Range(1, cap=1_000_000)
+ENVS = Range(1, cap=1024)
 
 NUMERIC_KEYS: dict[str, Range] = {
     # experiment
@@ -46,7 +46,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     # preference learning
     "num_interact": POSITIVE, "max_feedback": NON_NEGATIVE, "reward_batch": POSITIVE,
     "segment": POSITIVE, "large_batch": POSITIVE, "query_pool_episodes": POSITIVE,
-    "ensemble_size": Range(1, 64, text="must be from 1 to 64 members"),
+    "ensemble_size": Range(1, cap=64),
     "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
     "reward_train_batch": BATCH, "reward_hidden_dim": WIDTH,
     "reward_hidden_depth": DEPTH,
@@ -61,7 +61,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
     "teacher_eps_skip": UNIT, "teacher_eps_equal": UNIT,
     "label_port": Range(0, 65535, text="is not a TCP port; use 1-65535, or 0 for any free port"),
-    "labelers": Range(0, 1000, text="must be from 0 to 1000 labelers"),
+    "labelers": Range(0, cap=1000),
     "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
     "rating_k": POSITIVE_REAL, "min_labels_before_training": NON_NEGATIVE,
     "gold_fraction": UNIT, "min_gold_accuracy": UNIT, "min_gold_answers": POSITIVE,
