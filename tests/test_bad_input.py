@@ -204,7 +204,7 @@ def test_a_finished_run_dir_has_no_empty_train_log(tmp_path):
 def test_help_describes_every_key():
     import dataclasses
 
-    from themis.agents import PPOConfig, SACConfig
+    from themis.agents import A2CConfig, PPOConfig, SACConfig
     from themis.run.config import TrainConfig
 
     proc = launch("themis_train.sh", "--help", "env=Hopper-v5")
@@ -215,7 +215,8 @@ def test_help_describes_every_key():
     from themis.methods.registry import config_groups
     from themis.tracking import LoggerConfig
 
-    groups = {"sac": SACConfig, "ppo": PPOConfig, **config_groups(), "logger": LoggerConfig}
+    groups = {"sac": SACConfig, "ppo": PPOConfig, "a2c": A2CConfig, **config_groups(),
+              "logger": LoggerConfig}
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in groups] + \
         [f"{group}.{f.name}" for group, cls in groups.items() for f in dataclasses.fields(cls)]
     lines = out.splitlines()

@@ -410,7 +410,8 @@ def test_progress_shows_steps_per_second(compose, tmp_path, monkeypatch):
     import themis.run.workspace as workspace
 
     ws = make_workspace(compose(TINY_PENDULUM), tmp_path)
-    monkeypatch.setattr(workspace, "time", types.SimpleNamespace(time=lambda: ws.step / 250))
+    monkeypatch.setattr(workspace, "time", types.SimpleNamespace(  # checkpoints: no wall clock
+        time=lambda: ws.step / 250, monotonic=lambda: 0.0))
     rates: list[float] = []
     ws.logger.console = lambda kind, row: (  # type: ignore[method-assign]
         rates.append(row["fps"]) if kind == "train" else None)
