@@ -70,7 +70,8 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
     assert (tmp_path / "preferences" / "meta.json").is_file()
     assert len(pd.read_csv(tmp_path / "train.csv"))  # the loop's own rows, one writer
     assert not ws.remote.channel.process.is_alive()  # no learner process left
-    assert not (tmp_path / "checkpoints" / "state.pt").exists()  # not resumable: none written
+    assert (tmp_path / "checkpoints" / "state.pt").exists()  # resumable: the loop's checkpoint
+    assert (tmp_path / "checkpoints" / "learner" / "state.pt").exists()  # and the learner's
 
 
 @pytest.mark.slow
