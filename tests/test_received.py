@@ -713,3 +713,14 @@ def test_a_config_of_nested_yaml_aliases_is_refused_at_once_by_every_reader(tmp_
     os.mkfifo(fifo)
     with pytest.raises(UnsafeFileError, match="not a regular file"):
         check_yaml_file(fifo)  # a FIFO would block the reader
+
+
+@pytest.mark.parametrize("text", ["!!python/object:os.system {}\n", "- a\n- b\n", "a: [\n"],
+                         ids=["tag", "list", "broken"])
+def test_load_run_of_a_config_that_is_no_mapping_is_a_value_error(tmp_path, text):
+    """Issue 85 item 6: ConstructorError or AssertionError, where ValueError is promised."""
+    import themis
+
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(ValueError, match="config"):
+        themis.load_run(tmp_path)

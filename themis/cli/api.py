@@ -225,6 +225,8 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     """
     import pandas as pd
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     from themis.core.safe_loading import UnsafeFileError, check_yaml_file, safe_load
     from themis.reward.ensemble import load_reward_model
@@ -233,7 +235,13 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     if not (run / "config.yaml").is_file():
         raise FileNotFoundError(f"{run} is not a Themis run folder (no config.yaml)")
     check_yaml_file(run / "config.yaml")  # UnsafeFileError is a ValueError
-    config = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=False)
+    try:  # a tag (!!python/...) or broken YAML: the ValueError the docstring promises
+        config = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=False)
+    except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{run / 'config.yaml'} is not a readable config ({first})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{run / 'config.yaml'} is not a Themis config (no key: value mapping)")
 
     def rows(name: str) -> pd.DataFrame:
         file = run / name
@@ -251,6 +259,5 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
         if not isinstance(saved, dict) or not isinstance(saved.get("agent"), dict):
             raise ValueError(f"{ckpt / 'agent.pt'} is not a Themis agent checkpoint")
         agent_state, agent_step = saved["agent"], saved.get("step")
-    assert isinstance(config, dict)
     return LoadedRun(run, {str(k): v for k, v in config.items()}, rows("eval.csv"),
                      rows("train.csv"), rows("reward.csv"), model, agent_state, agent_step)
