@@ -27,7 +27,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 from themis.agents.encoders import observation_kind
-from themis.agents.ppo import ActorCritic, Rollout, gae
+from themis.agents.ppo import ActorCritic, ActorCriticAgent, Rollout, gae
 
 
 @dataclass
@@ -99,7 +99,7 @@ class RMSpropTF(torch.optim.Optimizer):
                 p.addcdiv_(p.grad, square_avg.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
-class A2C:
+class A2C(ActorCriticAgent):
     """A2C agent for a ``Discrete(n_actions)`` action space, with PPO's interface (``step``,
     ``value``, ``act``, ``update(Rollout)``), so that :mod:`themis.loops.prefppo` runs it.
 
@@ -127,29 +127,6 @@ class A2C:
         self.total_updates = max(1, total_updates)
         self.num_updates = 0
         self.metrics: dict[str, float] = {}
-
-    @torch.no_grad()
-    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample actions for ``(N, *obs_shape)`` observations: actions ``(N,)`` int64, their
-        log-probabilities ``(N,)`` and values ``(N,)``."""
-        logits, values = self.net(torch.as_tensor(obs, device=self.device))
-        dist = Categorical(logits=logits)
-        actions = dist.sample()
-        return (actions.cpu().numpy(), dist.log_prob(actions).cpu().numpy(),
-                values.cpu().numpy())
-
-    @torch.no_grad()
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        """V(obs) for ``(N, *obs_shape)`` observations, ``(N,)``."""
-        return self.net(torch.as_tensor(obs, device=self.device))[1].cpu().numpy()
-
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, sample: bool = False) -> int:
-        """One action for one observation: the most probable one, or a sample."""
-        logits, _ = self.net(torch.as_tensor(obs[None], device=self.device))
-        if sample:
-            return int(Categorical(logits=logits).sample().item())
-        return int(logits.argmax(-1).item())
 
     def targets(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
         """Advantages and return targets ``(T, N)`` of a rollout: with ``gae_lambda=1`` the
@@ -192,20 +169,3 @@ class A2C:
         self.metrics = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                         "entropy": entropy.item(), "grad_norm": float(grad_norm)}
         return self.metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "num_updates": self.num_updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: the network shapes differ.
-        """
-        try:
-            self.net.load_state_dict(state["net"])
-        except RuntimeError as e:
-            raise ValueError(f"A2C network shapes differ: {e}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state.get("num_updates", 0))

@@ -160,29 +160,14 @@ def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, next_values:
     return advantages, advantages + values
 
 
-class PPO:
-    """PPO agent for a ``Discrete(n_actions)`` action space.
+class ActorCriticAgent:
+    """What PPO and A2C share: acting with :class:`ActorCritic` (``self.net``) and the
+    checkpointed state (network, optimiser, updates made)."""
 
-    Args:
-        obs_shape: shape of one observation.
-        n_actions: number of discrete actions.
-        device: torch device.
-        cfg: :class:`PPOConfig`.
-        total_updates: number of :meth:`update` calls planned (for learning-rate annealing).
-    """
-
-    METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
-                 cfg: PPOConfig, total_updates: int = 1) -> None:
-        self.cfg = cfg
-        self.device = device
-        self.n_actions = n_actions
-        self.net = ActorCritic(obs_shape, n_actions, cfg).to(device)
-        self.optimizer = make_adam(self.net.parameters(), cfg.learning_rate, eps=1e-5)
-        self.total_updates = max(1, total_updates)
-        self.num_updates = 0
-        self.metrics: dict[str, float] = {}  # of the last update (train.csv's columns)
+    net: ActorCritic
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    num_updates: int
 
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -209,6 +194,48 @@ class PPO:
         if sample:
             return int(Categorical(logits=logits).sample().item())
         return int(logits.argmax(-1).item())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output.
+
+        Raises:
+            ValueError: the network shapes differ.
+        """
+        try:
+            self.net.load_state_dict(state["net"])
+        except RuntimeError as e:
+            raise ValueError(f"{type(self).__name__} network shapes differ: {e}") from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state.get("num_updates", 0))
+
+
+class PPO(ActorCriticAgent):
+    """PPO agent for a ``Discrete(n_actions)`` action space.
+
+    Args:
+        obs_shape: shape of one observation.
+        n_actions: number of discrete actions.
+        device: torch device.
+        cfg: :class:`PPOConfig`.
+        total_updates: number of :meth:`update` calls planned (for learning-rate annealing).
+    """
+
+    METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
+                 cfg: PPOConfig, total_updates: int = 1) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.n_actions = n_actions
+        self.net = ActorCritic(obs_shape, n_actions, cfg).to(device)
+        self.optimizer = make_adam(self.net.parameters(), cfg.learning_rate, eps=1e-5)
+        self.total_updates = max(1, total_updates)
+        self.num_updates = 0
+        self.metrics: dict[str, float] = {}  # of the last update (train.csv's columns)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """Minibatch epochs of the clipped PPO objective on one rollout.
@@ -275,20 +302,3 @@ class PPO:
                         float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
         self.metrics = {k: float(np.mean(v)) for k, v in stats.items()}
         return self.metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "num_updates": self.num_updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: the network shapes differ.
-        """
-        try:
-            self.net.load_state_dict(state["net"])
-        except RuntimeError as e:
-            raise ValueError(f"PPO network shapes differ: {e}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state.get("num_updates", 0))
