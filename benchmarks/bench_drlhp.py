@@ -353,13 +353,8 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
     distance (px), true return, last validation accuracy, wall-clock and CPU seconds, the
     date, commit, machine and command; a row of the same (variant, seed, steps) is replaced."""
     import datetime
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "benchmarks" / "bench_methods.py")
-    assert spec is not None and spec.loader is not None
-    bench_methods = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_methods)
+    bench_methods: Any = _bench_methods()
     commit = _commit()
     rows = pd.DataFrame({
         "variant": variant, "seed": runs["seed"], "steps": steps,
