@@ -45,8 +45,9 @@ return (+1 per frame closer, −1 per frame away), mean ± standard error over s
 summed over resumes).
 
 ``pong``: ``PongNoFrameskip-v4`` (``domain=ALE``: DQN preprocessing, 4 stacked 84 × 84 frames, no
-sticky actions) with the recipe and an oracle teacher (``oracle``) and PPO on the true reward
-(``ppo_true``), 16 envs as mrahtz's Pong run, seed 0 by default: the true score (mean of
+sticky actions) with the recipe and an oracle teacher (``<agent>_oracle``) and the same agent on
+the true reward (``<agent>_true``): A2C with 16 envs as mrahtz's Pong run, or PPO with CleanRL's
+Atari settings (8 envs, clip 0.1), seed 0 by default: the true score (mean of
 ``num_eval_episodes=3``) every ``--steps`` / 20 steps, tabled side by side and drawn in
 ``OUT/pong/curve.png``.
 
@@ -129,8 +130,8 @@ def dot_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool
 def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: bool) -> list[str]:
     """The ``./themis_train.sh`` overrides of one Pong run: ``<agent>_true`` (the agent on the
     true reward) or ``<agent>_oracle`` (DRLHP's recipe and an oracle teacher), ``<agent>``
-    ``ppo`` (16 envs × 128 steps, 4 epochs) or ``a2c`` (16 envs × 5 steps, one step, RMSprop:
-    DRLHP's and mrahtz's agent)."""
+    ``ppo`` (CleanRL's ``ppo_atari.py``: 8 envs × 128 steps, 4 epochs, clip 0.1, linear heads)
+    or ``a2c`` (16 envs × 5 steps, one step, RMSprop: DRLHP's and mrahtz's agent)."""
     agent, kind = variant.split("_")
     out = ["domain=ALE", "env=PongNoFrameskip-v4", f"num_train_steps={steps}", f"seed={seed}",
            f"eval_frequency={max(steps // 20, 1024)}", f"agent={agent}",
@@ -144,7 +145,8 @@ def pong_overrides(variant: str, steps: int, seed: int, queries: int, quick: boo
                 "+env_kwargs.max_num_frames_per_episode=1000"]
         out += ["ppo.num_steps=64"] if agent == "ppo" else []
     else:
-        out += [f"{agent}.num_envs=16", "num_eval_episodes=3"]
+        out += ["num_eval_episodes=3"]
+        out += ["ppo.num_envs=8", "ppo.clip_coef=0.1"] if agent == "ppo" else ["a2c.num_envs=16"]
     if kind == "true":
         return [*out, "learn_reward=false", "num_unsup_steps=0"]
     # DRLHP's recipe: 500 labels from the random policy's first PONG_SEED_STEPS steps, 200
@@ -586,9 +588,9 @@ def speed_table(frames: int, reps: int) -> None:
 
 
 def agent_cost(agent: str, steps: int) -> float:
-    """CPU seconds per 10k agent steps of ``agent`` (``a2c`` or ``ppo``, 16 envs, one thread) on
-    ``PongNoFrameskip-v4`` with the true reward: stepping the envs, acting and the updates, over
-    at least ``steps`` steps after one warm-up rollout."""
+    """CPU seconds per 10k agent steps of ``agent`` (``a2c``: 16 envs, ``ppo``: 8, as the Pong
+    runs; one thread) on ``PongNoFrameskip-v4`` with the true reward: stepping the envs, acting
+    and the updates, over at least ``steps`` steps after one warm-up rollout."""
     import time
 
     import torch
@@ -600,11 +602,11 @@ def agent_cost(agent: str, steps: int) -> float:
 
     torch.set_num_threads(1)
     cfg = OmegaConf.create({"domain": "ALE", "env": "PongNoFrameskip-v4", "seed": 0,
-                            "agent": agent, "a2c": {"num_envs": 16}, "ppo": {"num_envs": 16},
+                            "agent": agent, "a2c": {"num_envs": 16}, "ppo": {"num_envs": 8},
                             "obs_transform": None, "env_kwargs": {}, "human_teacher": False,
                             "xplain_action": False, "xplain_state": False})
     envs = make_vector_env(cfg)
-    settings = A2CConfig(num_envs=16) if agent == "a2c" else PPOConfig(num_envs=16)
+    settings = A2CConfig(num_envs=16) if agent == "a2c" else PPOConfig(num_envs=8, clip_coef=0.1)
     obs, _ = envs.reset(seed=0)
     net = (A2C if agent == "a2c" else PPO)(obs.shape[1:], 6, torch.device("cpu"),
                                            settings)  # type: ignore[arg-type]
@@ -697,7 +699,8 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     print(f"| r̂ of the rollouts, compiled | {fast_score * 1e4:.1f} | - |")
     agents = {agent: agent_cost(agent, 4096) for agent in ("a2c", "ppo")}
     for agent, cost in agents.items():
-        print(f"| {agent.upper()} (16 envs: stepping, acting, updates) | {cost:.1f} | - |")
+        print(f"| {agent.upper()} ({16 if agent == 'a2c' else 8} envs: stepping, acting, "
+              f"updates) | {cost:.1f} | - |")
     if record is not None:
         pieces = [("reward training", 1, one_pass * train),
                   ("reward training", 2, two_pass * train),

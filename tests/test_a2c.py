@@ -14,7 +14,7 @@ import torch
 from torch.distributions import Categorical
 
 from tests.conftest import launch
-from themis.agents import A2C, A2CConfig, resolve_agent
+from themis.agents import A2C, PPO, A2CConfig, PPOConfig, resolve_agent
 from themis.agents.a2c import RMSpropTF
 from themis.agents.ppo import Rollout
 from themis.builder import make_workspace
@@ -77,10 +77,15 @@ def test_the_learning_rate_decays_linearly_over_the_planned_updates():
     assert a2c.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 2 / 4)
 
 
-def test_heads_are_linear_on_pixels_and_an_mlp_on_vectors():
-    pixels = A2C((4, 84, 84), 6, torch.device("cpu"), A2CConfig())
-    vectors = A2C((4,), 2, torch.device("cpu"), A2CConfig())
+@pytest.mark.parametrize("agent, config", [(A2C, A2CConfig), (PPO, PPOConfig)])
+def test_heads_are_linear_on_pixels_and_an_mlp_on_vectors(agent, config):
+    # baselines' cnn / CleanRL's ppo_atari.py on pixels, their 64-64 tanh MLP on vectors
+    pixels = agent((4, 84, 84), 6, torch.device("cpu"), config())
+    vectors = agent((4,), 2, torch.device("cpu"), config())
     assert len(pixels.net.actor) == 1 and len(vectors.net.actor) == 5  # 2 × (Linear, Tanh) + 1
+    assert (pixels.cfg.hidden_depth, vectors.cfg.hidden_depth) == (0, 2)  # resolved, as SB3 reads
+    deep = agent((4, 84, 84), 6, torch.device("cpu"), config(hidden_depth=1))
+    assert len(deep.net.actor) == 3  # a depth given wins
 
 
 def test_agent_a2c_needs_discrete_actions():

@@ -26,8 +26,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from themis.agents.encoders import observation_kind
-from themis.agents.ppo import ActorCritic, ActorCriticAgent, Rollout, gae
+from themis.agents.ppo import ActorCritic, ActorCriticAgent, Rollout, gae, head_depth
 
 
 @dataclass
@@ -39,7 +38,7 @@ class A2CConfig:
     hidden_depth: int | None = None
     """Hidden layers of the heads after the encoder; ``None``: as baselines' policies, 0 on
     pixels (linear heads on the Nature CNN's 512 features) and 2 elsewhere (its 64-64 tanh
-    MLP policy; with linear heads on CartPole's four numbers A2C learns nothing)."""
+    MLP policy); see :func:`themis.agents.ppo.head_depth`."""
     num_envs: int = 16
     """Environments stepped side by side (gymnasium SyncVectorEnv)."""
     num_steps: int = 5
@@ -115,13 +114,10 @@ class A2C(ActorCriticAgent):
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
                  cfg: A2CConfig, total_updates: int = 1) -> None:
-        self.cfg = cfg
+        self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
         self.device = device
         self.n_actions = n_actions
-        depth = cfg.hidden_depth if cfg.hidden_depth is not None else \
-            (0 if observation_kind(obs_shape) == "pixels" else 2)
-        self.net = ActorCritic(obs_shape, n_actions,
-                               replace(cfg, hidden_depth=depth)).to(device)  # type: ignore[arg-type]
+        self.net = ActorCritic(obs_shape, n_actions, self.cfg).to(device)
         self.optimizer = RMSpropTF(self.net.parameters(), lr=cfg.learning_rate,
                                    alpha=cfg.rms_alpha, eps=cfg.rms_eps)
         self.total_updates = max(1, total_updates)

@@ -12,7 +12,7 @@ learned reward or the true one), as in B-Pref's PrefPPO.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,18 +20,21 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from themis.agents.encoders import ConvEncoder, NatureCNN, make_encoder
+from themis.agents.encoders import ConvEncoder, NatureCNN, make_encoder, observation_kind
 from themis.utils import make_adam
 
 
 @dataclass
 class PPOConfig:
-    """Hyper-parameters of :class:`PPO` (defaults as in CleanRL's ``ppo.py`` / SB3)."""
+    """Hyper-parameters of :class:`PPO` (defaults as in CleanRL's ``ppo.py`` and, on pixels,
+    ``ppo_atari.py`` / SB3)."""
 
     hidden_dim: int = 64
     """Width of the hidden layers of the policy and value heads."""
-    hidden_depth: int = 2
-    """Hidden layers of the actor and critic heads."""
+    hidden_depth: int | None = None
+    """Hidden layers of the actor and critic heads after the encoder; ``None``: as CleanRL and
+    SB3, 0 on pixels (linear heads on the Nature CNN's 512 features, ``ppo_atari.py``) and 2
+    elsewhere (the 64-64 tanh MLP of ``ppo.py``); see :func:`head_depth`."""
     num_envs: int = 8
     """Environments stepped side by side (gymnasium SyncVectorEnv)."""
     num_steps: int = 128
@@ -81,7 +84,17 @@ class HeadSizes(Protocol):
     """The head sizes :class:`ActorCritic` reads (:class:`PPOConfig`, ``A2CConfig``)."""
 
     hidden_dim: int
-    hidden_depth: int
+    hidden_depth: int | None
+
+
+def head_depth(obs_shape: tuple[int, ...], hidden_depth: int | None) -> int:
+    """Hidden layers of the on-policy heads: ``hidden_depth``, or for ``None`` the rule of
+    CleanRL's and OpenAI baselines' policies: 0 on pixels (linear heads on the Nature CNN,
+    ``ppo_atari.py``, baselines' ``cnn``) and 2 elsewhere (the 64-64 tanh MLP of ``ppo.py``,
+    baselines' ``mlp``; with linear heads on CartPole's four numbers A2C learns nothing)."""
+    if hidden_depth is not None:
+        return hidden_depth
+    return 0 if observation_kind(obs_shape) == "pixels" else 2
 
 
 class ActorCritic(nn.Module):
@@ -107,8 +120,9 @@ class ActorCritic(nn.Module):
         if isinstance(self.encoder, ConvEncoder):
             self.encoder.use_channels_last()
         feat = self.encoder.feature_dim
-        self.actor = _head(feat, cfg.hidden_dim, cfg.hidden_depth, n_actions, 0.01)
-        self.critic = _head(feat, cfg.hidden_dim, cfg.hidden_depth, 1, 1.0)
+        depth = head_depth(obs_shape, cfg.hidden_depth)
+        self.actor = _head(feat, cfg.hidden_dim, depth, n_actions, 0.01)
+        self.critic = _head(feat, cfg.hidden_dim, depth, 1, 1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.encoder(obs)
@@ -228,7 +242,7 @@ class PPO(ActorCriticAgent):
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
                  cfg: PPOConfig, total_updates: int = 1) -> None:
-        self.cfg = cfg
+        self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
         self.device = device
         self.n_actions = n_actions
         self.net = ActorCritic(obs_shape, n_actions, cfg).to(device)
