@@ -724,3 +724,101 @@ def test_load_run_of_a_config_that_is_no_mapping_is_a_value_error(tmp_path, text
     (tmp_path / "config.yaml").write_text(text)
     with pytest.raises(ValueError, match="config"):
         themis.load_run(tmp_path)
+
+
+# ---------------------------------------------------------------- issue 85 items 2 and 10
+def nan_reward_model(folder: Path) -> Path:
+    import torch
+
+    from themis.reward import RewardEnsemble
+    from themis.reward.ensemble import save_reward_model
+
+    model = RewardEnsemble(3, 1, 2, hidden_dim=8, hidden_depth=1)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] = float("nan")
+    (folder / "checkpoints").mkdir(parents=True)
+    return save_reward_model(model, folder / "checkpoints" / "reward_model.pt")
+
+
+def test_a_reward_model_with_nan_weights_is_refused_by_every_loader(tmp_path):
+    """Issue 85 item 2: through the DRLHP wrapper 400 of 400 rewards were NaN."""
+    import gymnasium as gym
+
+    from themis.online.drlhp import HumanPreferencesEnvWrapper
+    from themis.reward import load_reward_model
+
+    path = nan_reward_model(tmp_path / "run")
+    with pytest.raises(ValueError, match="NaN") as e:
+        load_reward_model(path)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="NaN"):
+        HumanPreferencesEnvWrapper(gym.make("Pendulum-v1"), synthetic_prefs=True,
+                                   pretrained_reward_predictor_dir=str(tmp_path / "run"),
+                                   collect_prefs=False, train_reward=False,
+                                   log_dir=str(tmp_path / "wrapped"))
+
+
+def test_inspection_refuses_an_agent_with_nan_weights(tmp_path):
+    """``inspect_reward.py`` played the saved agent and exited 0 on NaN weights."""
+    import torch
+
+    from themis.interpret.inspection import load_run
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("domain: Classic\nenv: Pendulum-v1\n")
+    torch.save({"agent": nan_agent(), "step": 5}, run / "checkpoints" / "agent.pt")
+    with pytest.raises(ValueError, match="NaN"):
+        load_run(run, out_dir=tmp_path / "out")
+
+
+def nan_agent() -> dict:
+    import torch
+
+    return {"actor": {"w": torch.tensor([0.5, float("nan")])}, "log_alpha": torch.zeros(())}
+
+
+def test_an_agent_with_nan_weights_is_refused_by_load_run_resume_and_snapshots(
+        compose, tmp_path):
+    import hashlib
+
+    import torch
+
+    import themis
+    from tests.conftest import TINY_PENDULUM
+    from themis.builder import make_workspace
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("domain: Classic\nenv: Pendulum-v1\n")
+    torch.save({"agent": nan_agent(), "step": 5}, run / "checkpoints" / "agent.pt")
+    with pytest.raises(ValueError, match=r"agent\.actor\.w holds NaN"):
+        themis.load_run(run)
+    with pytest.raises(ConfigError, match="pretrained_snapshot: .*NaN"):
+        make_workspace(compose([*TINY_PENDULUM, "pretrained_snapshot="
+                                f"{run / 'checkpoints' / 'agent.pt'}"]), tmp_path / "new")
+    ckpt = tmp_path / "resumed" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    torch.save({"env": "Pendulum-v1", "step": 0, "agent": nan_agent()}, ckpt / "state.pt")
+    digest = hashlib.sha256((ckpt / "state.pt").read_bytes()).hexdigest()
+    (ckpt / "state.pt.sha256").write_text(f"{digest}  state.pt\n")
+    with pytest.raises(ConfigError, match="resume: .*NaN"):
+        make_workspace(compose([*TINY_PENDULUM, "resume=true"]), tmp_path / "resumed")
+
+
+def test_a_zip_bomb_policy_is_refused_from_the_zip_directory_before_inflating(tmp_path):
+    """Issue 85 item 10: a 1 MB zip holding a 1 GiB policy.pth cost 2.3 GB and 30 s."""
+    import time
+    import zipfile
+
+    from themis.agents.sb3 import read_sb3_zip
+
+    path = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("data", b"{}")
+        z.writestr("policy.pth", bytes(64 << 20))  # 64 MiB of zeros: ~64 KB deflated
+    assert path.stat().st_size < 1 << 20
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="zip bomb") as e:
+        read_sb3_zip(path)
+    assert time.monotonic() - start < 1.0 and "\n" not in str(e.value)

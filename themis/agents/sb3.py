@@ -43,6 +43,11 @@ from themis.core.safe_loading import check_finite_tensors, check_tensor_sizes
 
 MAX_ENTRY_BYTES = 1 << 30
 """The largest ``policy.pth`` / ``data`` entry read (1 GiB, uncompressed)."""
+MAX_RATIO_FROM_BYTES = 16 << 20
+"""Entries larger than this (16 MiB uncompressed) must not inflate more than
+:data:`MAX_COMPRESSION_RATIO` times: network weights barely compress (random float32 bits,
+about 1.1×), a zip bomb does (zeros: ~1000×)."""
+MAX_COMPRESSION_RATIO = 100
 
 
 class SB3Model(NamedTuple):
@@ -66,12 +71,19 @@ class SB3Model(NamedTuple):
 def _read_entry(archive: zipfile.ZipFile, name: str) -> bytes | None:
     if name not in archive.namelist():
         return None
-    if archive.getinfo(name).file_size > MAX_ENTRY_BYTES:
+    info = archive.getinfo(name)  # sizes from the zip's directory, before inflating
+    if info.file_size > MAX_ENTRY_BYTES:
         raise ValueError(f"its {name} is larger than {MAX_ENTRY_BYTES >> 30} GiB")
-    with archive.open(name) as f:
-        blob = f.read(MAX_ENTRY_BYTES + 1)
-    if len(blob) > MAX_ENTRY_BYTES:
-        raise ValueError(f"its {name} is larger than {MAX_ENTRY_BYTES >> 30} GiB")
+    if info.file_size > MAX_RATIO_FROM_BYTES and \
+            info.file_size > MAX_COMPRESSION_RATIO * max(info.compress_size, 1):
+        raise ValueError(f"its {name} inflates {info.compress_size:,} bytes to "
+                         f"{info.file_size:,} (more than {MAX_COMPRESSION_RATIO}×: not network "
+                         "weights, a zip bomb); refused before inflating")
+    with archive.open(name) as f:  # a directory that understates the size is cut off here
+        blob = f.read(min(MAX_ENTRY_BYTES, info.file_size) + 1)
+    if len(blob) > info.file_size:
+        raise ValueError(f"its {name} inflates to more than the zip's directory says "
+                         f"({info.file_size:,} bytes); refused")
     return blob
 
 

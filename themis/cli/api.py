@@ -228,7 +228,12 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from themis.core.safe_loading import UnsafeFileError, check_yaml_file, safe_load
+    from themis.core.safe_loading import (
+        UnsafeFileError,
+        check_finite_tensors,
+        check_yaml_file,
+        safe_load,
+    )
     from themis.reward.ensemble import load_reward_model
 
     run = Path(path)
@@ -254,6 +259,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     if (ckpt / "agent.pt").is_file():
         try:
             saved = safe_load(ckpt / "agent.pt")
+            check_finite_tensors(saved, ckpt / "agent.pt")  # NaN weights would play NaN
         except UnsafeFileError as e:
             raise ValueError(f"{ckpt / 'agent.pt'}: {e}") from None
         if not isinstance(saved, dict) or not isinstance(saved.get("agent"), dict):

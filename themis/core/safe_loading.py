@@ -108,18 +108,25 @@ def check_tensor_sizes(value: Any, where: str | Path) -> None:
             todo += [(v, f"{key}[{i}]") for i, v in enumerate(node)]
 
 
-def check_finite_tensors(state: dict[str, Any], where: str | Path) -> None:
-    """Refuse floating-point tensors of a state dict that hold NaN or infinite values (weights
-    that would make every action or reward NaN without an error).
+def check_finite_tensors(state: Any, where: str | Path) -> None:
+    """Refuse floating-point tensors (anywhere in dicts, lists, tuples, e.g. a state dict or an
+    agent's networks with their optimiser) that hold NaN or infinite values: weights that would
+    make every action or reward NaN without an error.
 
     Raises:
-        UnsafeFileError: the first such tensor.
+        UnsafeFileError: the first such tensor, by its key path.
     """
-    for key, tensor in state.items():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and \
-                not bool(torch.isfinite(tensor).all()):
-            raise UnsafeFileError(f"{where}: {key} holds NaN or infinite values; refused "
-                                  "(it would play or predict NaN)")
+    todo: list[tuple[Any, str]] = [(state, "")]
+    while todo:
+        node, key = todo.pop()
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
+                raise UnsafeFileError(f"{where}: {key or '(top)'} holds NaN or infinite "
+                                      "values; refused (it would play or predict NaN)")
+        elif isinstance(node, dict):
+            todo += [(v, f"{key}.{k}" if key else str(k)) for k, v in node.items()]
+        elif isinstance(node, list | tuple):
+            todo += [(v, f"{key}[{i}]") for i, v in enumerate(node)]
 
 
 def npy_header(f: Any) -> tuple[tuple[int, ...], np.dtype]:

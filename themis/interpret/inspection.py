@@ -254,7 +254,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
             truncated or replaced file).
     """
     from themis.builder import make_workspace
-    from themis.core.safe_loading import MALFORMED, describe, safe_load
+    from themis.core.safe_loading import MALFORMED, check_finite_tensors, describe, safe_load
     from themis.reward import load_reward_model
     from themis.run.received_config import check_named_code, load_received_config
 
@@ -276,6 +276,7 @@ def load_run(run_dir: str | Path, out_dir: str | Path | None = None,
         setattr(cfg, key, value)
     ws = make_workspace(cfg, Path(out_dir) if out_dir else run / "inspection")
     state = safe_load(ckpt / "agent.pt", ws.device)
+    check_finite_tensors(state, ckpt / "agent.pt")  # NaN weights would play NaN
     try:
         ws.agent.load_state_dict(state["agent"])
     except MALFORMED as e:

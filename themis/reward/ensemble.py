@@ -20,7 +20,7 @@ from torch import nn
 from themis.agents.encoders import Encoder, make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
 from themis.core.precision import autocast
-from themis.core.safe_loading import MALFORMED, describe, safe_load
+from themis.core.safe_loading import MALFORMED, check_finite_tensors, describe, safe_load
 from themis.reward.networks import (
     DOT_NETS,
     DRLHPCNN,
@@ -345,6 +345,7 @@ def load_reward_model(path: str | Path, device: str | torch.device = "cpu") -> R
             or not isinstance(ckpt.get("config"), dict):
         raise ValueError(f"{path} is not a Themis reward-model checkpoint")
     config, weights = ckpt["config"], ckpt["model"]
+    check_finite_tensors(weights, path)  # NaN weights would predict NaN rewards
     try:
         with torch.device("meta"):  # shapes only: a crafted config allocates nothing
             wanted = RewardEnsemble(**config).state_dict()

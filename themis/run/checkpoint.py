@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from themis.core.safe_loading import UnsafeFileError, safe_load
+from themis.core.safe_loading import UnsafeFileError, check_finite_tensors, safe_load
 from themis.reward import save_reward_model
 from themis.utils import ConfigError, replace_durably, save_durably
 
@@ -139,7 +139,11 @@ def load_checkpoint(ckpt_dir: Path, map_location: Any = "cpu") -> tuple[dict[str
                 log.warning("checkpoint %s is missing or corrupt (checksum mismatch); resuming "
                             "from the previous one, %s", current, previous)
             try:
-                return safe_load(path, map_location), path
+                state = safe_load(path, map_location)
+                if isinstance(state, dict):  # the networks: NaN weights would play NaN
+                    check_finite_tensors({k: state.get(k) for k in ("agent", "reward_model")},
+                                         path)
+                return state, path
             except UnsafeFileError as e:
                 raise CheckpointError(str(e)) from None
     problem = "corrupt (checksum mismatch)" if current.exists() else "missing"

@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from themis.core.safe_loading import MALFORMED, UnsafeFileError, describe, safe_load
+from themis.core.safe_loading import (
+    MALFORMED,
+    UnsafeFileError,
+    check_finite_tensors,
+    describe,
+    safe_load,
+)
 from themis.utils import ConfigError, save_durably
 
 if TYPE_CHECKING:
@@ -32,6 +38,7 @@ def read_snapshot(path: Path, device: Any = "cpu", mmap: bool = False) -> dict[s
                           "./themis_pretrain.sh first or drop the option")
     try:
         snap = safe_load(path, device, mmap=mmap)
+        check_finite_tensors(snap.get("agent") if isinstance(snap, dict) else None, path)
     except UnsafeFileError as e:
         raise ConfigError(f"pretrained_snapshot: {e}") from None
     if not isinstance(snap, dict) or "step" not in snap:
