@@ -794,7 +794,7 @@ def test_an_agent_with_nan_weights_is_refused_by_load_run_resume_and_snapshots(
     torch.save({"agent": nan_agent(), "step": 5}, run / "checkpoints" / "agent.pt")
     with pytest.raises(ValueError, match=r"agent\.actor\.w holds NaN"):
         themis.load_run(run)
-    with pytest.raises(ConfigError, match="pretrained_snapshot: .*NaN"):
+    with pytest.raises(ConfigError, match=r"pretrained_snapshot: .*NaN"):
         make_workspace(compose([*TINY_PENDULUM, "pretrained_snapshot="
                                 f"{run / 'checkpoints' / 'agent.pt'}"]), tmp_path / "new")
     ckpt = tmp_path / "resumed" / "checkpoints"
@@ -802,7 +802,7 @@ def test_an_agent_with_nan_weights_is_refused_by_load_run_resume_and_snapshots(
     torch.save({"env": "Pendulum-v1", "step": 0, "agent": nan_agent()}, ckpt / "state.pt")
     digest = hashlib.sha256((ckpt / "state.pt").read_bytes()).hexdigest()
     (ckpt / "state.pt.sha256").write_text(f"{digest}  state.pt\n")
-    with pytest.raises(ConfigError, match="resume: .*NaN"):
+    with pytest.raises(ConfigError, match=r"resume: .*NaN"):
         make_workspace(compose([*TINY_PENDULUM, "resume=true"]), tmp_path / "resumed")
 
 
