@@ -142,7 +142,7 @@ def test_default_workflow_people_label_and_the_reward_switches_after_n_training_
     try:
         assert not wrapped_env.using_reward_from_predictor
         reward, info = step_until(wrapped_env, lambda: wrapped_env.using_reward_from_predictor)
-        assert wrapped_env.model_version >= 2
+        assert wrapped_env.core.epochs >= 2  # passes over the labels, as DRLHP counts them
         reward, info = step_until(wrapped_env, lambda: True)
         assert reward == info["predicted_reward"] != info["true_reward"]
         # the last full episode, beside the pair: its clip is served by integer ID
@@ -245,6 +245,25 @@ def test_reward_predictor_checkpoints_come_every_interval_training_steps(tmp_pat
     assert sorted(versions)[:2] == [2, 4]  # every second training
     env.close()
     assert torch.load(path, weights_only=True)["version"] == env.model_version
+
+
+def test_the_readme_s_first_workflow_switches_to_r_hat_soon_after_the_first_labels(tmp_path):
+    """Issue 85 item 21: ``segment_length=25, synthetic_preferences=True,
+    n_initial_training_steps=10`` (the README's first example) returned the env's reward for
+    50k+ steps, one "training step" per round. Counted as DRLHP counts them, passes over the
+    labels, the ten come right after the first round's labels, before the second round."""
+    env = HumanPreferencesEnvWrapper(dot(), segment_length=25, synthetic_preferences=True,
+                                     n_initial_training_steps=10, log_dir=str(tmp_path),
+                                     reward_batch=10, **{**SMALL, "num_interact": 5000})
+    try:
+        assert not env.using_reward_from_predictor
+        reward, info = step_until(env, lambda: env.using_reward_from_predictor, seconds=120)
+        assert env.core.epochs >= 10 and env.model_version >= 2
+        assert env.core.shared.counts()["total_feedback"] == 10  # still the first round's
+        reward, info = step_until(env, lambda: True)
+        assert reward == info["predicted_reward"] != info["true_reward"]
+    finally:
+        env.close()
 
 
 # ---------------------------------------------------------------------- refusals

@@ -564,27 +564,36 @@ def test_collect_then_train_from_the_folder_then_use_the_pretrained_model(tmp_pa
 
 @pytest.mark.slow
 def test_the_model_is_used_after_n_initial_training_steps_and_a_resume_continues(tmp_path):
-    """n_initial_training_steps=2: the warm-up reward (here the true one) until the second
-    trained version. Then the learner is resumed: labels, queries and versions go on."""
+    """n_initial_training_steps=6 passes over the labels (DRLHP's training steps): the warm-up
+    reward (here the true one) until then; a round trains at most reward_update=3, so the
+    learner trains the rest in its idle time, one published pass each.
+    Then the learner is resumed: labels, queries and versions go on."""
     env = PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path, warmup_reward="true",
-                                    n_initial_training_steps=2, **TINY)
+                                    n_initial_training_steps=6, **TINY)
     env.reset(seed=0)
     seen = set()
-    while env.model_version < 2:
+    while True:
         _, reward, *_, info = env.step(env.action_space.sample())
-        if env.model_version < 2:
-            assert reward == info["true_reward"]
+        if reward != info["true_reward"]:  # the first step that returns r̂
+            break
+        assert env.core.epochs < 6  # the true reward until the sixth pass
         seen.add(env.model_version)
         time.sleep(0.001)
-    _, reward, *_, info = env.step(env.action_space.sample())
-    assert reward == info["predicted_reward"] != info["true_reward"] and 1 in seen
+    assert reward == info["predicted_reward"] and env.using_predicted_reward
+    assert env.core.epochs >= 6 and env.model_version >= 2 and 1 in seen
+    while env.core.shared.counts()["total_feedback"] < 20:
+        env.step(env.action_space.sample())
+        time.sleep(0.001)
+    time.sleep(0.5)
+    version = env.model_version
     env.close()
 
     resumed = PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path, resume=True,
                                         **{**TINY, "max_feedback": 40})
-    assert resumed.model_version == 2  # the resumed model, used at once
+    assert resumed.model_version >= version and resumed.using_predicted_reward  # at once
     resumed.reset(seed=1)
-    while resumed.model_version < 4:  # two more rounds
+    start = resumed.model_version
+    while resumed.model_version < start + 2:  # two more rounds
         resumed.step(resumed.action_space.sample())
         time.sleep(0.001)
     resumed.close()

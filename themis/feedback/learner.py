@@ -121,6 +121,7 @@ class PreferenceLearner:
         self.rounds = 0
         self.postponed_rounds = 0  # rounds without a segment to cut (episodes too short)
         self.reward_accuracy = float("nan")
+        self.epochs_trained = 0.0  # passes over the labels so far (DRLHP's training steps)
         self.stats = TeacherStats()
 
     @property
@@ -219,6 +220,7 @@ class PreferenceLearner:
         """Train on the labels loaded from ``prefs_path`` before any query is asked."""
         if len(self.dataset):
             fit = self.trainer.train(self.dataset, self.reward_update)
+            self.epochs_trained += fit.epochs
             self.model_changed()
             self.reward_accuracy = fit.accuracy
             self.info(f"reward model trained on {len(self.dataset)} preferences from "
@@ -366,14 +368,33 @@ class PreferenceLearner:
         if not len(self.dataset) or (rows is not None and not len(rows)):
             return None
         if self.passes is None:
-            return self.trainer.train(self.dataset, self.reward_update, rows=rows)
+            fit = self.trainer.train(self.dataset, self.reward_update, rows=rows)
+            self.epochs_trained += fit.epochs
+            return fit
         if self.passes.pretrained:  # trained between the rounds: measure it on the newest
             trained, held = self.trainer.split(self.dataset, self.passes_rows(rows))
             self.trainer.measure_validation(self.dataset, trained, held)
             return None
         self.passes.pretrained = True
-        return self.trainer.train(self.dataset, self.passes.pretrain_epochs,
-                                  target_accuracy=np.inf, rows=self.passes_rows(rows))
+        fit = self.trainer.train(self.dataset, self.passes.pretrain_epochs,
+                                 target_accuracy=np.inf, rows=self.passes_rows(rows))
+        self.epochs_trained += fit.epochs
+        return fit
+
+    def train_epoch(self) -> bool:
+        """One more pass over the labels (those :meth:`train_after_round` trains on), as
+        DRLHP's reward predictor trains continuously between its rounds (``train()``: one epoch
+        per training step). Returns whether it trained (``False`` without labels)."""
+        rows = self.training_rows()
+        if self.passes is not None:
+            rows = self.passes_rows(rows)
+        if not len(self.dataset) or (rows is not None and not len(rows)):
+            return False
+        fit = self.trainer.train(self.dataset, 1, target_accuracy=np.inf, rows=rows)
+        self.epochs_trained += fit.epochs
+        self.reward_accuracy = fit.accuracy
+        self.model_changed()
+        return True
 
     def passes_rows(self, rows: np.ndarray | None) -> np.ndarray:
         """The newest ``reward_label_buffer`` labels, less those ``rows`` leaves out."""
@@ -393,6 +414,7 @@ class PreferenceLearner:
         if due == 0 or not len(rows):
             return False
         fit = self.trainer.train_passes(self.dataset, due, rows)
+        self.epochs_trained += due * self.passes.batch_size / len(rows)  # label-passes
         self.reward_accuracy = fit.accuracy
         self.model_changed()
         return True
@@ -540,6 +562,7 @@ class PreferenceLearner:
             "total_feedback": self.total_feedback, "labeled_feedback": self.labeled_feedback,
             "feedback_rounds": self.rounds, "reward_accuracy": self.reward_accuracy,
             "postponed_rounds": self.postponed_rounds,
+            "epochs_trained": self.epochs_trained,
             "teacher_stats": vars(self.stats).copy(),
             "reward_model": self.model.state_dict(),
             "reward_optimizer": self.trainer.optimizer.state_dict(),
@@ -571,6 +594,7 @@ class PreferenceLearner:
         self.rounds = int(state["feedback_rounds"])
         self.reward_accuracy = float(state["reward_accuracy"])
         self.postponed_rounds = int(state.get("postponed_rounds", 0))
+        self.epochs_trained = float(state.get("epochs_trained", 0.0))  # older: none counted
         vars(self.stats).update(state["teacher_stats"])
         if "reward_model" not in state:
             return

@@ -9,10 +9,12 @@ and its keys (:data:`DRLHP_TO_THEMIS`). Themis's own keys may be given beside th
 
 What differs, on purpose:
 
-- a "training step" (``n_initial_training_steps``, ``reward_predictor_ckpt_interval``) is one
-  Themis reward training: a published model version, one round's fit of up to
-  ``reward_update`` epochs (DRLHP: one pass over its training database); the default of
-  ``n_initial_training_steps`` is therefore 1, not DRLHP's 50;
+- ``n_initial_training_steps`` counts passes over the labels so far, as DRLHP's training steps
+  (``RewardPredictorEnsemble.train``: one epoch over its training database; default 50, as
+  DRLHP's): until the model has had that many, the learner trains one more pass whenever it is
+  idle and publishes each, so r̂ is returned soon after the first preferences (Themis's
+  rounds alone train up to ``reward_update`` epochs each, one round every ``num_interact``
+  steps); ``reward_predictor_ckpt_interval`` counts published model versions;
 - preferences are saved in Themis's pickle-free format, ``LOG_DIR/train_prefs/`` and
   ``LOG_DIR/val_prefs/`` (DRLHP: ``train.pkl.gz`` / ``val.pkl.gz``); DRLHP's own pickles are
   refused with one line, never unpickled (a pickle runs code of the sender's choosing);
@@ -128,9 +130,9 @@ class HumanPreferencesEnvWrapper(PreferenceLearningWrapper):
         obs_transform_func: applied to each observation before it is stored and given to the
             reward model (Themis ``obs_transform``: a callable, a dict key or
             ``module:function``).
-        n_initial_training_steps: reward trainings (model versions) before the returned reward
-            is r̂ (see the module docstring; a pretrained or a ``prefs_dir`` model is used at
-            once when no preferences are collected).
+        n_initial_training_steps: passes over the labels (DRLHP's training steps) before the
+            returned reward is r̂ (see the module docstring; a pretrained or a ``prefs_dir``
+            model is used at once when no preferences are collected).
         pretrained_reward_predictor_dir: a ``reward_predictor_checkpoints/`` folder, a run dir
             or a ``reward_model.pt`` (Themis ``reward_model``).
         reward_predictor_ckpt_interval: write the model to
@@ -149,7 +151,7 @@ class HumanPreferencesEnvWrapper(PreferenceLearningWrapper):
 
     def __init__(self, env: gym.Env, train_reward: bool = True, collect_prefs: bool = True,
                  segment_length: int = 40, prefs_dir: str | None = None,
-                 log_dir: str = "drlhp_logs/", n_initial_training_steps: int = 1,
+                 log_dir: str = "drlhp_logs/", n_initial_training_steps: int = 50,
                  pretrained_reward_predictor_dir: str | None = None,
                  reward_predictor_ckpt_interval: int = 10, synthetic_prefs: bool = True,
                  **keys: Any) -> None:

@@ -93,9 +93,10 @@ class OnlineKeys:
     agent before its predictor is trained) or ``true`` (the env's reward, a warm-up on the
     true reward)."""
     n_initial_training_steps: int = 1
-    """Reward-model trainings (published model versions) before the returned reward switches
-    from the warm-up reward to r̂ (DRLHP's ``n_initial_training_steps``). A pretrained or
-    ``prefs_path`` model counts as one."""
+    """Passes over the labels (epochs; DRLHP's ``n_initial_training_steps``, its training
+    steps) the reward model must have had before the returned reward switches from the
+    warm-up reward to r̂; until then the learner trains one more pass whenever it is idle. A
+    pretrained model counts as trained."""
     reward_model: str | None = None
     """A pretrained reward model (a run dir or ``reward_model.pt``): r̂ from the first step;
     with ``max_feedback=0`` it stays frozen, otherwise training continues from it."""

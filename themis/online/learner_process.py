@@ -27,6 +27,7 @@ fit) is one :class:`~themis.utils.ConfigError` line raised by the wrapper's cons
 from __future__ import annotations
 
 import collections
+import math
 import os
 import queue
 import signal
@@ -194,6 +195,10 @@ class OnlineLearner:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=10)
         self.trainings = 0  # model versions published (trained models)
+        self.pretrained = False  # started from a pretrained model: r̂ is usable at once
+        self.initial_epochs = int(online.get("n_initial_training_steps", 0) or 0)
+        """DRLHP's ``n_initial_training_steps``: passes over the labels before the wrapper
+        returns r̂; until then the learner trains one more pass whenever it is idle."""
         self.passes_seen = 0  # reward_schedule=passes: agent steps trained for so far
         self.passes_published = 0  # ... and the step of the last publication
         self.cpu_before = 0.0  # CPU seconds of the learner processes before a resume
@@ -224,6 +229,7 @@ class OnlineLearner:
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(f"reward_model={path}: {e}") from None
         self.learner.model.load_state_dict(model.state_dict())
+        self.pretrained = True
         self.publish()
 
     @property
@@ -261,14 +267,17 @@ class OnlineLearner:
             self.recent_returns.extend(float(r) for r in state["recent_returns"])
             self.recent_lengths.extend(int(n) for n in state["recent_lengths"])
             self.trainings = int(state["trainings"])
-            stats = tuple(float(v) for v in state["reward_stats"])
+            stats = tuple(float(v) for v in state["reward_stats"])[:3]
+            # before the passes were counted a published version was in use: keep it so
+            self.pretrained = bool(state.get("pretrained", "epochs_trained" not in state))
         except MALFORMED as e:
             raise ConfigError(f"resume: {path} does not fit this run: {describe(e)}") from None
         self.logger.info(f"resumed the preference learner from {path} at step {self.steps} "
                          f"({self.learner.total_feedback} queries asked, "
                          f"{len(self.learner.dataset)} labels)", "cyan")
         if self.trainings:  # the env side starts from the resumed model, as it was
-            self.shared.publish(self.learner.model, stats, self.trainings)  # type: ignore
+            self.shared.publish(self.learner.model, stats, self.trainings,  # type: ignore
+                                self.epochs())
 
     def banner(self) -> None:
         """The first console line: env, method, teacher, run dir."""
@@ -426,6 +435,23 @@ class OnlineLearner:
             self.publish()
         return True
 
+    def epochs(self) -> float:
+        """Passes over the labels the current model was trained with (``inf``: pretrained)."""
+        return math.inf if self.pretrained else self.learner.epochs_trained
+
+    def train_to_switch(self) -> bool:
+        """The wrapper before its switch to r̂: one more pass over the labels so far while
+        the model has had fewer than ``n_initial_training_steps`` (DRLHP trains its predictor
+        continuously, one epoch per training step, and switches after that many), published at
+        once. Returns whether it trained."""
+        if self.loop or not self.first_done or self.learner.reward_update == 0 \
+                or self.epochs() >= self.initial_epochs:
+            return False
+        if not self.learner.train_epoch():
+            return False
+        self.publish()
+        return True
+
     def reward_stats(self) -> tuple[float, float, float]:
         """Mean, variance and count of the current model's r̂ (ensemble mean) on the newest
         stored steps, to normalise the returned reward from (``(0, 1, 0)`` when none)."""
@@ -444,7 +470,8 @@ class OnlineLearner:
         self.trainings += 1
         self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
                            len(self.learner.dataset), self.learner.reward_accuracy))
-        self.shared.publish(self.learner.model, self.reward_stats(), self.trainings)
+        self.shared.publish(self.learner.model, self.reward_stats(), self.trainings,
+                            self.epochs())
         if self.ckpt_every and self.trainings % self.ckpt_every == 0:
             self.reward_predictor_checkpoint()
 
@@ -481,6 +508,7 @@ class OnlineLearner:
                 "recent_returns": list(self.recent_returns),
                 "recent_lengths": list(self.recent_lengths), "trainings": self.trainings,
                 "reward_stats": stats, "passes_seen": self.passes_seen,
+                "pretrained": self.pretrained,
                 "cpu_s": self.cpu_s()}
 
     def cpu_s(self) -> float:
@@ -636,6 +664,8 @@ class Service:
             if learner.due():
                 learner.feedback_round()
             elif learner.keep_training():  # reward_schedule=passes, between the rounds
+                pass
+            elif learner.train_to_switch():  # the wrapper: passes before r̂ is returned
                 pass
             elif web and time.monotonic() > next_gather:
                 next_gather = time.monotonic() + GATHER_EVERY

@@ -201,6 +201,7 @@ class OnlineReward(LearnerClient):
         self.ensemble = Ensemble(model)
         self.version = 0  # the version in use (0: none yet)
         self.mean, self.var, self.count = 0.0, 1.0, 0.0  # running statistics of r̂
+        self.epochs = 0.0  # passes over the labels the version in use was trained with
         self.use_true = online.warmup_reward == "true" or cfg.collect_prefs_only \
             or (not online.train_reward and online.reward_model is None)
         # reward_norm_std: each member normalised with running statistics, then averaged
@@ -224,6 +225,7 @@ class OnlineReward(LearnerClient):
         self.start_learner(model, spec, {
             "resume": resume, "reward_model": online.reward_model,
             "train_reward": online.train_reward,
+            "n_initial_training_steps": online.n_initial_training_steps,
             "reward_checkpoint_interval": online.reward_checkpoint_interval})
 
     def write_config(self) -> None:
@@ -267,12 +269,15 @@ class OnlineReward(LearnerClient):
         self.ensemble.load_flat(flat)
         self.mean, self.var = float(stats[0]), float(stats[1])
         self.count = min(float(stats[2]), STATS_COUNT)
+        self.epochs = float(stats[3])
 
     @property
     def model_in_use(self) -> bool:
-        """Whether the returned reward is r̂ now (a model version past
-        ``n_initial_training_steps``, and no switch to the true reward)."""
-        return self.version >= max(1, self.online.n_initial_training_steps) \
+        """Whether the returned reward is r̂ now: a published model trained with at least
+        ``n_initial_training_steps`` passes over the labels (DRLHP's training steps; a
+        pretrained model counts as trained), and no switch to the true reward."""
+        return self.version >= 1 \
+            and self.epochs >= max(1, self.online.n_initial_training_steps) \
             and not self.forced_true and not self.cfg.collect_prefs_only
 
     def rewards(self, obs: np.ndarray, actions: np.ndarray,

@@ -18,8 +18,10 @@ import torch
 
 from themis.reward.ensemble import RewardEnsemble
 
-STATS = 3
-"""Normalisation statistics published with a version: mean, variance, sample count."""
+STATS = 4
+"""Published with a version: the normalisation statistics of its r̂ (mean, variance, sample
+count) and the passes over the labels it was trained with (DRLHP's training steps; ``inf`` for
+a pretrained model)."""
 
 COUNTERS = ("total_feedback", "labeled_feedback", "labels", "reward_accuracy")
 """The learner's counters, published after each round (:meth:`SharedWeights.count`)."""
@@ -63,19 +65,21 @@ class SharedWeights:
         return dict(zip(COUNTERS, self.counters[:], strict=True))
 
     def publish(self, model: RewardEnsemble, stats: tuple[float, float, float],
-                version: int) -> None:
-        """Write ``model``'s weights and ``(mean, var, count)`` of its r̂ as ``version``
-        (learner side; it waits only for an agent-side copy in progress)."""
+                version: int, epochs: float = float("inf")) -> None:
+        """Write ``model``'s weights, ``(mean, var, count)`` of its r̂ and the ``epochs`` (passes
+        over the labels) it was trained with as ``version`` (learner side; it waits only for an
+        agent-side copy in progress)."""
         flat = torch.cat([t.detach().reshape(-1).float().cpu()
                           for t in model.state_dict().values()]).numpy()
         with self.lock:
             np.frombuffer(self.weights, dtype=np.float32)[:] = flat
-            np.frombuffer(self.stats, dtype=np.float64)[:] = stats
+            np.frombuffer(self.stats, dtype=np.float64)[:] = (*stats, epochs)
             self.version.value = version
 
     def read(self, known: int) -> tuple[int, np.ndarray, np.ndarray] | None:
         """A version newer than ``known``, copied out: ``(version, weights (size,), stats
-        (3,))``; ``None`` when there is none, or the learner is writing one right now."""
+        (4,))`` (:data:`STATS`); ``None`` when there is none, or the learner is writing one
+        right now."""
         if self.version.value == known or not self.lock.acquire(block=False):
             return None
         try:
