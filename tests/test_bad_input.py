@@ -37,6 +37,8 @@ from themis.utils import ConfigError
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
     ("seed=-1", "seed=-1 is outside [0, 2147483647]"),
+    ("fragment_length=50", "fragment_length is imitation's name, not a Themis key: use segment"),
+    ("total_comparisons=500", "use max_feedback"),
     ("xplain_action=true xplain_action_dim=99", "xplain_action_dim=99 is not an action "
                                                 "dimension of HalfCheetah-v5"),
 ])
@@ -524,3 +526,29 @@ def test_a_run_that_renders_with_pygame_stops_on_sigterm_and_ctrl_c(tmp_path, si
             proc.kill()
             proc.wait()
             pytest.fail(f"the run ignored {signal_name}")
+
+
+def test_a_key_given_twice_is_named_with_both_values(tmp_path):
+    """Issue 85 item 17: Hydra keeps the last value silently; the launcher says so in one line
+    (a warning: scripts that repeat a key on purpose keep working)."""
+    from themis.cli.train import repeated_key
+
+    assert repeated_key(["seed=1", "num_train_steps=10", "seed=2"]) == (
+        "seed is given twice (seed=1, then seed=2); the last one, seed=2, is used")
+    assert repeated_key(["seed=1", "+recipe=drlhp", "seed=1"]) is None  # the same value
+    assert repeated_key(["+sac.hidden_dim=64", "sac.hidden_dim=32"]) is not None
+    proc = launch("themis_train.sh", "seed=1", "seed=2", "seed=nope",
+                  f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2
+    assert "themis: warning: seed is given twice (seed=1, then seed=2)" in proc.stderr
+
+
+def test_imitation_s_names_given_to_the_wrapper_name_the_themis_key(tmp_path):
+    import gymnasium as gym
+
+    from themis import PreferenceLearningWrapper
+
+    with pytest.raises(ConfigError, match=r"comparisons_per_iteration is imitation's name, "
+                                          r"not a Themis key: use reward_batch"):
+        PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "run",
+                                  comparisons_per_iteration=10)

@@ -37,6 +37,7 @@ from typing import Any
 
 from themis.core.choices import unknown_choice
 from themis.core.env_names import DISTRIBUTIONS, NotListed, find_env, unknown_env
+from themis.core.foreign_keys import foreign_key
 from themis.core.ranges import Range
 from themis.run.hints import help_command
 
@@ -253,6 +254,8 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
             continue
         if key in index["removed"]:
             return f"{key} was removed from Themis ({index['removed'][key]}); drop it"
+        if (foreign := foreign_key(key)) is not None:
+            return foreign
         close = difflib.get_close_matches(key, index["keys"], n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         return f"{key} is not a Themis config key{hint}; {help_command(config_name)} lists them"

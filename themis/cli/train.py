@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.builder import earlier_run, make_workspace
 from themis.cli.key_check import save_env_lists
+from themis.core.foreign_keys import foreign_key
 from themis.environments.domains import LISTED
 from themis.online.learner_client import PreferenceLearnerError
 from themis.run.closing import finish, stop
@@ -83,7 +84,7 @@ def describe_composition_error(error: Exception, config_name: str = "train_themi
     text, cause = str(error), error.__cause__
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and "not in" in str(cause):
         key = getattr(cause, "full_key", None) or str(cause).split("'")[1]
-        if (removed := removed_key(key)) is not None:
+        if (removed := removed_key(key) or foreign_key(key)) is not None:
             return removed
         close = difflib.get_close_matches(key, schema_keys(),
                                           n=1, cutoff=0.6)
@@ -115,6 +116,22 @@ def describe_composition_error(error: Exception, config_name: str = "train_themi
     return first
 
 
+def repeated_key(overrides: list[str]) -> str | None:
+    """The one line that says a key was given twice with different values (Hydra keeps the
+    last one silently), naming both, or ``None``."""
+    seen: dict[str, str] = {}
+    for arg in overrides:
+        if "=" not in arg or arg.startswith("~"):
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+")
+        if key in seen and seen[key] != value:
+            return (f"{key} is given twice ({key}={seen[key]}, then {key}={value}); the last "
+                    f"one, {key}={value}, is used")
+        seen[key] = value
+    return None
+
+
 def preflight(config_name: str, argv: list[str]) -> None:
     """Check the command line before Hydra starts the job, so that bad input ends with one line
     and exit code 2 instead of a Hydra report: compose the config as Hydra will, build the typed
@@ -130,6 +147,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     flags = {a for a in argv if a.startswith("-")}
     overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
                                                       "~hydra"))]
+    if (repeated := repeated_key(overrides)) is not None:
+        print(f"themis: warning: {repeated}", file=sys.stderr)
     if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())):
         fail(hint)  # --num_train_steps 1000: a key written as a flag
     if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked
@@ -181,7 +200,7 @@ def check_overrides(overrides: list[str], config_name: str) -> DictConfig:
     known = set(OmegaConf.structured(TrainConfig).keys())
     for name in map(str, cfg):
         if name not in known:
-            if (removed := removed_key(name)) is not None:
+            if (removed := removed_key(name) or foreign_key(name)) is not None:
                 fail(removed)
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""

@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from themis.core.foreign_keys import foreign_key
 from themis.core.ranges import NON_NEGATIVE, Range
 from themis.feedback.selector import resolve_reward_batch
 from themis.methods.registry import check_methods, refuse_inside_agent
@@ -131,7 +132,7 @@ ONLINE_KEYS = tuple(f.name for f in dataclasses.fields(OnlineKeys))
 
 
 def _unknown(key: str) -> ConfigError:
-    if (removed := removed_key(key)) is not None:
+    if (removed := removed_key(key) or foreign_key(key)) is not None:
         return ConfigError(removed)
     if key in DRLHP_KEYS:  # DRLHP's name: the Themis key, never a refused one
         return ConfigError(f"{key} is DRLHP's key, not the wrapper's: use {DRLHP_KEYS[key]} "
