@@ -25,6 +25,7 @@ connections capped (:func:`guarded_h11`).
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import logging
@@ -54,6 +55,7 @@ MAX_BODY = 4096
 KEEP_ALIVE = 5  # s: an idle connection (before its first request, or between two) is closed
 REQUEST_TIMEOUT = 30.0  # s: a request and its response, from the connection or last response
 LISTEN_QUEUE = 1024  # connections the kernel queues before the server accepts them
+FREE_PORT = "label_port=0 picks a free port (or label_port=N another one)"
 LABELS: dict[str, float | None] = {"left": 0.0, "right": 1.0, "equal": 0.5, "skip": None}
 LOCAL_LABELER = "local"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -533,13 +535,14 @@ class LabelServer:
         Raises:
             RuntimeError: the server did not start (e.g. the port is taken).
         """
+        self.check_port()  # before uvicorn, which logs its own raw [Errno 98] line
         self.thread.start()
         _LIVE.add(self)
         deadline = time.time() + timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.time() > deadline:
                 raise RuntimeError(f"the labeling server could not listen on "
-                                   f"{self.host}:{self.port} (port taken?); set label_port=")
+                                   f"{self.host}:{self.port} (port taken?); {FREE_PORT}")
             time.sleep(0.05)
         listening = self.server.servers[0].sockets
         for sock in listening:  # a longer queue in the kernel (no file held): see `backlog`
@@ -554,6 +557,25 @@ class LabelServer:
             tmp.write_text(json.dumps({"url": self.url, "host": self.host, "port": self.port}))
             os.replace(tmp, info)
         return self
+
+    def check_port(self) -> None:
+        """Refuse a port another program listens on, in one line.
+
+        Raises:
+            RuntimeError: the port is taken (or the address is not this machine's).
+        """
+        if self.port == 0:
+            return
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as e:
+                why = "is taken" if e.errno == errno.EADDRINUSE else \
+                    f"cannot be used ({e.strerror})"
+                raise RuntimeError(f"port {self.port} on {self.host} {why}; {FREE_PORT}"
+                                   ) from None
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop serving and wait for the server's thread to end (at most ``timeout``
@@ -713,7 +735,11 @@ fetch("api/status" + q).then(r => r.json()).then(d => {
       row.insertCell().textContent = v;
   }
   const c = d.learning_curve, svg = document.getElementById("curve");
-  document.getElementById("no-curve").hidden = c.length > 1;
+  const none = document.getElementById("no-curve");
+  if (c.length === 1)  // one evaluation: its return, not "no evaluation yet"
+    none.textContent = "One evaluation so far: true return " + c[0][1].toFixed(1) +
+      " at step " + c[0][0] + "; the curve appears after the second.";
+  none.hidden = c.length > 1;
   document.getElementById("curve-box").hidden = c.length <= 1;
   if (c.length > 1) {
     const xs = c.map(p => p[0]), ys = c.map(p => p[1]);

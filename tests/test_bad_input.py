@@ -33,7 +33,11 @@ from themis.utils import ConfigError
     ("reward_lr=nan", "reward_lr=nan must be a positive number"),
     ("label_port=70000", "label_port=70000 is not a TCP port"),
     ("method=sruf",
-     "method=sruf is unknown; available: mrn, pebble, qpa, rime, rune, senior, surf"),
+     "method=sruf is unknown (did you mean surf?); available: mrn, pebble, qpa, rime, rune, "
+     "senior, surf"),
+    ("method=[surf,rune", "an override Hydra cannot read; close every bracket and quote"),
+    ("logger=wandbb", "logger=wandbb is unknown (did you mean wandb?)"),
+    ("--hlep", "--hlep is not an option (did you mean --help?)"),
     ("domain=DMC env=walker_wlak", "close matches: walker-walk-v0"),
     ("domain=MetaWorld env=door-opne-v3", "close matches: door-open-v3"),
     ("seed=-1", "seed=-1 is outside [0, 2147483647]"),
@@ -304,8 +308,10 @@ def test_a_taken_labeling_port_is_one_line(tmp_path):
         proc = launch("themis_train.sh", *TINY_PENDULUM, "human_teacher=true", "teacher_ui=web",
                       f"label_port={port}", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("themis: error: ")
-    assert "port taken" in proc.stderr and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("themis: error: ") and f"port {port} on 127.0.0.1 is taken" \
+        in lines[-1] and "label_port=0 picks a free port" in lines[-1], proc.stderr
+    assert "Errno" not in proc.stderr and "Traceback" not in proc.stderr  # not uvicorn's line
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -423,6 +423,13 @@ def test_the_rating_page_at_1366x768_shows_instructions_clip_and_buttons_in_view
             status.goto(server.url + "status")
             status.wait_for_selector("#answers:not(:empty)")
             assert status.is_visible("#no-curve") and not status.is_visible("#curve")
+            assert status.inner_text("#no-curve").startswith("No evaluation yet")
+            (tmp_path / "eval.csv").write_text("step,episode_reward\n600,-900\n")
+            status.reload()
+            status.wait_for_selector("#answers:not(:empty)")
+            assert status.inner_text("#no-curve") == (  # one evaluation: said, not "none yet"
+                "One evaluation so far: true return -900.0 at step 600; the curve appears "
+                "after the second.")
             (tmp_path / "eval.csv").write_text("step,episode_reward\n600,-900\n1200,-300\n")
             status.reload()
             status.wait_for_selector("#curve polyline")

@@ -246,7 +246,7 @@ def refusal(index: dict[str, Any], config_name: str, argv: list[str]) -> str | N
         key, value = arg.split("=", 1)
         options = index["options"].get(key)
         if options is not None and re.fullmatch(r"[\w-]+", value) and value not in options:
-            return f"{key}={value} is unknown; available: {', '.join(options)}"
+            return unknown_choice(key, value, options)
         if key == "domain" and re.fullmatch(r"[\w-]+", value) and value not in index["domains"]:
             return unknown_choice(key, value, index["domains"])
         parent = key.rpartition(".")[0]

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from themis.builder import earlier_run, make_workspace
 from themis.cli.key_check import save_env_lists
+from themis.core.choices import unknown_choice
 from themis.core.foreign_keys import foreign_key
 from themis.environments.domains import LISTED
 from themis.online.learner_client import PreferenceLearnerError
@@ -38,7 +39,13 @@ from themis.run.config import (
     resume_target,
     schema_keys,
 )
-from themis.run.hints import composition_hint, flag_hint, help_command, resume_problem
+from themis.run.hints import (
+    composition_hint,
+    flag_hint,
+    help_command,
+    resume_problem,
+    unknown_flag,
+)
 from themis.run.received_config import mark_config
 from themis.run.resolve import config_yaml
 from themis.run.threads import available_cores, parse_threads
@@ -104,13 +111,17 @@ def describe_composition_error(error: Exception, config_name: str = "train_themi
                 return str(e)
         listing = text.split("Available options in")[-1].split("Config search path")[0]
         options = [line.strip() for line in listing.splitlines()[1:] if line.strip()]
-        return f"{group}={option} is unknown; available: {', '.join(options)}"
+        return unknown_choice(group, option, options)
     if "Could not load '" in text:  # an option inside a list: logger=[wandb,neptune]
         group, option = text.split("Could not load '")[1].split("'")[0].split("/", 1)
         options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
         if options:
-            return f"{group}={option} is unknown; available: {', '.join(options)}"
+            return unknown_choice(group, option, options)
     first = text.splitlines()[0]
+    if first.startswith(("no viable alternative", "mismatched input", "extraneous input",
+                         "token recognition error", "missing ")):  # Hydra's parser
+        return (f"{first}: an override Hydra cannot read; close every bracket and quote (a "
+                "list: key=[a,b]; a value with spaces: key='a b')")
     if first.startswith("Ambiguous value"):
         return f"{first}: add -m to sweep over the values, or write a list as key=[a,b]"
     return first
@@ -149,8 +160,9 @@ def preflight(config_name: str, argv: list[str]) -> None:
                                                       "~hydra"))]
     if (repeated := repeated_key(overrides)) is not None:
         print(f"themis: warning: {repeated}", file=sys.stderr)
-    if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())):
-        fail(hint)  # --num_train_steps 1000: a key written as a flag
+    if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())
+                                         or unknown_flag(argv)):
+        fail(hint)  # --num_train_steps 1000: a key written as a flag; --hlep
     if flags and flags <= {"-m", "--multirun"}:  # a sweep: every job's overrides, checked
         for job in sweep_variants(overrides):
             check_overrides(job, config_name)

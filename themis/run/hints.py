@@ -47,6 +47,30 @@ def flag_hint(argv: list[str], keys: list[str]) -> str | None:
     return None
 
 
+HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve",
+               "--package", "-p", "--run", "-r", "--multirun", "-m", "--shell-completion",
+               "-sc", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+               "--experimental-rerun", "--info", "-i")
+"""The flags a Hydra app takes (``hydra.main``'s argument parser)."""
+
+
+def unknown_flag(argv: list[str]) -> str | None:
+    """The one line for a flag Hydra does not take (``--hlep``; argparse would print its
+    whole usage naming ``train.py``), with the closest flag, or ``None``."""
+    import difflib
+
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if not arg.startswith("-") or flag in HYDRA_FLAGS or _NUMBER.match(arg):
+            continue
+        long_flags = [f for f in HYDRA_FLAGS if f.startswith("--")]
+        close = difflib.get_close_matches(flag, long_flags, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return (f"{flag} is not an option{hint}; --help lists the keys, which are given as "
+                "key=value")
+    return None
+
+
 def integer_hint(key: str, overrides: list[str]) -> str | None:
     """``num_train_steps=1e5`` or ``=2.5e4`` for an integer key: the integer to write."""
     for override in overrides:
