@@ -12,6 +12,7 @@ It trains nothing.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import importlib.util
 from pathlib import Path

@@ -13,6 +13,7 @@ panels and summary PNGs (see ``lib/explain.py``) to ``RUN_DIR/explanations/queri
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

@@ -13,6 +13,7 @@ featvis.json and a report fragment into --out (default REWARD/interpret).
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import json
 import sys
 from pathlib import Path

@@ -12,6 +12,7 @@ MiniGrid/BabyAI, learning and reward-model curves, teacher statistics and links 
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

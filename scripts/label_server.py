@@ -16,6 +16,7 @@ Ctrl-C: every answer is already on disk.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

@@ -11,6 +11,7 @@ alone (exit 2) unless ``--force`` replaces it.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

@@ -19,6 +19,7 @@ anyway?" (ISSRE 2015).
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import collections
 import subprocess

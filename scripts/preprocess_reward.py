@@ -14,6 +14,7 @@ the rollouts' transitions. Writes preprocessing.json, pictures and a report frag
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import json
 import sys

@@ -23,6 +23,7 @@ true return. Overrides after ``--`` go to every run.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import json
 import os

@@ -16,6 +16,7 @@ marked used): a resumed run still gathers them.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import sqlite3
 import sys

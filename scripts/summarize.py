@@ -18,6 +18,7 @@ the best trial's setting is then marked in the table (``optuna_best``) and named
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import re
 import sys

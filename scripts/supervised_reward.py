@@ -11,6 +11,7 @@ mean-squared error and Pearson correlation (episodes held out, rewards in the en
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

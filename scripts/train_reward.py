@@ -12,6 +12,7 @@ model and its training. Bad input: one line and exit code 2.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path
 

@@ -13,6 +13,7 @@ learned reward transfers to another RL library.
 
 from __future__ import annotations
 
+import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 import time
 from pathlib import Path

@@ -558,3 +558,27 @@ def test_imitation_s_names_given_to_the_wrapper_name_the_themis_key(tmp_path):
                                           r"not a Themis key: use reward_batch"):
         PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path / "run",
                                   comparisons_per_iteration=10)
+
+
+def test_a_script_started_by_a_python_without_themis_runs_with_the_venv_or_says_so(tmp_path):
+    """Issue 85 item 12: ``python scripts/summarize.py`` with the system's Python ended with
+    ``No module named 'pandas'``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import ROOT
+
+    system = Path(sys.base_prefix) / "bin" / "python3"
+    if not (ROOT / ".venv").is_dir() or subprocess.run(
+            [system, "-c", "import pandas, themis"], capture_output=True).returncode == 0:
+        pytest.skip("needs the repository's .venv and a base Python without Themis")
+    env = {k: v for k, v in os.environ.items() if k != "THEMIS_SCRIPT_REEXEC"}
+    ran = subprocess.run([system, str(ROOT / "scripts" / "merge_prefs.py"), "--help"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert ran.returncode == 0 and "usage: merge_prefs" in ran.stdout, ran.stderr
+    env["THEMIS_SCRIPT_REEXEC"] = "1"  # as if .venv's Python lacked the packages too
+    ran = subprocess.run([system, str(ROOT / "scripts" / "merge_prefs.py"), "--help"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert ran.returncode == 2 and ran.stderr.strip().count("\n") == 0
+    assert "run bash scripts/setup.sh once, then source .venv/bin/activate" in ran.stderr
