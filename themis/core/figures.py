@@ -13,10 +13,17 @@ from typing import Any
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the ``Agg`` backend (files only, no display needed); imported
-    when the first figure is drawn, not when Themis is."""
+    when the first figure is drawn, not when Themis is. A backend someone chose is kept: one
+    named by ``MPLBACKEND`` (Jupyter's kernel names its inline one there) or that of a pyplot
+    already imported (switching would close the user's figures and, in a notebook, stop every
+    later figure from showing)."""
+    import os
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
