@@ -822,3 +822,112 @@ def test_a_zip_bomb_policy_is_refused_from_the_zip_directory_before_inflating(tm
     with pytest.raises(ValueError, match="zip bomb") as e:
         read_sb3_zip(path)
     assert time.monotonic() - start < 1.0 and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------- issue 85: hidden cases
+YAML_ATOMS = ["a", "1", "-2.5e3", "null", "~", "true", "'q'", '"d"', "&x a", "*x", "*nope",
+              "!!python/object:os.system {}", "!!binary aGk=", "!custom 1", "[", "]", "{", "}",
+              "'", "- ", "? ", ": ", "<<: *x", "${oc.env:HOME}", "%YAML 1.1", "---", "...",
+              "@", "`", "\t", "\x00", "é"]
+
+
+def _yaml_documents():
+    from hypothesis import strategies as st
+
+    atoms = st.one_of(st.sampled_from(YAML_ATOMS), st.text(max_size=8))
+    nested = st.recursive(
+        atoms, lambda children: st.one_of(
+            st.lists(children, max_size=5).map(lambda xs: "[" + ", ".join(xs) + "]"),
+            st.dictionaries(st.from_regex(r"[a-z_]{1,6}", fullmatch=True), children,
+                            max_size=5).map(
+                lambda d: "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}")),
+        max_leaves=40)
+    deep = st.integers(1, 20_000).map(lambda n: "a: " + "[" * n + "]" * n)
+    bombs = st.tuples(st.integers(1, 12), st.integers(2, 12)).map(
+        lambda dw: "a0: &a0 [x]\n" + "".join(
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * dw[1])}]\n" for i in range(1, dw[0])))
+    return st.one_of(nested.map(lambda v: f"env: {v}\nseed: {v}\n"), deep, bombs,
+                     st.lists(nested, max_size=6).map("\n".join))
+
+
+def test_any_received_config_yaml_is_read_or_refused_in_one_line_within_5_s():
+    """Random YAML nesting, aliases, tags, resolvers and bytes as a received run's config.yaml:
+    ``themis.load_run`` reads it or raises one ValueError line, always within 5 s."""
+    import tempfile
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+
+    import themis
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(_yaml_documents())
+    def check(text: str) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            run = Path(folder)
+            (run / "config.yaml").write_text(text, errors="surrogateescape")
+            start = time.monotonic()
+            try:
+                themis.load_run(run)
+            except ValueError as e:
+                assert str(e) and "\n" not in str(e).strip(), repr(e)
+            assert time.monotonic() - start < 5.0
+
+    check()
+
+
+def test_a_received_alias_bomb_of_any_size_ends_resume_with_one_line_and_exit_2(tmp_path):
+    """The launcher's side of the property above, once per kind (a launch takes seconds)."""
+    import time
+
+    for name, text in (("bomb", "a0: &a0 [x]\n" + "".join(
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))),
+            ("deep", "env: " + "[" * 50_000 + "]" * 50_000 + "\n")):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(text)
+        start = time.monotonic()
+        proc = launch("themis_train.sh", f"resume={run}", timeout=60)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+        assert proc.stderr.startswith("themis: error: ")
+        assert time.monotonic() - start < 30  # a launch, not a hang (the reader: < 5 s above)
+
+
+def test_any_bytes_in_the_quick_check_cache_are_ignored_within_5_s(monkeypatch):
+    """Random bytes and random JSON in ``keys-*.json`` / ``envs-*.json``: the quick check
+    reads nothing it cannot trust, never raises, answers 0 or 2 at once."""
+    import json
+    import os
+    import tempfile
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from themis.cli import key_check
+
+    values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=6)),
+                          lambda c: st.one_of(st.lists(c, max_size=4),
+                                              st.dictionaries(st.text(max_size=6), c,
+                                                              max_size=4)), max_leaves=20)
+    keys = st.sampled_from([*key_check.INDEX_KEYS, "x"])
+    documents = st.one_of(
+        st.binary(max_size=3000),
+        st.dictionaries(keys, values, max_size=8).map(lambda d: json.dumps(d).encode()))
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(documents, st.sampled_from([["seed=1"], ["domain=DMC", "env=walker_wlak"],
+                                       ["sac.hiden_dim=8"], ["teacher=nosy"]]))
+    def check(data: bytes, argv: list[str]) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            index, envs = Path(folder) / "keys.json", Path(folder) / "envs.json"
+            for path in (index, envs):
+                path.write_bytes(data)
+                os.chmod(path, 0o644)
+            monkeypatch.setattr(key_check, "index_path", lambda: index)
+            monkeypatch.setattr(key_check, "env_lists_path", lambda: envs)
+            start = time.monotonic()
+            assert key_check.main(["themis.cli.train", *argv]) in (0, 2)
+            assert time.monotonic() - start < 5.0
+
+    check()

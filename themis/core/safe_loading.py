@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -204,13 +205,26 @@ a missing key, a wrong type, a tensor of another shape."""
 
 YAML_LIMIT = 1 << 20
 """Bytes of the largest YAML file read from a run folder (a config is a few kB)."""
+YAML_DEPTH = 64
+"""The deepest nesting of lists and mappings read (a config nests 3 levels; PyYAML's composer
+recurses once per level and ends in a ``RecursionError`` near 1000)."""
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` (brackets inside quotes or comments
+    count too: an upper bound, linear in the text)."""
+    deepest = depth = 0
+    for match in re.finditer(r"[\[\]{}]", text):
+        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def check_yaml_file(path: str | Path, limit: int = YAML_LIMIT) -> None:
     """Refuse a YAML file that could hang or exhaust its reader: not a regular file (a FIFO
-    would block), larger than ``limit`` bytes, or holding YAML aliases (``*name``: nested ones
-    expand exponentially — Themis writes none). Only the event stream is parsed (linear in the
-    text), nothing is built.
+    would block), larger than ``limit`` bytes, holding YAML aliases (``*name``: nested ones
+    expand exponentially — Themis writes none), or nested deeper than :data:`YAML_DEPTH`. Only
+    the event stream is parsed (linear in the text, no recursion), nothing is built.
 
     Raises:
         FileNotFoundError: no such file.
@@ -228,9 +242,25 @@ def check_yaml_file(path: str | Path, limit: int = YAML_LIMIT) -> None:
         raise UnsafeFileError(f"{path} is {info.st_size} bytes, more than a config's "
                               f"{limit} (not read)")
     try:
-        events = yaml.parse(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-        aliases = sum(isinstance(event, yaml.AliasEvent) for event in events)
-    except (yaml.YAMLError, UnicodeDecodeError):
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return  # not YAML: the reader says so in its own words
+    deep = UnsafeFileError(f"{path} nests lists or mappings more than {YAML_DEPTH} deep, which "
+                           "a config Themis wrote never does; not read")
+    if _flow_depth(text) > YAML_DEPTH:  # before PyYAML, whose scanner is quadratic in it
+        raise deep
+    aliases, depth = 0, 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+            elif isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > YAML_DEPTH:
+                    raise deep
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
         return  # not YAML: the reader says so in its own words
     if aliases:
         raise UnsafeFileError(f"{path} uses YAML aliases ({aliases} *references), which a "
