@@ -439,6 +439,53 @@ def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
     print(f"recorded {len(rows)} Pong run(s) in {path}")
 
 
+CURVE_EVERY = 100_000
+"""Agent steps between the rows of a Pong run's curve record (:func:`record_curves`)."""
+
+
+def curve_rows(run: Path, every: int = CURVE_EVERY) -> list[dict[str, float]]:
+    """A run's training curve from its own ``train.csv``, one row per ``every`` agent steps:
+    the mean true return of the last 10 episodes ended by then (``return_last10``) and the
+    mean policy entropy of those rows (nats; a uniform policy over Pong's 6 actions has
+    ln 6 = 1.792)."""
+    train = pd.read_csv(run / "train.csv")
+    train = train[train["episode_reward"].notna()]
+    rows = []
+    for step in range(every, int(train["step"].max()) + 1, every):
+        done = train[train["step"] <= step].tail(10)
+        if len(done):
+            entropy = float(done["entropy"].mean()) if "entropy" in done else float("nan")
+            rows.append({"step": step,
+                         "return_last10": round(float(done["episode_reward"].mean()), 3),
+                         "entropy": round(entropy, 4)})
+    return rows
+
+
+def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) -> None:
+    """Each Pong run's curve so far (:func:`curve_rows`), finished or not, in the CSV ``path``
+    with the run's own date, commit, machine and command: the measurement the agent was chosen
+    from. Rows of the same (variant, seed, step) are replaced."""
+    rows = []
+    for variant in variants:
+        for seed in seeds:
+            run = out / "pong" / variant / f"seed{seed}"
+            if not (run / "train.csv").is_file() or not (run / "provenance.json").is_file():
+                continue
+            prov = json.loads((run / "provenance.json").read_text())
+            rows += [{"variant": variant, "seed": seed, **row, "date": prov["date"],
+                      "commit": " ".join(prov["commits"]), "machine": prov["machine"],
+                      "command": prov["command"]} for row in curve_rows(run)]
+    if not rows:
+        return
+    key = ["variant", "seed", "step"]
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(rows[0]))
+    merged = pd.concat([old, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
+        key, keep="last")
+    merged.sort_values(key).to_csv(path, index=False)
+    print(f"recorded the curves of {len({(r['variant'], r['seed']) for r in rows})} Pong "
+          f"run(s) in {path}")
+
+
 def _bench_methods() -> object:
     import importlib.util
 
@@ -826,7 +873,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, metavar="CSV",
                         help="keep each finished run's row in this CSV (dot: "
                         "results/drlhp_dot.csv; pong: results/drlhp_pong.csv, the measured "
-                        "pieces in drlhp_pong_cost.csv beside it)")
+                        "pieces in drlhp_pong_cost.csv and every run's curve so far in "
+                        "drlhp_pong_curves.csv beside it)")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: the table of the runs finished so far")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -877,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         pong_table(args.out, variants, seeds, steps)
         if args.record:
             record_pong(args.record, args.out, variants, seeds, steps)
+            record_curves(args.record.with_name(args.record.stem + "_curves.csv"), args.out,
+                          variants, seeds)
     print("\n" + COMMANDS)
     if failed:
         print(f"{len(failed)} runs failed; see their .log files", file=sys.stderr)

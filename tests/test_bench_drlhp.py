@@ -97,3 +97,24 @@ def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path
     assert row["agent_cpu_s"] == 90.0 and row["learner_cpu_s"] == 80.0
     assert row["commit"] == "abc1234 def5678" and row["date"] == "2026-12-07"
     assert len(pd.read_csv(record)) == 1  # a2c_true has no finished run
+
+
+def test_a_pong_curve_record_holds_every_run_so_far_with_its_own_provenance(tmp_path):
+    """The measurement the agent is chosen from: each run's curve, finished or not."""
+    bench = _bench()
+    run = tmp_path / "pong" / "a2c_true" / "seed0"
+    run.mkdir(parents=True)
+    steps = np.arange(1, 41) * 6000  # an episode every 6000 steps, up to 240k
+    pd.DataFrame({"step": steps, "episode_reward": np.where(steps > 100_000, -10.0, -21.0),
+                  "entropy": 1.7}).to_csv(run / "train.csv", index=False)
+    (run / "provenance.json").write_text(json.dumps({
+        "date": "2026-12-07", "commits": ["abc1234"], "machine": "AMD EPYC, 2 cores",
+        "command": "python benchmarks/bench_drlhp.py pong --variants a2c_true"}))
+    path = tmp_path / "drlhp_pong_curves.csv"
+    bench.record_curves(path, tmp_path, ["a2c_true", "ppo_true"], [0])
+    rows = pd.read_csv(path)
+    assert rows["step"].tolist() == [100_000, 200_000]  # every 100k steps reached
+    assert rows["return_last10"].tolist() == [-21.0, -10.0]  # the last 10 episodes by then
+    assert set(rows["commit"]) == {"abc1234"} and set(rows["variant"]) == {"a2c_true"}
+    bench.record_curves(path, tmp_path, ["a2c_true"], [0])  # again: replaced, not doubled
+    assert len(pd.read_csv(path)) == 2
