@@ -23,7 +23,7 @@ import torch
 from tests.conftest import ROOT, TINY_PENDULUM
 from themis.builder import make_workspace
 from themis.loops import pebble, prefppo
-from themis.reward import load_reward_model
+from themis.reward import PreferenceDataset, load_reward_model
 from themis.run.closing import finish, stop
 from themis.run.snapshot import save_snapshot
 from themis.utils import ConfigError
@@ -270,3 +270,41 @@ def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path
     assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
     assert "before the first checkpoint" in stop(ws, "./themis_train.sh")  # resumable
     assert not ws.remote.channel.process.is_alive()
+
+
+@pytest.mark.slow
+def test_an_async_run_killed_during_drlhps_pretraining_resumes_inside_it(tmp_path):
+    """DRLHP's pretraining (200 epochs on the first labels: two hours for Pong on a CPU) is
+    checkpointed between its chunks of epochs: a run killed in it resumes with the epochs run
+    so far, asks no first-round query twice, and ends (issue 83: a checkpoint at least every
+    30 minutes of wall time)."""
+    import torch
+
+    run = tmp_path / "run"
+    overrides = [*DOT_ASYNC, "num_train_steps=1600", "checkpoint_frequency=400",
+                 "eval_frequency=800", "reward_pretrain_epochs=3000", "checkpoint_minutes=0.002",
+                 f"hydra.run.dir={run}"]
+    env = {**os.environ, "THEMIS_THREADS": "1"}
+    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    learner = run / "checkpoints" / "learner" / "state.pt"
+    deadline = time.time() + 300
+    while True:  # the learner checkpointed inside its first round: pretraining under way
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.time() < deadline and not (run / "reward.csv").exists()
+        if (run / "checkpoints" / "state.pt.sha256").exists() and learner.exists():
+            state = torch.load(learner, weights_only=False)
+            if state["reward_passes"]["pretrained_epochs"] >= 20:
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not state["reward_passes"]["pretrained"] and state["first_done"]
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "pretraining finished after the resume" in resumed.stdout
+    rounds = pd.read_csv(run / "reward.csv")
+    assert rounds["total_feedback"].iloc[-1] == 40  # the 10 first-round queries asked once
+    assert len(PreferenceDataset.load(run / "preferences")) == 40
+    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 1600

@@ -13,6 +13,7 @@ gatherer → dataset → reward trainer), the method pieces B-Pref's ``reward_mo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -71,6 +72,11 @@ class RoundReport(NamedTuple):
     method_stats: dict[str, float] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
+PRETRAIN_CHUNK_EPOCHS = 5
+"""``reward_schedule=passes``: pretraining epochs run between two pauses
+(:attr:`PreferenceLearner.pretraining_pause`)."""
+
+
 class PreferenceLearner:
     """Reward learning from preferences: dataset, ensemble trainer, teacher channel, statistics.
 
@@ -122,6 +128,9 @@ class PreferenceLearner:
         self.postponed_rounds = 0  # rounds without a segment to cut (episodes too short)
         self.reward_accuracy = float("nan")
         self.epochs_trained = 0.0  # passes over the labels so far (DRLHP's training steps)
+        self.pretraining_pause: Callable[[], None] | None = None
+        """Called between chunks of :data:`PRETRAIN_CHUNK_EPOCHS` pretraining epochs (the
+        learner process checkpoints there: DRLHP's pretraining takes hours on a CPU)."""
         self.stats = TeacherStats()
 
     @property
@@ -375,11 +384,27 @@ class PreferenceLearner:
             trained, held = self.trainer.split(self.dataset, self.passes_rows(rows))
             self.trainer.measure_validation(self.dataset, trained, held)
             return None
-        self.passes.pretrained = True
-        fit = self.trainer.train(self.dataset, self.passes.pretrain_epochs,
-                                 target_accuracy=np.inf, rows=self.passes_rows(rows))
-        self.epochs_trained += fit.epochs
-        return fit
+        passes, done, steps = self.passes, 0, 0
+        fit = None
+        while passes.pretrained_epochs < passes.pretrain_epochs:  # in chunks: a pause between
+            chunk = min(PRETRAIN_CHUNK_EPOCHS, passes.pretrain_epochs - passes.pretrained_epochs)
+            fit = self.trainer.train(self.dataset, chunk, target_accuracy=np.inf,
+                                     rows=self.passes_rows(rows))
+            passes.pretrained_epochs += fit.epochs
+            self.epochs_trained += fit.epochs
+            done, steps = done + fit.epochs, steps + fit.steps
+            if self.pretraining_pause is not None and \
+                    passes.pretrained_epochs < passes.pretrain_epochs:
+                self.pretraining_pause()  # e.g. a checkpoint of the learner process
+        passes.pretrained = True
+        return dataclasses.replace(fit, epochs=done, steps=steps) if fit is not None else None
+
+    def pretraining_left(self) -> bool:
+        """``reward_schedule=passes``: pretraining began (a checkpoint taken during it) and
+        has epochs left to run."""
+        return self.passes is not None and not self.passes.pretrained \
+            and 0 < self.passes.pretrained_epochs < self.passes.pretrain_epochs \
+            and len(self.dataset) > 0
 
     def train_epoch(self) -> bool:
         """One more pass over the labels (those :meth:`train_after_round` trains on), as

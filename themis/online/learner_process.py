@@ -190,6 +190,9 @@ class OnlineLearner:
         self.offset = 0  # steps before the resume
         self.last_round = 0  # step of the last asking round
         self.first_done = False
+        self.asking_first = False  # inside the first round (its labels may be on disk already)
+        self.pretraining_to_finish = False  # resumed during DRLHP's pretraining: finish it
+        self.last_checkpoint_time = time.monotonic()
         self.episodes = 0  # episodes ended
         self.newest_episode = -1
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=10)
@@ -263,6 +266,7 @@ class OnlineLearner:
             self.shared.trained_steps.value = self.passes_seen
             self.cpu_before = float(state.get("cpu_s", 0.0))
             self.first_done = bool(state["first_done"])
+            self.pretraining_to_finish = self.learner.pretraining_left()
             self.episodes = int(state["episodes"])
             self.recent_returns.extend(float(r) for r in state["recent_returns"])
             self.recent_lengths.extend(int(n) for n in state["recent_lengths"])
@@ -377,6 +381,7 @@ class OnlineLearner:
         if first and self.loop and not self.cfg.human_teacher:  # the loop waits for it:
             # its threads too (pretraining on both cores of a run with one thread each)
             torch.set_num_threads(max(threads, min(2 * threads, len(os.sched_getaffinity(0)))))
+        self.asking_first = first
         try:
             report = self.learner.round(self.store, self.steps, first, pool,
                                         self.recent_returns, self.recent_lengths,
@@ -384,6 +389,7 @@ class OnlineLearner:
                                         ask=ask, final=final)
         finally:
             torch.set_num_threads(threads)
+            self.asking_first = False
         if ask:
             asked_now = report is not None and report.postponed == 0
             self.first_done = self.first_done or asked_now
@@ -434,6 +440,24 @@ class OnlineLearner:
             self.passes_published = self.steps
             self.publish()
         return True
+
+    def finish_pretraining(self) -> None:
+        """A run resumed during DRLHP's pretraining (checkpointed between its chunks of
+        epochs): the epochs left, then the first model is published and checkpointed. The first
+        round's ``reward.csv`` row is not written (the round itself ran before the stop)."""
+        self.pretraining_to_finish = False
+        assert self.learner.passes is not None
+        before = self.learner.passes.pretrained_epochs
+        fit = self.learner.train_after_round()
+        if fit is not None:
+            self.learner.model_changed()
+            self.learner.reward_accuracy = fit.accuracy
+        self.logger.info(f"step {self.steps}: pretraining finished after the resume "
+                         f"({before} of {self.learner.passes.pretrain_epochs} epochs had run "
+                         f"before the stop; train accuracy {self.learner.reward_accuracy:.3f})",
+                         "cyan")
+        self.publish()
+        self.checkpoint()
 
     def epochs(self) -> float:
         """Passes over the labels the current model was trained with (``inf``: pretrained)."""
@@ -503,8 +527,9 @@ class OnlineLearner:
         """The learner's checkpoint: its state (:meth:`PreferenceLearner.state_dict`), counters
         and the last published statistics."""
         stats = np.frombuffer(self.shared.stats, np.float64).tolist()
+        first_done = self.first_done or (self.asking_first and self.learner.total_feedback > 0)
         return {**self.learner.state_dict(), "env": self.spec.env_id, "step": self.steps,
-                "first_done": self.first_done, "episodes": self.episodes,
+                "first_done": first_done, "episodes": self.episodes,
                 "recent_returns": list(self.recent_returns),
                 "recent_lengths": list(self.recent_lengths), "trainings": self.trainings,
                 "reward_stats": stats, "passes_seen": self.passes_seen,
@@ -522,6 +547,7 @@ class OnlineLearner:
         from themis.reward.ensemble import save_reward_model
         from themis.run.checkpoint import save_checkpoint
 
+        self.last_checkpoint_time = time.monotonic()
         ckpt = self.checkpoint_dir
         save_checkpoint(self.state_dict(), ckpt)
         if self.loop:  # the learner's share of a run's CPU time (benchmarks/bench_drlhp.py)
@@ -649,10 +675,25 @@ class Service:
                 self.inbox_steps -= sum(len(run) for run in message[1])
             learner.take(message)
 
+    def pause(self, learner: OnlineLearner) -> None:
+        """Between chunks of DRLHP's pretraining (hours on a CPU): take the steps that arrived,
+        and checkpoint when the loop asked for it (Themis's loop: its checkpoint and the
+        learner's then hold the same steps) or, in a wrapper, every ``checkpoint_minutes``."""
+        self.drain(learner)
+        if self.checkpoint_requested.is_set():
+            self.checkpoint_requested.clear()
+            learner.checkpoint()
+        elif not learner.loop and time.monotonic() - learner.last_checkpoint_time \
+                >= 60 * learner.cfg.checkpoint_minutes:
+            learner.checkpoint()
+
     def run(self, learner: OnlineLearner) -> None:
         """The main thread's loop (see the module docstring)."""
         web = learner.space.label_store is not None
         next_gather = time.monotonic() + GATHER_EVERY
+        learner.learner.pretraining_pause = lambda: self.pause(learner)
+        if learner.pretraining_to_finish:
+            learner.finish_pretraining()
         while not self.stop.is_set():
             self.drain(learner)
             if self.save_requested.is_set():

@@ -313,6 +313,9 @@ class AsyncLearner:
                     said = True
                     self.ws.logger_info(f"step {self.ws.step}: waiting for the first reward "
                                         "model of the background learner", "cyan")
+                # DRLHP's pretraining takes hours on a CPU: the run checkpoints meanwhile (the
+                # learner between its chunks of epochs), every checkpoint_minutes
+                self.ws.maybe_checkpoint()
                 time.sleep(0.01)
         got = channel.shared.read(self.version)
         while wait and got is None and channel.shared.version.value != self.version:

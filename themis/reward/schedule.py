@@ -49,6 +49,8 @@ class LabelPassSchedule:
     """Label-passes trained after pretraining (per member)."""
     pretrained: bool = False
     """The pretraining epochs have run."""
+    pretrained_epochs: int = 0
+    """Pretraining epochs run so far (a run stopped during pretraining continues from them)."""
 
     def __post_init__(self) -> None:
         if self.pretrain_epochs < 0 or self.passes_per_step < 0 or self.buffer_labels < 0:
@@ -73,9 +75,11 @@ class LabelPassSchedule:
 
     def state_dict(self) -> dict[str, object]:
         return {"credit": self.credit, "label_passes": self.label_passes,
-                "pretrained": self.pretrained}
+                "pretrained": self.pretrained, "pretrained_epochs": self.pretrained_epochs}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.credit = float(state["credit"])  # type: ignore[arg-type]
         self.label_passes = int(state["label_passes"])  # type: ignore[call-overload]
         self.pretrained = bool(state["pretrained"])
+        self.pretrained_epochs = int(state.get(  # type: ignore[call-overload]
+            "pretrained_epochs", self.pretrain_epochs if self.pretrained else 0))
