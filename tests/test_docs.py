@@ -181,3 +181,15 @@ def test_the_site_builds_strictly_with_every_page_the_readme_links(tmp_path):
                             else page / "index.html")
             assert built.is_file(), f"{target} was not built ({built})"
     assert not (site / "_incoming").exists()
+
+
+def test_the_sites_front_page_is_generated_from_the_readme():
+    """Issue 84 item 3: docs/index.md was a hand copy of README.md (five places differed)."""
+    from tests.conftest import load_file
+
+    index = load_file("scripts/docs_index.py")
+    readme = (ROOT / "README.md").read_text()
+    assert (ROOT / "docs" / "index.md").read_text() == index.site_index(readme), \
+        "docs/index.md is out of date: python scripts/docs_index.py"
+    assert "](docs/" not in index.site_index(readme)
+    assert index.main(["--check"]) == 0
