@@ -12,6 +12,10 @@ It trains nothing.
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # scripts/: venv_check
 import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
 import importlib.util

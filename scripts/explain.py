@@ -13,6 +13,10 @@ panels and summary PNGs (see ``lib/explain.py``) to ``RUN_DIR/explanations/queri
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # scripts/: venv_check
 import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path

@@ -12,6 +12,10 @@ model and its training. Bad input: one line and exit code 2.
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # scripts/: venv_check
 import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import sys
 from pathlib import Path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,6 @@ choose_gl_backend()
 os.environ.setdefault("THEMIS_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-# scripts loaded as modules (load_file, importlib) import scripts/venv_check.py first, as they do
-# when run from scripts/
-sys.path.append(str(ROOT / "scripts"))
 
 
 def load_file(relative: str):

@@ -546,7 +546,8 @@ def test_a_key_given_twice_is_named_with_both_values(tmp_path):
     proc = launch("themis_train.sh", "seed=1", "seed=2", "seed=nope",
                   f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2
-    assert "themis: warning: seed is given twice (seed=1, then seed=2)" in proc.stderr
+    assert "themis: warning: seed is given twice (seed=1, then seed=2)" in proc.stdout
+    assert proc.stderr.strip().count("\n") == 0  # the error alone on stderr
 
 
 def test_imitation_s_names_given_to_the_wrapper_name_the_themis_key(tmp_path):

@@ -158,8 +158,8 @@ def preflight(config_name: str, argv: list[str]) -> None:
     flags = {a for a in argv if a.startswith("-")}
     overrides = [a for a in argv if not a.startswith(("-", "hydra.", "hydra/", "+hydra",
                                                       "~hydra"))]
-    if (repeated := repeated_key(overrides)) is not None:
-        print(f"themis: warning: {repeated}", file=sys.stderr)
+    if (repeated := repeated_key(overrides)) is not None:  # a note, with the run's console:
+        print(f"themis: warning: {repeated}", flush=True)  # stderr stays for what ends a run
     if flags - {"-m", "--multirun"} and (hint := flag_hint(argv, schema_keys())
                                          or unknown_flag(argv)):
         fail(hint)  # --num_train_steps 1000: a key written as a flag; --hlep
