@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +48,9 @@ UNITS = {"sac": "agent steps/s", "pebble": "agent steps/s", "ppo_pixels": "agent
 
 def loop_keys(piece: str, device: str, steps: int) -> dict[str, Any]:
     """The :func:`themis.train` keys of a loop piece: ``steps`` agent steps after its warm-up
-    (the first 1000 steps of SAC and PEBBLE; PPO's first 2048, its first episodes). Episodes are cut short (100
-    steps; Pong's at 1000 frames) so that ``train.csv``, one row per episode, times the steps
-    densely; the cost of a step does not depend on it."""
+    (the first 1000 steps of SAC and PEBBLE; PPO's first 2048, its first episodes). Episodes
+    are cut short (100 steps; Pong's at 1000 frames) so that ``train.csv``, one row per
+    episode, times the steps densely; the cost of a step does not depend on it."""
     common = {"device": device, "precision": "fp32", "torch_threads": 1, "seed": 0,
               "eval_frequency": 10 * steps + 10_000, "num_eval_episodes": 1,
               "save_snapshot": False}
@@ -137,29 +136,25 @@ def reward_rates(device: str, reps: int) -> tuple[float, float, float]:
     return train, score, time.perf_counter() - began
 
 
-def machine(device: str) -> str:
-    """The CPU (model, cores), and the GPU's name on CUDA."""
+def sibling(name: str) -> Any:
+    """Another benchmark of this folder as a module (they are files, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "benchmarks" / "bench_methods.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    cpu = module.machine()
+    return module
+
+
+def machine(device: str) -> str:
+    """The CPU (model, cores: ``bench_methods.machine``), and the GPU's name on CUDA."""
+    cpu = sibling("bench_methods").machine()
     if device.startswith("cuda"):
         import torch
 
         return f"{cpu}; {torch.cuda.get_device_name(torch.device(device))}"
     return cpu
-
-
-def commit() -> str:
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return sha + ("+changes" if dirty else "")
 
 
 def measure(devices: list[str], pieces: list[str], quick: bool) -> pd.DataFrame:
@@ -208,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.devices, args.pieces, args.quick)
     if args.record is not None:
         rows = rows.assign(
-            date=datetime.date.today().isoformat(), commit=commit(),
+            date=datetime.date.today().isoformat(), commit=sibling("bench_drlhp")._commit(),
             machine=[machine(d) for d in rows["device"]], quick=args.quick,
             command="python benchmarks/bench_cuda.py " + " ".join(
                 sys.argv[1:] if argv is None else argv))
