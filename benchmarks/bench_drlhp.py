@@ -430,13 +430,17 @@ def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
                          "machine": prov["machine"], "command": prov["command"]})
     if not rows:
         return
-    key = ["variant", "seed", "steps"]
+    merge_rows(path, rows, ["variant", "seed", "steps"])
+    print(f"recorded {len(rows)} Pong run(s) in {path}")
+
+
+def merge_rows(path: Path, rows: list[dict[str, Any]], key: list[str]) -> None:
+    """Write ``rows`` into the CSV ``path``: a kept row of the same ``key`` is replaced."""
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(rows[0]))
     merged = pd.concat([old, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
         key, keep="last")
     path.parent.mkdir(parents=True, exist_ok=True)
     merged.sort_values(key).to_csv(path, index=False)
-    print(f"recorded {len(rows)} Pong run(s) in {path}")
 
 
 CURVE_EVERY = 100_000
@@ -477,11 +481,7 @@ def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) 
                       "command": prov["command"]} for row in curve_rows(run)]
     if not rows:
         return
-    key = ["variant", "seed", "step"]
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(rows[0]))
-    merged = pd.concat([old, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
-        key, keep="last")
-    merged.sort_values(key).to_csv(path, index=False)
+    merge_rows(path, rows, ["variant", "seed", "step"])
     print(f"recorded the curves of {len({(r['variant'], r['seed']) for r in rows})} Pong "
           f"run(s) in {path}")
 

@@ -18,7 +18,7 @@ makes four (``update_epochs=4``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from themis.agents.ppo import ActorCritic, ActorCriticAgent, Rollout, gae, head_depth
+from themis.agents.ppo import ActorCriticAgent, Rollout, gae
 
 
 @dataclass
@@ -114,15 +114,9 @@ class A2C(ActorCriticAgent):
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
                  cfg: A2CConfig, total_updates: int = 1) -> None:
-        self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
-        self.device = device
-        self.n_actions = n_actions
-        self.net = ActorCritic(obs_shape, n_actions, self.cfg).to(device)
+        super().__init__(obs_shape, n_actions, device, cfg, total_updates)
         self.optimizer = RMSpropTF(self.net.parameters(), lr=cfg.learning_rate,
                                    alpha=cfg.rms_alpha, eps=cfg.rms_eps)
-        self.total_updates = max(1, total_updates)
-        self.num_updates = 0
-        self.metrics: dict[str, float] = {}
 
     def targets(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
         """Advantages and return targets ``(T, N)`` of a rollout: with ``gae_lambda=1`` the

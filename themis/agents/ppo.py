@@ -183,6 +183,18 @@ class ActorCriticAgent:
     optimizer: torch.optim.Optimizer
     num_updates: int
 
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
+                 cfg: Any, total_updates: int) -> None:
+        """The settings with the heads' depth resolved (:func:`head_depth`), the network on
+        ``device`` and the update counters; the subclass adds its optimiser."""
+        self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
+        self.device = device
+        self.n_actions = n_actions
+        self.net = ActorCritic(obs_shape, n_actions, self.cfg).to(device)
+        self.total_updates = max(1, total_updates)
+        self.num_updates = 0
+        self.metrics: dict[str, float] = {}  # of the last update (train.csv's columns)
+
     @torch.no_grad()
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for a batch of observations ``(N, *obs_shape)``.
@@ -242,14 +254,8 @@ class PPO(ActorCriticAgent):
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
                  cfg: PPOConfig, total_updates: int = 1) -> None:
-        self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
-        self.device = device
-        self.n_actions = n_actions
-        self.net = ActorCritic(obs_shape, n_actions, cfg).to(device)
+        super().__init__(obs_shape, n_actions, device, cfg, total_updates)
         self.optimizer = make_adam(self.net.parameters(), cfg.learning_rate, eps=1e-5)
-        self.total_updates = max(1, total_updates)
-        self.num_updates = 0
-        self.metrics: dict[str, float] = {}  # of the last update (train.csv's columns)
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """Minibatch epochs of the clipped PPO objective on one rollout.
