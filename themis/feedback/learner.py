@@ -385,19 +385,19 @@ class PreferenceLearner:
             self.trainer.measure_validation(self.dataset, trained, held)
             return None
         passes, done, steps = self.passes, 0, 0
-        fit = None
+        last: RewardTrainStats | None = None
         while passes.pretrained_epochs < passes.pretrain_epochs:  # in chunks: a pause between
             chunk = min(PRETRAIN_CHUNK_EPOCHS, passes.pretrain_epochs - passes.pretrained_epochs)
-            fit = self.trainer.train(self.dataset, chunk, target_accuracy=np.inf,
-                                     rows=self.passes_rows(rows))
-            passes.pretrained_epochs += fit.epochs
-            self.epochs_trained += fit.epochs
-            done, steps = done + fit.epochs, steps + fit.steps
+            last = self.trainer.train(self.dataset, chunk, target_accuracy=np.inf,
+                                      rows=self.passes_rows(rows))
+            passes.pretrained_epochs += last.epochs
+            self.epochs_trained += last.epochs
+            done, steps = done + last.epochs, steps + last.steps
             if self.pretraining_pause is not None and \
                     passes.pretrained_epochs < passes.pretrain_epochs:
                 self.pretraining_pause()  # e.g. a checkpoint of the learner process
         passes.pretrained = True
-        return dataclasses.replace(fit, epochs=done, steps=steps) if fit is not None else None
+        return dataclasses.replace(last, epochs=done, steps=steps) if last is not None else None
 
     def pretraining_left(self) -> bool:
         """``reward_schedule=passes``: pretraining began (a checkpoint taken during it) and
