@@ -916,9 +916,10 @@ def main(argv: list[str] | None = None) -> int:
         cells = [(args.out / "pong" / v / f"seed{s}",
                   [*pong_overrides(v, steps, s, queries, args.quick), *args.extra])
                  for v in variants for s in seeds]
-        todo = [run for run, _ in cells if "oracle" in run.parent.name
-                and not finished(run, steps)]
-        if todo and not args.table_only and not args.quick:  # the pieces, then the projection
+        fresh = [run for run, _ in cells if "oracle" in run.parent.name
+                 and not finished(run, steps) and not (run / "checkpoints").exists()]
+        if fresh and not args.table_only and not args.quick:  # the pieces, then the projection
+            # (measured once, before an oracle run starts; a resumed run goes straight on)
             cost_table(steps, record=args.record.with_name(args.record.stem + "_cost.csv")
                        if args.record else None)
         failed = run_grid(cells, steps, args.jobs, threads, args.table_only)
