@@ -2,5 +2,11 @@
 # Themis training launcher: every argument is a Hydra override, e.g.
 #   ./themis_train.sh env=HalfCheetah-v5 seed=1
 #   ./themis_train.sh -m seed=0,1,2        # a sweep
+#   ./themis_train.sh mode=offline dataset=PATH  # offline: labels on a dataset, IQL (docs/guide/offline.md)
 set -euo pipefail
+for arg in "$@"; do
+  if [ "$arg" = "mode=offline" ]; then
+    exec "$(dirname "${BASH_SOURCE[0]}")/scripts/launch.sh" themis.offline.main "$@"
+  fi
+done
 exec "$(dirname "${BASH_SOURCE[0]}")/scripts/launch.sh" themis.cli.train "$@"

@@ -43,6 +43,7 @@ FLOORS: list[set[str]] = [
     {"builder"},  # a config and a run dir -> the Workspace (entry points, tools, tests)
     {"cli"},  # the entry points of ./themis_train.sh and ./themis_pretrain.sh
     {"interpret", "themis"},  # run reports, reward inspection; the public API
+    {"offline"},  # offline mode: datasets (rollouts among them), labels, IQL run, entry point
 ]
 
 

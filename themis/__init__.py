@@ -19,7 +19,8 @@ __version__ = "0.1.0"
 
 __all__ = ["HumanPreferencesEnvWrapper", "LearnedRewardWrapper", "PreferenceDataset",
            "PreferenceLearningVectorEnv", "PreferenceLearningWrapper", "RewardEnsemble",
-           "TrainConfigError", "__version__", "load_reward_model", "load_run", "train"]
+           "TrainConfigError", "__version__", "load_reward_model", "load_run", "train",
+           "train_offline"]
 
 _LAZY = {
     "HumanPreferencesEnvWrapper": "themis.online.drlhp",
@@ -32,6 +33,7 @@ _LAZY = {
     "train": "themis.cli.api",
     "load_run": "themis.cli.api",
     "TrainConfigError": "themis.cli.api",
+    "train_offline": "themis.offline.main",
 }
 
 

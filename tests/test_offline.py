@@ -1,0 +1,295 @@
+"""Offline mode (issue 88): datasets from Minari, a run's replay buffer and rollouts; labels on
+segment pairs inside episodes; Preference Transformer; IQL; a run end to end with resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from themis.agents.iql import IQL, IQLConfig, advantage_weights, expectile_loss, return_range_scale
+from themis.offline.datasets import (
+    DatasetError,
+    OfflineDataset,
+    from_episodes,
+    load_offline_dataset,
+)
+from themis.offline.labels import load_label_file, random_pairs, select_queries
+from themis.offline.main import main, train_offline
+from themis.reward.preference_transformer import PreferenceTransformer, preference_transformer_loss
+
+
+def episodes(lengths=(30, 12, 25), obs_dim=3, act_dim=1, seed=0, terminal_last=False):
+    rng = np.random.default_rng(seed)
+    return [{"obs": rng.normal(size=(n + 1, obs_dim)), "actions": rng.uniform(-1, 1, (n, act_dim)),
+             "rewards": rng.normal(size=n),
+             "terminated": np.r_[np.zeros(n - 1, bool), [terminal_last]]} for n in lengths]
+
+
+def small_dataset(**kwargs) -> OfflineDataset:
+    return from_episodes(episodes(**kwargs), "test")
+
+
+# ------------------------------------------------------------------------- datasets
+def test_episodes_concatenate_with_their_bounds_and_timeouts():
+    data = small_dataset()
+    assert data.num_steps == 67 and data.num_episodes == 3
+    assert data.starts.tolist() == [0, 30, 42] and data.lengths.tolist() == [30, 12, 25]
+    assert np.flatnonzero(data.timeouts).tolist() == [29, 41, 66] and not data.terminals.any()
+    np.testing.assert_array_equal(data.next_observations[:29], data.observations[1:30])
+    assert data.episode_returns().shape == (3,)
+
+
+@pytest.mark.parametrize("problem, words", [
+    ("nan", "NaN"), ("lengths", "observations must be one more"), ("empty", "no episodes"),
+])
+def test_bad_datasets_are_refused_with_one_line(problem, words):
+    eps = episodes()
+    if problem == "nan":
+        eps[1]["obs"][3, 0] = np.nan
+    elif problem == "lengths":
+        eps[0]["rewards"] = eps[0]["rewards"][:-2]
+    else:
+        eps = [{**e, "obs": e["obs"][:1], "actions": e["actions"][:0], "rewards": e["rewards"][:0],
+                "terminated": e["terminated"][:0]} for e in eps]
+    with pytest.raises(DatasetError, match=words) as info:
+        from_episodes(eps, "bad.npz")
+    assert "\n" not in str(info.value)
+
+
+def test_a_minari_folder_is_read_with_actions_rescaled(tmp_path, monkeypatch):
+    pytest.importorskip("h5py")
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    folder = tmp_path / "datasets" / "test" / "pendulum" / "random-v0"
+    folder.mkdir(parents=True)
+    storage = MinariStorage.new(folder / "data", env_spec=gym.spec("Pendulum-v1"))
+    rng = np.random.default_rng(0)
+    storage.update_episodes([EpisodeBuffer(  # two time-limited episodes of 20 random steps
+        observations=rng.normal(size=(21, 3)).astype(np.float32),
+        actions=rng.uniform(-2, 2, (20, 1)).astype(np.float32),
+        rewards=rng.normal(size=20), terminations=np.zeros(20, bool),
+        truncations=np.r_[np.zeros(19, bool), [True]]) for _ in range(2)])
+    assert (folder / "data" / "metadata.json").is_file()  # Minari's on-disk layout
+    raw = next(iter(MinariStorage.read(folder / "data").get_episodes([0])))
+    for where in (folder, "minari:test/pendulum/random-v0"):
+        data = load_offline_dataset(where)
+        assert data.num_episodes == 2 and data.lengths.tolist() == [20, 20]
+        assert data.env_id == "Pendulum-v1" and data.obs_dim == 3
+        assert data.timeouts.sum() == 2 and not data.terminals.any()
+        np.testing.assert_allclose(data.actions[:20, 0], raw["actions"][:, 0] / 2, rtol=1e-6)
+        np.testing.assert_allclose(data.rewards[:20], raw["rewards"], rtol=1e-6)
+    with pytest.raises(DatasetError, match="not on this machine"):
+        load_offline_dataset("minari:test/pendulum/other-v0")
+    (folder / "data" / "main_data.hdf5").write_bytes(b"not hdf5")
+    with pytest.raises(DatasetError, match="not a readable Minari dataset"):
+        load_offline_dataset(folder)
+
+
+def test_rollouts_and_imitation_npz_are_read(tmp_path):
+    from themis.environments.domains import make_env
+    from themis.interpret.rollouts import (
+        collect_rollouts,
+        random_policy,
+        save_imitation_npz,
+        save_rollouts,
+    )
+
+    env = make_env("Classic", "Pendulum-v1", seed=0)
+    rollouts = collect_rollouts(env, random_policy(env, 0), 2, seed=0, max_steps=15)
+    save_rollouts(rollouts, tmp_path / "roll")
+    data = load_offline_dataset(tmp_path / "roll")
+    assert data.lengths.tolist() == [15, 15] and data.env_id == "Pendulum-v1"
+    np.testing.assert_allclose(data.rewards, rollouts.rews)
+    save_imitation_npz(rollouts, tmp_path / "imit.npz")
+    assert load_offline_dataset(tmp_path / "imit.npz").num_steps == 30
+    (tmp_path / "pickled.npz").write_bytes(pickle.dumps({"obs": [1, 2]}))
+    with pytest.raises(DatasetError):
+        load_offline_dataset(tmp_path / "pickled.npz")
+
+
+def test_a_run_folders_replay_buffer_is_unrolled_into_episodes(tmp_path):
+    from themis.run.checkpoint import save_checkpoint
+
+    # a wrapped buffer of capacity 10, newest write at slot 3: oldest step is slot 3
+    episode = np.array([7, 7, 7, 4, 4, 5, 5, 5, 6, 6])
+    t = np.array([3, 4, 5, 1, 2, 0, 1, 2, 0, 1])
+    obs = np.arange(10, dtype=np.float32)[:, None].repeat(2, 1)
+    not_dones = np.ones(10, np.float32)
+    not_dones[7] = 0  # episode 5 ends in a terminal state
+    buffer = {"capacity": 10, "ptr": 3, "size": 10, "obs": obs, "next_obs": obs + 0.5,
+              "actions": np.zeros((10, 1), np.float32), "rewards": np.zeros(10, np.float32),
+              "true_rewards": np.arange(10, dtype=np.float32), "not_dones": not_dones,
+              "episode": episode, "t": t}
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    save_checkpoint({"buffer": buffer, "step": 10}, run / "checkpoints")
+    (run / "config.yaml").write_text("env: Pendulum-v1\n")
+    data = load_offline_dataset(run)
+    assert data.observations[:, 0].tolist() == [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]
+    assert data.lengths.tolist() == [2, 3, 2, 3] and data.env_id == "Pendulum-v1"
+    assert np.flatnonzero(data.terminals).tolist() == [4]
+    assert np.flatnonzero(data.timeouts).tolist() == [1, 6, 9]
+
+
+# --------------------------------------------------------------------------- labels
+def test_query_segments_stay_inside_their_episodes():
+    data = small_dataset()
+    episode_of = np.repeat(np.arange(3), data.lengths)
+    pairs = random_pairs(data, 12, 400, np.random.default_rng(0))
+    ends = pairs.starts + 11
+    assert np.all(episode_of[pairs.starts] == episode_of[ends])
+    assert set(np.unique(episode_of[pairs.starts])) == {0, 1, 2}  # the 12-step episode too
+    np.testing.assert_array_equal(pairs.true_rewards[5, 1],
+                                  data.rewards[pairs.starts[5, 1]:pairs.starts[5, 1] + 12])
+    with pytest.raises(DatasetError, match="no episode"):
+        random_pairs(data, 31, 1, np.random.default_rng(0))
+    from themis.reward.ensemble import RewardEnsemble
+
+    model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=8, hidden_depth=1)
+    chosen = select_queries(data, 10, 4, "disagreement", model, np.random.default_rng(1))
+    assert len(chosen) == 4
+
+
+def test_uni_rlhf_label_files_are_imported_as_plain_arrays(tmp_path):
+    data = small_dataset()
+    np.savez(tmp_path / "labels.npz", indices_1=[0, 30, 42], indices_2=[5, 31, 50],
+             labels=[0, 1, -1], segment=10)
+    pairs, labels = load_label_file(tmp_path / "labels.npz", data, segment=50)
+    assert labels.tolist() == [0.0, 1.0, 0.5] and pairs.observations.shape == (3, 2, 10, 3)
+    (tmp_path / "bad.json").write_text(json.dumps(
+        {"indices_1": [25], "indices_2": [0], "labels": [1]}))
+    with pytest.raises(DatasetError, match="crosses an episode"):
+        load_label_file(tmp_path / "bad.json", data, segment=10)
+    np.savez(tmp_path / "codes.npz", indices_1=[0], indices_2=[1], labels=[2])
+    with pytest.raises(DatasetError, match="answers must be"):
+        load_label_file(tmp_path / "codes.npz", data, segment=10)
+
+
+# ----------------------------------------------------------- Preference Transformer
+def test_preference_transformer_shapes_and_weights():
+    torch.manual_seed(0)
+    model = PreferenceTransformer(3, 2, max_len=8, embed_dim=16, layers=1, heads=2,
+                                  pref_attn_dim=8).eval()
+    obs, act = torch.randn(5, 8, 3), torch.randn(5, 8, 2)
+    reward, weight = model(obs, act)
+    assert reward.shape == weight.shape == (5, 8)
+    torch.testing.assert_close(weight.sum(-1), torch.ones(5))
+    torch.testing.assert_close(model.segment_scores(obs, act), (reward * weight).sum(-1))
+    # causal: the per-step reward at t does not read later steps
+    later = obs.clone()
+    later[:, 5:] += 1.0
+    torch.testing.assert_close(model(later, act)[0][:, :5], reward[:, :5])
+    # relabelling: the last position of the window that ends at each step
+    flat_obs, flat_act = obs[0].numpy().repeat(2, 0)[:12], act[0].numpy().repeat(2, 0)[:12]
+    out = model.step_rewards(flat_obs, flat_act, np.array([0]), np.array([12]), window=8)
+    with torch.no_grad():
+        first = model(torch.as_tensor(flat_obs[None, :8]), torch.as_tensor(flat_act[None, :8]))
+        last = model(torch.as_tensor(flat_obs[None, 4:]), torch.as_tensor(flat_act[None, 4:]))
+    np.testing.assert_allclose(out[:8], first[0][0].numpy(), rtol=1e-5, atol=1e-6)
+    assert out[11] == pytest.approx(float(last[0][0, -1]), abs=1e-5)
+
+
+def test_preference_transformer_loss_is_the_bradley_terry_cross_entropy():
+    s1, s2 = torch.tensor([0.2, 1.0, -0.5]), torch.tensor([0.7, -1.0, -0.5])
+    y = torch.tensor([1.0, 0.0, 0.5])
+    p = [1 / (1 + math.exp(-(b - a)))
+         for a, b in zip([0.2, 1.0, -0.5], [0.7, -1.0, -0.5], strict=True)]
+    hand = -(math.log(p[0]) + math.log(1 - p[1]) + 0.5 * math.log(p[2])
+             + 0.5 * math.log(1 - p[2])) / 3
+    assert float(preference_transformer_loss(s1, s2, y)) == pytest.approx(hand, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- IQL
+def test_expectile_loss_and_advantage_weights_by_hand():
+    diff = torch.tensor([2.0, -1.0, 0.5, -3.0])
+    hand = (0.7 * 4 + 0.3 * 1 + 0.7 * 0.25 + 0.3 * 9) / 4
+    assert float(expectile_loss(diff, 0.7)) == pytest.approx(hand)
+    assert float(expectile_loss(diff, 0.5)) == pytest.approx(float((diff ** 2).mean()) / 2)
+    adv = torch.tensor([0.0, 0.5, -1.0, 2.0])
+    torch.testing.assert_close(advantage_weights(adv, 3.0, 100.0),
+                               torch.tensor([1.0, math.exp(1.5), math.exp(-3.0), 100.0]))
+    assert return_range_scale(np.array([-100.0, 400.0])) == pytest.approx(2.0)
+
+
+def test_iql_learns_the_expectile_and_round_trips_its_state():
+    from themis.agents.buffers import ReplayBufferSamples
+
+    torch.manual_seed(0)
+    cfg = IQLConfig(hidden_dim=16, batch_size=32, discount=0.0, critic_lr=3e-3)
+    agent = IQL(2, 1, torch.device("cpu"), cfg, total_steps=300)
+    obs = torch.zeros(32, 2)
+    batch = ReplayBufferSamples(obs, torch.rand(32, 1) * 2 - 1, obs, torch.ones(32),
+                                torch.ones(32))
+    for step in range(200):
+        metrics = agent.update(batch, step)
+    assert set(metrics) == set(IQL.METRICS)
+    assert float(metrics["q_mean"]) == pytest.approx(1.0, abs=0.1)  # r = 1, no bootstrap
+    clone = IQL(2, 1, torch.device("cpu"), cfg, total_steps=300)
+    clone.load_state_dict(agent.state_dict())
+    np.testing.assert_array_equal(clone.act(np.zeros(2)), agent.act(np.zeros(2)))
+
+
+# ---------------------------------------------------------------------- end to end
+TINY = dict(env="Pendulum-v1", segment=10, max_feedback=40, reward_batch=20,
+            heldout_queries=50, reward_epochs=5, ensemble_size=2, reward_hidden_dim=16,
+            pt_embed_dim=16, pt_heads=2, pt_pref_attn_dim=8, pt_epochs=3, eval_frequency=100,
+            num_eval_episodes=1, log_frequency=50, checkpoint_frequency=100,
+            iql={"hidden_dim": 32, "batch_size": 64})
+
+
+@pytest.fixture(scope="module")
+def pendulum_rollouts(tmp_path_factory):
+    from themis.environments.domains import make_env
+    from themis.interpret.rollouts import collect_rollouts, random_policy, save_rollouts
+
+    env = make_env("Classic", "Pendulum-v1", seed=0)
+    folder = tmp_path_factory.mktemp("data") / "pendulum"
+    save_rollouts(collect_rollouts(env, random_policy(env, 0), 4, seed=0, max_steps=100), folder)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reward_net", ["bpref", "pt"])
+def test_an_offline_run_end_to_end_and_resumed(tmp_path, pendulum_rollouts, reward_net):
+    run = tmp_path / "run"
+    result = train_offline(run, dataset=str(pendulum_rollouts), reward_net=reward_net,
+                           num_train_steps=200, **TINY)
+    assert result.metrics["step"] == 200 and math.isfinite(result.metrics["episode_reward"])
+    for name in ("config.yaml", "reward.csv", "train.csv", "eval.csv", "checkpoints/state.pt",
+                 "checkpoints/reward_model.pt", "checkpoints/rewards.npy",
+                 "preferences/labels.csv"):
+        assert (run / name).is_file(), name
+    rows = (run / "reward.csv").read_text().splitlines()
+    assert "heldout_accuracy" in rows[0] and len(rows) == (3 if reward_net == "bpref" else 2)
+    rewards = np.load(run / "checkpoints" / "rewards.npy")
+    resumed = train_offline(resume=str(run), num_train_steps=300)
+    assert resumed.run_dir == run and resumed.metrics["step"] == 300
+    np.testing.assert_array_equal(np.load(run / "checkpoints" / "rewards.npy"), rewards)
+    steps = [line.split(",")[0] for line in (run / "eval.csv").read_text().splitlines()[1:]]
+    assert steps == ["100", "200", "300"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["dataset=DATA", "rewrd=true"], "rewrd is not a key of offline runs (did you mean reward?)"),
+    (["dataset=DATA", "reward_net=lstm"], "reward_net=lstm is not one of bpref, pt"),
+    (["dataset=DATA", "reward_net=pt", "feed_type=1"], "reward_net=pt picks its queries"),
+    (["dataset=/no/such/folder"], "no such file or folder"),
+    (["dataset=BAD"], "NaN"),
+])
+def test_bad_input_ends_with_one_line_and_exit_code_2(tmp_path, capsys, pendulum_rollouts,
+                                                      args, words):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, obs=np.full((3, 3), np.nan), acts=np.zeros((2, 1)), rews=np.zeros(2),
+             indices=np.zeros(0, np.int64), terminal=np.array([True]))
+    args = [a.replace("DATA", str(pendulum_rollouts)).replace("BAD", str(bad)) for a in args]
+    code = main(["mode=offline", *args, "env=Pendulum-v1", f"hydra.run.dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and words in err, err

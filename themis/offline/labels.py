@@ -1,0 +1,174 @@
+"""Preference labels on a fixed dataset: pairs of segments cut inside its episodes, chosen by
+the online runs' query samplers and answered by their teachers, or read from a label file.
+
+Queries are built as in an online round (:mod:`themis.feedback.sampling`): candidate pairs
+drawn uniformly among every segment that fits inside one episode (never across an episode's
+end), ``k`` of them picked by ``feed_type`` (0 uniform, 1 disagreement of the ensemble, ...),
+answered by a B-Pref teacher (:class:`themis.feedback.teachers.SyntheticTeacher`: ``oracle``,
+``noisy``, ``mistake``, ``skip``, ``myopic``, ``equal``) from the dataset's true rewards. The
+answers go into a :class:`themis.reward.dataset.PreferenceDataset`, the format every run saves.
+
+**Label files** (:func:`load_label_file`). Uni-RLHF (Yuan et al., ICLR 2024; its
+Clean-Offline-RLHF ``rlhf/train_reward_model.py``) publishes crowd labels as three pickled
+Python files per task: the answers (``0``: the first segment is better, ``1``: the second,
+``-1``: equally good) and the two segments' start indices into the flat D4RL
+``qlearning_dataset`` arrays, each segment ``len_query`` steps long. Themis never unpickles a
+received file, so it reads the same content written as plain arrays: an ``.npz``
+(``allow_pickle=False``) or a ``.json`` object with ``indices_1``, ``indices_2`` and ``labels``
+(same encoding) and optionally ``segment``. Indices count steps of the dataset as Themis reads
+it (episodes concatenated in order); D4RL's ``qlearning_dataset`` drops each episode's last step
+at a time-out, so indices from it match a Minari copy only where no earlier episode timed out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from themis.agents.buffers import SegmentPairs
+from themis.feedback.sampling import SAMPLERS, needs_large_batch, pair_features
+from themis.feedback.teachers import SyntheticTeacher
+from themis.offline.datasets import DatasetError, OfflineDataset
+from themis.reward.preference_models import true_preference
+
+UNI_RLHF_LABELS = {0: 0.0, 1: 1.0, -1: 0.5}
+"""Uni-RLHF's answer codes -> Themis's labels (probability that segment 2 is preferred)."""
+
+
+def segment_pairs(dataset: OfflineDataset, starts: np.ndarray, segment: int) -> SegmentPairs:
+    """The pairs of ``segment``-step segments starting at ``starts`` ``(n, 2)`` (step indices).
+
+    Returns:
+        :class:`SegmentPairs`: observations ``(n, 2, segment, obs_dim)``, actions
+        ``(n, 2, segment, action_dim)``, true rewards ``(n, 2, segment)``, ``starts``.
+    """
+    idx = np.asarray(starts, dtype=np.int64)[..., None] + np.arange(segment)
+    return SegmentPairs(dataset.observations[idx], dataset.actions[idx], dataset.rewards[idx],
+                        np.asarray(starts, dtype=np.int64))
+
+
+def random_pairs(dataset: OfflineDataset, segment: int, n: int,
+                 rng: np.random.Generator) -> SegmentPairs:
+    """``n`` pairs of segments drawn uniformly among those inside one episode each.
+
+    Raises:
+        DatasetError: no episode is ``segment`` steps long.
+    """
+    valid = dataset.segment_starts(segment)
+    if len(valid) == 0:
+        raise DatasetError(f"segment={segment}: no episode of {dataset.source or 'the dataset'} "
+                           f"is that long (longest: {int(dataset.lengths.max())} steps)")
+    return segment_pairs(dataset, rng.choice(valid, size=(n, 2)), segment)
+
+
+def select_queries(dataset: OfflineDataset, segment: int, k: int, sampler: str,
+                   reward_model: Any, rng: np.random.Generator, large_batch: int = 10,
+                   labelled_features: np.ndarray | None = None) -> SegmentPairs:
+    """``k`` query pairs picked by a named sampler (:data:`themis.feedback.sampling.SAMPLERS`)
+    among ``k`` uniform candidates, or ``k * large_batch`` for the score-based ones.
+
+    Args:
+        reward_model: the current :class:`themis.reward.ensemble.RewardEnsemble` (read by the
+            disagreement and entropy samplers; ``None`` is fine for ``uniform``).
+        labelled_features: ``(m, d)`` features of the pairs labelled so far (k-center).
+    """
+    n = k * large_batch if needs_large_batch(sampler) else k
+    candidates = random_pairs(dataset, segment, n, rng)
+    if labelled_features is None:
+        labelled_features = np.zeros((0, pair_features(candidates.observations[:0]).shape[1]),
+                                     np.float32)
+    chosen = SAMPLERS[sampler](candidates, reward_model, labelled_features, k, rng)
+    return candidates.take(np.asarray(chosen))
+
+
+def teacher_labels(pairs: SegmentPairs, teacher: SyntheticTeacher,
+                   ) -> tuple[SegmentPairs, np.ndarray]:
+    """A teacher's answers: the pairs it did not skip and their labels ``(n_kept,)``."""
+    keep, labels = teacher.label(pairs.true_rewards[:, 0], pairs.true_rewards[:, 1])
+    return pairs.take(keep), labels
+
+
+def oracle_labels(pairs: SegmentPairs) -> np.ndarray:
+    """The true preference of each pair (larger true return; 0.5 on a tie): ``(n,)``."""
+    return true_preference(pairs.true_rewards)
+
+
+def margin(dataset: OfflineDataset, segment: int) -> float:
+    """B-Pref's teacher margin on a dataset: the mean episode return scaled to one segment."""
+    returns = dataset.episode_returns()
+    return float(np.mean(returns) * segment / np.mean(dataset.lengths))
+
+
+def load_label_file(path: str | Path, dataset: OfflineDataset, segment: int,
+                    ) -> tuple[SegmentPairs, np.ndarray]:
+    """Labelled pairs from a Uni-RLHF-style label file as plain arrays (module docstring).
+
+    Returns:
+        ``(pairs, labels)``: the segments and Themis labels (0, 0.5 or 1).
+
+    Raises:
+        DatasetError: unreadable file, missing keys, lengths that differ, an answer code other
+            than 0, 1, -1, or a segment outside the dataset or across an episode's end.
+    """
+    path = Path(path).expanduser()
+    arrays = _read_label_arrays(path)
+    for key in ("indices_1", "indices_2", "labels"):
+        if key not in arrays:
+            raise DatasetError(f"labels={path}: no '{key}' (a label file holds indices_1, "
+                               "indices_2 and labels)")
+    try:
+        first = np.asarray(arrays["indices_1"], dtype=np.int64).reshape(-1)
+        second = np.asarray(arrays["indices_2"], dtype=np.int64).reshape(-1)
+        codes = np.asarray(arrays["labels"], dtype=np.int64).reshape(-1)
+        segment = int(np.asarray(arrays.get("segment", segment)).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError):
+        raise DatasetError(f"labels={path}: indices, labels and segment must be whole numbers"
+                           ) from None
+    if not len(first) == len(second) == len(codes) or len(codes) == 0:
+        raise DatasetError(f"labels={path}: {len(first)} first indices, {len(second)} second "
+                           f"and {len(codes)} labels (need as many of each, at least one)")
+    if not np.all(np.isin(codes, list(UNI_RLHF_LABELS))):
+        raise DatasetError(f"labels={path}: answers must be 0 (first better), 1 (second) or "
+                           f"-1 (equal), got {sorted(set(codes.tolist()) - set(UNI_RLHF_LABELS))}")
+    episode = np.repeat(np.arange(dataset.num_episodes), dataset.lengths)
+    for name, starts in (("indices_1", first), ("indices_2", second)):
+        ends = starts + segment - 1
+        bad = (starts < 0) | (ends >= dataset.num_steps)
+        if not bad.any():
+            bad = episode[starts] != episode[ends]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DatasetError(f"labels={path}: {name}[{i}] = {int(starts[i])}: a {segment}-step "
+                               "segment there leaves the dataset or crosses an episode's end")
+    labels = np.vectorize(UNI_RLHF_LABELS.get)(codes).astype(np.float32)
+    return segment_pairs(dataset, np.stack([first, second], 1), segment), labels
+
+
+def _read_label_arrays(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise DatasetError(f"labels={path}: no such file")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError) as e:
+            raise DatasetError(f"labels={path} is not readable JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise DatasetError(f"labels={path}: a JSON object with indices_1, indices_2 and "
+                               "labels is expected")
+        return data
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"labels={path} is neither an npz file of plain arrays nor JSON "
+                           f"({first}; pickled files are refused)") from None
+
+
+def labelled_features(pairs_observations: np.ndarray) -> np.ndarray:
+    """k-center features of labelled pairs (:func:`themis.feedback.sampling.pair_features`)."""
+    return pair_features(pairs_observations)
+
