@@ -293,3 +293,32 @@ def test_bad_input_ends_with_one_line_and_exit_code_2(tmp_path, capsys, pendulum
     code = main(["mode=offline", *args, "env=Pendulum-v1", f"hydra.run.dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "r").exists()  # a refused run leaves no folder
+
+
+def test_the_launcher_hands_mode_offline_to_the_offline_entry_point(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([str(root / "themis_train.sh"), "mode=offline", "dataset=/no/where",
+                           f"hydra.run.dir={tmp_path / 'r'}"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "themis: error: dataset=/no/where: no such file or folder"
+
+
+@pytest.mark.slow
+def test_the_offline_benchmark_records_each_variant_at_a_tiny_size(tmp_path):
+    import pandas as pd
+
+    from tests.conftest import load_file
+
+    bench = load_file("benchmarks/bench_offline.py")
+    record = tmp_path / "offline.csv"
+    assert bench.main(["--quick", "--out", str(tmp_path / "runs"), "--record", str(record)]) == 0
+    rows = pd.read_csv(record)
+    assert sorted(rows["variant"]) == ["bpref", "pt", "true"]
+    assert rows["normalised_return"].notna().all() and rows["commit"].notna().all()
+    assert rows[rows["variant"] != "true"]["heldout_accuracy"].between(0, 1).all()
+    assert rows["machine"].str.contains("cores").all() and (rows["wall_seconds"] > 0).all()

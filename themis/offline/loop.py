@@ -78,7 +78,6 @@ class OfflineRun:
     def __init__(self, cfg: OfflineConfig, run_dir: Path, console: Console = print) -> None:
         self.cfg, self.run_dir, self.console = cfg, Path(run_dir), console
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(cfg.torch_threads)
         set_seed_everywhere(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -231,6 +230,7 @@ class OfflineRun:
         """Train IQL to ``num_train_steps`` (from the last checkpoint on resume); returns the
         last ``eval.csv`` row (empty without an evaluation env)."""
         cfg, data = self.cfg, self.data
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         rewards = self.rewards().astype(np.float32)
         scale = return_range_scale(data.episode_returns(rewards)) \
             if cfg.reward_scale == "return_range" else 1.0

@@ -74,11 +74,12 @@ def compose(overrides: list[str], saved: Path | None = None) -> OfflineConfig:
     register()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=[] if saved else overrides)
-        if saved is not None:
-            merged = OmegaConf.merge(cfg, _saved_values(saved), OmegaConf.from_dotlist(
-                [o.lstrip("+") for o in overrides]))
-        typed = OmegaConf.to_object(merged if saved is not None else cfg)
+            cfg = hydra_compose(config_name=CONFIG_NAME)
+        # the command line merged as values: domain= and teacher= are keys here, not the
+        # online runs' config groups of the same names
+        layers = [_saved_values(saved)] if saved is not None else []
+        merged = OmegaConf.merge(cfg, *layers, _as_strings(overrides))
+        typed = OmegaConf.to_object(merged)
     except ConfigError:
         raise
     except Exception as e:  # Hydra and OmegaConf raise many types; all are bad input here
@@ -88,6 +89,20 @@ def compose(overrides: list[str], saved: Path | None = None) -> OfflineConfig:
     assert isinstance(typed, OfflineConfig)
     validate(typed)
     return typed
+
+
+def _as_strings(overrides: list[str]) -> dict[str, Any]:
+    """``["a=1", "iql.b=x"]`` -> ``{"a": "1", "iql": {"b": "x"}}``: each value as typed, for the
+    schema to convert (``reward=true`` stays the word, ``seed=3`` becomes the number)."""
+    out: dict[str, Any] = {}
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def _saved_values(path: Path) -> Any:
@@ -118,17 +133,14 @@ def _saved_values(path: Path) -> Any:
 
 
 def prepare(overrides: list[str], run_dir: Path | None) -> tuple[OfflineConfig, Path]:
-    """The keys and run folder of a new or resumed run; ``config.yaml`` written (and marked as
-    this user's). A resumed run's saved dataset path is trusted only when this user's Themis
+    """The keys and run folder of a new or resumed run. A resumed run's saved dataset path is trusted only when this user's Themis
     wrote its ``config.yaml``; otherwise ``dataset=`` must be given again.
 
     Raises:
         ConfigError: one line (bad keys, a run folder that holds another run, a resume target
             without a run).
     """
-    from omegaconf import OmegaConf
-
-    from themis.run.received_config import mark_config, written_here
+    from themis.run.received_config import written_here
 
     resume = next((o.split("=", 1)[1] for o in overrides if o.startswith("resume=")), "")
     overrides = [o for o in overrides if not o.startswith("resume=")]
@@ -148,13 +160,27 @@ def prepare(overrides: list[str], run_dir: Path | None) -> tuple[OfflineConfig, 
         if (out / "config.yaml").is_file():
             raise ConfigError(f"run dir {out} already holds a run; continue it with "
                               f"resume={out}, or give this run another hydra.run.dir")
+    return cfg, out
+
+
+def write_config(cfg: OfflineConfig, out: Path) -> None:
+    """The run folder with its ``config.yaml``, marked as this user's (a later ``resume=``
+    trusts its dataset path). Written once the dataset has been read, so that a refused run
+    leaves no folder behind.
+
+    Raises:
+        ConfigError: the folder cannot be created or written.
+    """
+    from omegaconf import OmegaConf
+
+    from themis.run.received_config import mark_config
+
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     except OSError as e:
         raise ConfigError(f"run dir {out} cannot be created or written ({e.strerror})") from None
     mark_config(out)
-    return cfg, out
 
 
 def train_offline(run_dir: str | os.PathLike[str] | None = None, **keys: Any) -> OfflineResult:
@@ -176,7 +202,9 @@ def train_offline(run_dir: str | os.PathLike[str] | None = None, **keys: Any) ->
             name = f"{key}.{inner}" if inner else key
             overrides.append(f"{name}={'' if v is None else v}")
     cfg, out = prepare(overrides, Path(run_dir) if run_dir is not None else None)
-    return OfflineResult(out, OfflineRun(cfg, out).run())
+    run = OfflineRun(cfg, out)
+    write_config(cfg, out)
+    return OfflineResult(out, run.run())
 
 
 def main(argv: list[str]) -> int:
@@ -190,6 +218,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg, out = prepare(overrides, run_dir)
         run = OfflineRun(cfg, out)
+        write_config(cfg, out)
     except ConfigError as e:
         print(f"themis: error: {e}", file=sys.stderr)
         return 2
