@@ -177,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     new = pd.DataFrame(rows)
     if args.record.is_file():  # a run read back (no timing) keeps its recorded row
         old = pd.read_csv(args.record)
-        known = set(map(tuple, old[RECORD_KEY + ["command"]].astype(str).to_numpy()))
+        known = set(map(tuple, old[[*RECORD_KEY, "command"]].astype(str).to_numpy()))
         reused = new["wall_seconds"].isna() & [tuple(r) in known for r in new[
-            RECORD_KEY + ["command"]].astype(str).to_numpy()]
+            [*RECORD_KEY, "command"]].astype(str).to_numpy()]
         new = pd.concat([old, new[~reused]], ignore_index=True)
-    new = new.drop_duplicates(RECORD_KEY + ["command"], keep="last")
+    new = new.drop_duplicates([*RECORD_KEY, "command"], keep="last")
     args.record.parent.mkdir(parents=True, exist_ok=True)
     new.sort_values(RECORD_KEY).to_csv(args.record, index=False)
     table = pd.DataFrame(rows).groupby(["variant", "budget"])[

@@ -133,8 +133,9 @@ def _saved_values(path: Path) -> Any:
 
 
 def prepare(overrides: list[str], run_dir: Path | None) -> tuple[OfflineConfig, Path]:
-    """The keys and run folder of a new or resumed run. A resumed run's saved dataset path is trusted only when this user's Themis
-    wrote its ``config.yaml``; otherwise ``dataset=`` must be given again.
+    """The keys and run folder of a new or resumed run. A resumed run's saved dataset path is
+    trusted only when this user's Themis wrote its ``config.yaml``; otherwise ``dataset=`` must
+    be given again.
 
     Raises:
         ConfigError: one line (bad keys, a run folder that holds another run, a resume target
