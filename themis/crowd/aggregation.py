@@ -139,6 +139,9 @@ def check_crowd(cfg: Any) -> None:
     crowd_keys = [f"{key}={getattr(cfg, key)}" for key, unset in (
         ("gold_fraction", 0), ("gold_path", None), ("label_quality", "none"))
         if getattr(cfg, key) not in (unset, "")]
+    vlm_gold = getattr(cfg, "vlm_gold_from", "none") == "oracle"  # a VLM scored on gold
+    if vlm_gold:
+        crowd_keys = [key for key in crowd_keys if not key.startswith("gold_fraction=")]
     if crowd_keys and not (cfg.human_teacher and cfg.teacher_ui == "web"):
         teacher = "a person in the terminal" if cfg.human_teacher else "a synthetic teacher"
         raise ConfigError(f"{' and '.join(crowd_keys)} check people labeling on the web page "

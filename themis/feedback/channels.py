@@ -6,7 +6,9 @@ answers. It *posts* the queries it selected and *gathers* whatever answers exist
 - :class:`SyntheticChannel`: a B-Pref teacher answers at once (gather returns this round's);
 - :class:`TerminalChannel`: a person answers in the terminal while the run waits;
 - :class:`WebChannel`: queries go to the run's SQLite store and the labeling page; gather
-  returns the answers that arrived since the last round (often for earlier rounds' queries).
+  returns the answers that arrived since the last round (often for earlier rounds' queries);
+- :class:`VLMChannel`: a vision-language model answers at once (:mod:`themis.feedback.vlm`);
+  :class:`CrowdVLMChannel`: the same model as one labeler of the web crowd, beside people.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from themis.agents.buffers import SegmentPairs
 from themis.core.console import progress_bars_paused
 from themis.crowd import aggregation as crowd
 from themis.feedback.teachers import SyntheticTeacher
+from themis.feedback.vlm import VLMStats, VLMTeacher
+from themis.reward.preference_models import true_preference
 
 
 @dataclass
@@ -96,6 +100,10 @@ class Channel(Protocol):
         """After a resume: agree with the dataset on which answers were used; how many
         queries changed."""
 
+    def columns(self) -> dict[str, float]:
+        """The channel's own ``reward.csv`` columns for the round just posted (a VLM's
+        requests, tokens, cost; empty for most channels)."""
+
 
 class AnswersAtOnce:
     """A channel whose posted queries are answered before ``post`` returns: nothing pending,
@@ -127,6 +135,9 @@ class AnswersAtOnce:
 
     def reconcile(self, saved_answers: set[int]) -> int:
         return 0
+
+    def columns(self) -> dict[str, float]:
+        return {}
 
 
 class SyntheticChannel(AnswersAtOnce):
@@ -240,9 +251,16 @@ class WebChannel:
             queries, gold, needed = queries.take(order), gold[order], needed[order]
         self.gold = None
         paths = self.clips.write_web_clips(queries, number)
-        self.store.post(number, queries, paths, needed, gold=gold,
-                        rating_classes=self.rating_classes)
+        ids = self.store.post(number, queries, paths, needed, gold=gold,
+                              rating_classes=self.rating_classes)
+        self.last_posted = (ids, queries)
         return int(np.isnan(gold).sum())
+
+    last_posted: tuple[list[int], SegmentPairs] | None = None
+    """The store IDs and pairs (gold ones mixed in) of the last :meth:`post`."""
+
+    def columns(self) -> dict[str, float]:
+        return {}
 
     def flagged(self) -> set[str]:
         """Labelers flagged by their gold accuracy (empty unless ``label_quality=filter``)."""
@@ -298,3 +316,157 @@ class WebChannel:
         return Gathered(got.pairs, np.ones(len(got.labels), bool), got.labels, got.labelers,
                         answer_ids=got.answer_ids, commit=commit, timestamps=got.timestamps,
                         skipped=got.skipped)
+
+
+class VLMGold:
+    """``vlm_gold_from=oracle``: a few queries of each round answered by the env's reward (the
+    trusted labels of PRIMT and PrefVLM, here from the oracle) score the VLM, and its labels
+    are left out of training while its accuracy on them is below ``min_accuracy`` (after
+    ``min_answers`` gold answers; a *can't tell* is not counted): the crowd's
+    ``label_quality=filter`` rule applied to one labeler.
+
+    Args:
+        fraction: gold queries per query asked (``gold_fraction``; at least one a round).
+        min_answers, min_accuracy: ``min_gold_answers``, ``min_gold_accuracy``.
+        rng: picks the round's gold queries among its queries.
+    """
+
+    def __init__(self, fraction: float, min_answers: int, min_accuracy: float,
+                 rng: np.random.Generator) -> None:
+        self.fraction, self.min_answers, self.min_accuracy = fraction, min_answers, min_accuracy
+        self.rng = rng
+        self.answers = 0
+        self.agreed = 0
+
+    def pick(self, n: int) -> np.ndarray:
+        """``(n,)`` bool: which of a round's ``n`` queries are gold."""
+        gold = np.zeros(n, bool)
+        if n:
+            gold[self.rng.choice(n, size=min(n, max(1, round(self.fraction * n))),
+                                 replace=False)] = True
+        return gold
+
+    def score(self, vlm: np.ndarray, known: np.ndarray) -> None:
+        """Add the VLM's labels ``(k,)`` (NaN: can't tell, not counted) of gold queries with
+        ``known`` answers ``(k,)``."""
+        told = ~np.isnan(vlm)
+        self.answers += int(told.sum())
+        self.agreed += int((vlm[told] == known[told]).sum())
+
+    @property
+    def accuracy(self) -> float:
+        """Share of the VLM's gold answers that match (NaN before any)."""
+        return self.agreed / self.answers if self.answers else float("nan")
+
+    @property
+    def failed(self) -> bool:
+        """The VLM's labels are left out of training."""
+        return self.answers >= self.min_answers and self.accuracy < self.min_accuracy
+
+    def state_dict(self) -> dict[str, int]:
+        return {"answers": self.answers, "agreed": self.agreed}
+
+
+GOLD_LABELER = "synthetic(gold:oracle)"
+"""Who answers a ``vlm_gold_from=oracle`` gold query (its training label is the oracle's)."""
+
+
+def vlm_labels(answers: list[Any]) -> np.ndarray:
+    """``(n,)`` float64 labels of VLM answers, NaN for *can't tell*."""
+    return np.array([np.nan if a.label is None else a.label for a in answers], np.float64)
+
+
+def oracle_agreement(labels: np.ndarray, true_rewards: np.ndarray) -> float:
+    """Share of the strict labels ``(n,)`` (NaN and 0.5 left out) that match the oracle's
+    (the true returns ``(n, 2, H)``; pairs of equal returns left out); NaN when none."""
+    oracle = true_preference(true_rewards)
+    strict = ~np.isnan(labels) & (labels != 0.5) & (oracle != 0.5)
+    return float((labels[strict] == oracle[strict]).mean()) if strict.any() else float("nan")
+
+
+class VLMChannel(AnswersAtOnce):
+    """A vision-language model answers every posted query at once (RL-VLM-F): its two
+    segments' frames go to the endpoint (:class:`themis.feedback.vlm.VLMTeacher`); a *can't
+    tell* is a skipped query, as a B-Pref skip.
+
+    Args:
+        teacher: the VLM teacher.
+        labeler: stored with each label (``vlm:MODEL``).
+        frames: ``queries -> (n, 2, H, h, w, 3)`` uint8 frames (``lib.clips.ClipMaker.frames``).
+        gold: ``vlm_gold_from=oracle`` (:class:`VLMGold`), or ``None``.
+    """
+
+    def __init__(self, teacher: VLMTeacher, labeler: str,
+                 frames: Callable[[SegmentPairs], np.ndarray],
+                 gold: VLMGold | None = None) -> None:
+        self.teacher, self.labeler, self.frames, self.vlm_gold = teacher, labeler, frames, gold
+        self.round_columns: dict[str, float] = {}
+
+    def post(self, queries: SegmentPairs) -> int:
+        stats = VLMStats()
+        answers = self.teacher.ask(self.frames(queries), stats)
+        said = vlm_labels(answers)
+        labels, labelers = said.copy(), [self.labeler] * len(said)
+        gold_columns: dict[str, float] = {}
+        if self.vlm_gold is not None:
+            gold = self.vlm_gold.pick(len(queries))
+            known = true_preference(queries.true_rewards[gold])
+            self.vlm_gold.score(said[gold], known)
+            labels[gold] = known  # the trusted label is the training label
+            for i in np.flatnonzero(gold):
+                labelers[i] = GOLD_LABELER
+            gold_columns = {"vlm_gold_accuracy": self.vlm_gold.accuracy,
+                            "vlm_filtered": int(self.vlm_gold.failed)}
+        keep = ~np.isnan(labels)
+        self.round_columns = {**stats.columns(), "vlm_oracle_agreement":
+                              oracle_agreement(said, queries.true_rewards), **gold_columns}
+        self._answered = Gathered(queries, keep, labels[keep].astype(np.float32),
+                                  [w for w, k in zip(labelers, keep, strict=True) if k])
+        return len(queries)
+
+    def flagged(self) -> set[str]:
+        """The VLM (by the name :func:`themis.feedback.learner.flagged_rows` reads) while its
+        gold accuracy is too low (``vlm_gold_from=oracle``)."""
+        if self.vlm_gold is None or not self.vlm_gold.failed:
+            return set()
+        return {self.labeler.split(":")[-1]}
+
+    def columns(self) -> dict[str, float]:
+        columns, self.round_columns = self.round_columns, {}
+        return columns
+
+
+class CrowdVLMChannel(WebChannel):
+    """People on the labeling page and a VLM as one more labeler of the crowd: every query
+    posted (gold ones included) is answered by the VLM into the label store at once, under
+    its labeler name, where gold queries score it, Dawid–Skene weighs it
+    (``label_quality=model``), the filter can flag it and the audit shows it — as a person.
+
+    Args:
+        teacher: the VLM teacher.
+        vlm_labeler: its name in the store (``vlm:MODEL``).
+        *args, **kwargs: :class:`WebChannel`'s.
+    """
+
+    def __init__(self, teacher: VLMTeacher, vlm_labeler: str, *args: Any,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.teacher, self.vlm_labeler = teacher, vlm_labeler
+        self.round_columns: dict[str, float] = {}
+
+    def post(self, queries: SegmentPairs) -> int:
+        asked = super().post(queries)
+        assert self.last_posted is not None
+        ids, posted = self.last_posted
+        stats = VLMStats()
+        answers = self.teacher.ask(self.clips.frames(posted), stats)
+        said = vlm_labels(answers)
+        for qid, answer in zip(ids, answers, strict=True):
+            self.store.answer(qid, self.vlm_labeler, answer.label)  # durable at once
+        self.round_columns = {**stats.columns(), "vlm_oracle_agreement":
+                              oracle_agreement(said, posted.true_rewards)}
+        return asked
+
+    def columns(self) -> dict[str, float]:
+        columns, self.round_columns = self.round_columns, {}
+        return columns

@@ -19,7 +19,15 @@ import numpy as np
 from themis.agents import rollout_steps
 from themis.agents.encoders import observation_kind
 from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
-from themis.feedback.channels import Channel, SyntheticChannel, TerminalChannel, WebChannel
+from themis.feedback.channels import (
+    Channel,
+    CrowdVLMChannel,
+    SyntheticChannel,
+    TerminalChannel,
+    VLMChannel,
+    VLMGold,
+    WebChannel,
+)
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.sampling import resolve_feed_type
@@ -29,6 +37,14 @@ from themis.feedback.teachers import (
     SyntheticRatingTeacher,
     SyntheticTeacher,
     TeacherPreset,
+)
+from themis.feedback.vlm import (
+    CACHE_FILE,
+    AnswerCache,
+    VLMTeacher,
+    load_prompt,
+    make_client,
+    task_description,
 )
 from themis.methods.base import MethodContext, choose_augmentation, overrides
 from themis.methods.registry import build_methods, method_title
@@ -109,12 +125,21 @@ EPOCH_HOOKS = ("select_labels", "start_epoch", "end_epoch", "round_epochs", "sto
 
 def teacher_description(cfg: Any) -> str:
     """Who labels the queries, as stored with each label (``labeler`` column): ``human:NAME``
-    for a person, ``synthetic(...)`` with the B-Pref parameters otherwise."""
+    for a person, ``vlm:MODEL`` for a vision-language model (alone), ``synthetic(...)`` with
+    the B-Pref parameters otherwise."""
+    if cfg.vlm_teacher and not cfg.human_teacher:
+        return vlm_labeler(cfg)
     if cfg.human_teacher:
         return f"human:{cfg.human_labeler or getpass.getuser()}"
     return (f"synthetic(beta={cfg.teacher_beta},gamma={cfg.teacher_gamma},"
             f"eps_mistake={cfg.teacher_eps_mistake},eps_skip={cfg.teacher_eps_skip},"
             f"eps_equal={cfg.teacher_eps_equal})")
+
+
+def vlm_labeler(cfg: Any) -> str:
+    """A VLM's labeler name: ``vlm:MODEL`` (a ``:`` or ``,`` of the model name written ``_``:
+    labeler names are read up to their last ``:``)."""
+    return "vlm:" + str(cfg.vlm_model).replace(":", "_").replace(",", "_")
 
 
 INSTRUCTIONS_LIMIT = 8000
@@ -154,12 +179,15 @@ def teacher_name(cfg: Any) -> str:
     labeler names their labels are stored under (``human:ann``; on the web ``human:local``
     without tokens, ``human:labeler1`` ... with ``labelers=N``)."""
     if cfg.human_teacher and cfg.teacher_ui == "web":
+        vlm = f" and {vlm_labeler(cfg)}" if cfg.vlm_teacher else ""
         if not cfg.labelers:
             from lib.label_server import LOCAL_LABELER
 
-            return f"human:{LOCAL_LABELER} (web page)"
+            return f"human:{LOCAL_LABELER}{vlm} (web page)"
         names = "human:labeler1" + (f"…labeler{cfg.labelers}" if cfg.labelers > 1 else "")
-        return f"{names} (web links)"
+        return f"{names}{vlm} (web links)"
+    if cfg.vlm_teacher:
+        return f"{vlm_labeler(cfg)} (endpoint)"
     if cfg.human_teacher:
         return f"{teacher_description(cfg)} (terminal)"
     values = TeacherPreset(cfg.teacher_beta, cfg.teacher_gamma, cfg.teacher_eps_mistake,
@@ -318,17 +346,27 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
     """Who answers: a synthetic teacher, a person in the terminal, or people on the web."""
     clips = make_clips(cfg, spec, learner.model) if spec.frames is not None else None
     labeler = teacher_description(cfg)
+    vlm = make_vlm_teacher(cfg, spec) if cfg.vlm_teacher else None
     if cfg.human_teacher and cfg.teacher_ui == "web":
         assert spec.label_store is not None
         aggregate = "model" if cfg.label_quality == "model" else cfg.label_aggregate
-        return WebChannel(spec.label_store, clips, cfg.labels_per_query, aggregate,
-                          spec.info, lambda: learner.rounds + 1,
-                          gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
+        web_args = (spec.label_store, clips, cfg.labels_per_query, aggregate,
+                    spec.info, lambda: learner.rounds + 1)
+        web_kwargs = dict(gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
                           min_gold_answers=cfg.min_gold_answers,
                           min_gold_accuracy=cfg.min_gold_accuracy,
-                          gold_answers=max(1, cfg.labelers),
+                          gold_answers=max(1, cfg.labelers) + int(vlm is not None),
                           rng=np.random.default_rng(cfg.seed + 3),
                           rating_classes=cfg.rating_classes if cfg.feedback == "rating" else 0)
+        if vlm is not None:  # the VLM answers every posted query into the store
+            return CrowdVLMChannel(vlm, vlm_labeler(cfg), *web_args, **web_kwargs)
+        return WebChannel(*web_args, **web_kwargs)
+    if vlm is not None:
+        assert clips is not None  # teacher=vlm renders frames
+        gold = VLMGold(cfg.gold_fraction, cfg.min_gold_answers, cfg.min_gold_accuracy,
+                       np.random.default_rng(cfg.seed + 3)) \
+            if cfg.vlm_gold_from == "oracle" else None
+        return VLMChannel(vlm, labeler, clips.frames, gold)
     if cfg.human_teacher:
         from lib.human_interface import KeyReader, RatingTerminalTeacher, TerminalTeacher
 
@@ -358,6 +396,22 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
             clips, cfg.xplain_clips_per_round if explaining(cfg) else 0)
     return SyntheticChannel(learner.teacher, labeler, clips,
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
+
+
+def make_vlm_teacher(cfg: Any, spec: LearnerSpec) -> VLMTeacher:
+    """``teacher=vlm``: the VLM teacher of a run (:mod:`themis.feedback.vlm`): the endpoint's
+    client (the key from the environment), the prompt, the env's task and the run's answer
+    cache ``RUN_DIR/vlm_answers.jsonl``.
+
+    Raises:
+        ConfigError: no ``openai`` package, an unreadable prompt, no task for the env.
+    """
+    return VLMTeacher(make_client(cfg.vlm_base_url, cfg.vlm_timeout, cfg.vlm_max_retries),
+                      cfg.vlm_model, load_prompt(cfg.vlm_prompt or None),
+                      task_description(cfg.vlm_task, cfg.env),
+                      AnswerCache(spec.run_dir / CACHE_FILE), cfg.vlm_frames,
+                      cfg.vlm_key_frames, cfg.vlm_max_concurrency, cfg.vlm_max_tokens,
+                      cfg.vlm_temperature)
 
 
 def make_clips(cfg: Any, spec: LearnerSpec, reward_model: RewardEnsemble) -> Any:
@@ -462,6 +516,6 @@ def start_label_server(ws: Any) -> Any:
 
 __all__ = ["LearnerSpec", "decaying_schedule", "label_instructions", "make_channel", "make_clips",
            "make_episode_clips", "make_label_store",
-           "make_learner", "run_title",
-           "start_label_server", "teacher_description", "teacher_name"]
+           "make_learner", "make_vlm_teacher", "run_title",
+           "start_label_server", "teacher_description", "teacher_name", "vlm_labeler"]
 

@@ -181,11 +181,13 @@ class PreferenceLearner:
             method.pretraining_step(draw)
 
     def method_stats(self) -> dict[str, float]:
-        """The methods' own numbers for ``reward.csv`` (empty for PEBBLE), and DRLHP's
-        validation numbers when its keys are set (:meth:`RewardTrainer.recipe_stats`)."""
+        """The methods' own numbers for ``reward.csv`` (empty for PEBBLE), DRLHP's
+        validation numbers when its keys are set (:meth:`RewardTrainer.recipe_stats`) and the
+        channel's own for the round (a VLM's requests, tokens, cost: ``Channel.columns``)."""
         passes = {} if self.passes is None else {"label_passes": self.passes.label_passes}
+        channel = self.channel.columns() if self.channel is not None else {}
         return {**{k: v for method in self.methods for k, v in method.stats().items()},
-                **self.trainer.recipe_stats(), **passes}
+                **self.trainer.recipe_stats(), **passes, **channel}
 
     def replay(self, buffer: Any) -> Any:
         """Where the off-policy agent's batches come from: a method's ``replay`` (while

@@ -189,6 +189,44 @@ class BaseTrainConfig:
     bpref (eps * margin in the first round, eps² * margin later, as B-Pref's train_PEBBLE.py)."""
     human_teacher: bool = False
     """A person labels the queries in the terminal (lib/human_interface.py)."""
+    vlm_teacher: bool = False
+    """A vision-language model labels the queries (``teacher=vlm`` sets it): the segments'
+    frames go to an OpenAI-compatible endpoint with RL-VLM-F's two-stage prompt
+    (themis/feedback/vlm.py; docs/guide/vlm-teachers.md). With ``human_teacher=true
+    teacher_ui=web`` it is one more labeler of the crowd."""
+    vlm_base_url: str = ""
+    """teacher=vlm: the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM) or
+    https://api.openai.com/v1; the key comes from $THEMIS_VLM_API_KEY or $OPENAI_API_KEY only.
+    A received run's value is refused unless the command line repeats it."""
+    vlm_model: str = ""
+    """teacher=vlm: the model name the endpoint serves (one that reads images)."""
+    vlm_task: str = ""
+    """teacher=vlm: the goal the prompt names ("to ..."); default: the env's entry in
+    themis/feedback/vlm.py TASKS (refused when it has none)."""
+    vlm_prompt: str = ""
+    """teacher=vlm: a prompt file replacing themis/feedback/vlm_prompt.txt (sections
+    ### analysis with {images_1} {images_2} {task}, and optionally ### label with {analysis})."""
+    vlm_frames: str = "last"
+    """teacher=vlm: the images of a segment: last (its last frame, RL-VLM-F) or key
+    (vlm_key_frames frames evenly spaced over it)."""
+    vlm_key_frames: int = 4
+    """vlm_frames=key: images per segment."""
+    vlm_max_concurrency: int = 4
+    """teacher=vlm: requests in flight at once."""
+    vlm_timeout: float = 60.0
+    """teacher=vlm: seconds one request may take (then retried, then "can't tell")."""
+    vlm_max_retries: int = 5
+    """teacher=vlm: retries of a request on timeouts, 429 and 5xx (the openai client's
+    exponential backoff, Retry-After honoured)."""
+    vlm_max_tokens: int = 1000
+    """teacher=vlm: most tokens of each answer (RL-VLM-F: 1000)."""
+    vlm_temperature: float = 0.0
+    """teacher=vlm: sampling temperature (RL-VLM-F: 0)."""
+    vlm_gold_from: str = "none"
+    """teacher=vlm: none, or oracle: gold_fraction of each round's queries get the env
+    reward's label (the trusted labels of PRIMT / PrefVLM), score the VLM (vlm_gold_accuracy in
+    reward.csv) and its labels are left out of training while that accuracy is below
+    min_gold_accuracy after min_gold_answers gold answers."""
     teacher_ui: str = "terminal"
     """human_teacher: terminal (answer while the run waits) or web (a labeling page; training
     goes on and uses the answers that have arrived at each round)."""
@@ -331,8 +369,8 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
 def frame_size(cfg: Any) -> int:
-    """``human_frame_size``, or its default: 256 px when a person labels, else 128."""
-    return int(cfg.human_frame_size or (256 if cfg.human_teacher else 128))
+    """``human_frame_size``, or its default: 256 px when a person or a VLM labels, else 128."""
+    return int(cfg.human_frame_size or (256 if cfg.human_teacher or cfg.vlm_teacher else 128))
 
 
 def frame_capacity(cfg: Any) -> int:

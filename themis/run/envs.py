@@ -78,8 +78,9 @@ def env_facts(env_id: str, env: gym.Env) -> EnvFacts:
 
 def renders_frames(cfg: Any) -> bool:
     """Whether the training env renders a frame per step: a person watches clips
-    (``human_teacher``) or clips are explained (``xplain_action``, ``xplain_state``)."""
-    return bool(cfg.human_teacher or cfg.xplain_action or cfg.xplain_state)
+    (``human_teacher``), a VLM looks at them (``teacher=vlm``) or clips are explained
+    (``xplain_action``, ``xplain_state``)."""
+    return bool(cfg.human_teacher or cfg.vlm_teacher or cfg.xplain_action or cfg.xplain_state)
 
 
 def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:

@@ -18,6 +18,7 @@ from themis.feedback.rating import check_rating
 from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import resolve_reward_batch
 from themis.feedback.teachers import validate_teacher_params
+from themis.feedback.vlm import check_vlm
 from themis.methods.registry import check_methods, numeric_keys
 from themis.reward.networks import REWARD_NETS
 from themis.reward.schedule import REWARD_SCHEDULES
@@ -68,6 +69,9 @@ NUMERIC_KEYS: dict[str, Range] = {
     "human_frame_size": Range(16, 4096), "human_frame_capacity": POSITIVE,
     "clip_fps": Range(1, 240), "xplain_action_dim": Range(-1), "xplain_top_k": POSITIVE,
     "xplain_clips_per_round": NON_NEGATIVE,
+    "vlm_key_frames": Range(1, 16), "vlm_max_concurrency": Range(1, 64),
+    "vlm_timeout": POSITIVE_REAL, "vlm_max_retries": Range(0, 20),
+    "vlm_max_tokens": Range(1, 100_000), "vlm_temperature": Range(0, 2),
     # evaluation, logging, snapshots
     "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
     "checkpoint_frequency": POSITIVE, "checkpoint_minutes": POSITIVE_REAL,
@@ -271,6 +275,7 @@ def validate(cfg: Any) -> None:
     if cfg.teacher_ui not in ("terminal", "web"):
         raise ConfigError(f"teacher_ui={cfg.teacher_ui} is unknown; use terminal or web")
     check_crowd(cfg)
+    check_vlm(cfg)
     check_rating(cfg)
     check_reward_training(cfg)
     check_recipe(cfg)
@@ -284,9 +289,10 @@ def validate(cfg: Any) -> None:
         if not loopback and cfg.labelers == 0:
             raise ConfigError(f"label_host={cfg.label_host} exposes the labeling page beyond "
                               "this machine: create labeler tokens with labelers=N")
-        if cfg.labels_per_query > max(1, cfg.labelers):
+        if cfg.labels_per_query > max(1, cfg.labelers) + int(cfg.vlm_teacher):
             raise ConfigError(f"labels_per_query={cfg.labels_per_query} needs at least that "
-                              f"many labelers (labelers={cfg.labelers})")
+                              f"many labelers (labelers={cfg.labelers}"
+                              + (" and the VLM" if cfg.vlm_teacher else "") + ")")
     if cfg.human_viewer not in ("auto", "system", "none"):
         raise ConfigError(f"human_viewer={cfg.human_viewer} is unknown; use auto, system or none")
     if cfg.xplain_baseline not in ("zeros", "mean"):
@@ -295,7 +301,7 @@ def validate(cfg: Any) -> None:
         if getattr(cfg, key) and not cfg.learn_reward:
             raise ConfigError(f"{key}=true needs learn_reward=true (preferences are only asked "
                               "for a learned reward)")
-    if cfg.human_teacher or cfg.xplain_action or cfg.xplain_state:
+    if cfg.human_teacher or cfg.vlm_teacher or cfg.xplain_action or cfg.xplain_state:
         if frame_capacity(cfg) < cfg.segment:
             raise ConfigError(f"human_frame_capacity={frame_capacity(cfg)} is smaller than "
                               f"segment={cfg.segment}: no clip could be shown")

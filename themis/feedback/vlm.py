@@ -1,0 +1,613 @@
+"""A vision-language model as the teacher: images of two segments in, a preference label out.
+
+RL-VLM-F (Wang et al., ICML 2024, "RL-VLM-F: Reinforcement Learning from Vision Language
+Foundation Model Feedback", Sec. 4.2) shows a VLM one image of each segment (its last frame)
+with the task's goal and asks in two stages: first an *analysis* (what each image shows, and
+whether either is closer to the goal), then, in a second text-only request that quotes the
+analysis, a *label*: ``0`` (image 1 closer), ``1`` (image 2) or ``-1`` (unsure / no
+difference; RL-VLM-F drops those pairs). :class:`VLMTeacher` does the same through any
+OpenAI-compatible chat-completions endpoint (vLLM, Ollama, LM Studio, llama.cpp's server,
+OpenAI, Gemini's compatible endpoint) with the official ``openai`` client:
+
+- the prompt is a text file (:data:`DEFAULT_PROMPT`, replaceable with ``vlm_prompt=PATH``,
+  :func:`load_prompt`); the goal comes from ``vlm_task`` or :data:`TASKS`;
+- every answer is paid once: :class:`AnswerCache` keeps each one under the hash of its images,
+  prompt, task and model in ``RUN_DIR/vlm_answers.jsonl``, appended and fsynced as it arrives,
+  so a crash mid-round loses no answer and a resumed or repeated run asks nothing twice;
+- requests run in parallel (``vlm_max_concurrency`` threads); the ``openai`` client's own
+  timeout and retries (exponential backoff with jitter on 408/409/429/5xx and connection
+  errors, ``Retry-After`` honoured) are used as they are;
+- an answer without a label line is *can't tell* with its reason kept (``malformed``); a
+  request that still fails after the retries is *can't tell* too (not cached: asked again next
+  time); an endpoint that refuses the request itself (401, 403, 404, 400: a wrong key, model or
+  URL, 422) ends the run with one line.
+
+The API key is read from the environment only (:data:`API_KEY_VARIABLES`), never from the
+config, and is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from themis.utils import ConfigError
+
+DEFAULT_PROMPT = Path(__file__).with_name("vlm_prompt.txt")
+"""The default template: RL-VLM-F's two stages, in our words (analysis, then a label line)."""
+
+API_KEY_VARIABLES = ("THEMIS_VLM_API_KEY", "OPENAI_API_KEY")
+"""Environment variables the endpoint's API key is read from, the first one set. Local servers
+(vLLM, Ollama) take any key: without one, the placeholder :data:`NO_KEY` is sent."""
+
+NO_KEY = "no-key"
+"""Sent as the key when no variable of :data:`API_KEY_VARIABLES` is set (local servers)."""
+
+VLM_FRAMES = ("last", "key")
+"""``vlm_frames``: ``last`` (one image per segment, its last frame: RL-VLM-F) or ``key``
+(``vlm_key_frames`` frames evenly spaced over the segment, first and last included)."""
+
+VLM_GOLD_FROM = ("none", "oracle")
+"""``vlm_gold_from``: ``oracle``: a few queries per round answered by the env's reward score
+the VLM (PRIMT/PrefVLM's trusted labels; :class:`VLMChannel`)."""
+
+CACHE_FILE = "vlm_answers.jsonl"
+"""The run folder's answer cache (:class:`AnswerCache`)."""
+
+TASKS: dict[str, str] = {
+    # Gymnasium MuJoCo (domain=Control) and classic control
+    "halfcheetah": "to make the two-legged cheetah robot run forward (to the right) as fast as "
+                   "possible without flipping over",
+    "hopper": "to make the one-legged robot hop forward (to the right) while staying upright",
+    "walker2d": "to make the two-legged robot walk forward (to the right) while staying upright",
+    "ant": "to make the four-legged ant robot walk forward",
+    "humanoid": "to make the humanoid robot walk forward without falling",
+    "swimmer": "to make the three-segment swimmer move forward (to the right)",
+    "reacher": "to move the tip of the two-joint robot arm onto the red target",
+    "invertedpendulum": "to keep the pole balanced upright on the cart",
+    "inverteddoublependulum": "to keep the two-link pole balanced upright on the cart",
+    "pendulum": "to swing the pendulum up and hold it upright",
+    # RL-VLM-F's own goals (prompt.py)
+    "cartpole": "to balance the brown pole on the black cart to be upright",
+    "drawer-open": "to open the drawer",
+    "door-open": "to open the safe door",
+    "sweep-into": "to minimize the distance between the green cube and the hole",
+    "soccer": "to move the soccer ball into the goal",
+    # DeepMind Control (domain=DMC)
+    "walker_walk": "to make the two-legged robot walk forward (to the right) while staying "
+                   "upright",
+    "walker_run": "to make the two-legged robot run forward (to the right) while staying upright",
+    "cheetah_run": "to make the cheetah robot run forward (to the right) as fast as possible",
+    "quadruped_walk": "to make the four-legged robot walk forward",
+    "cartpole_swingup": "to swing the pole up and keep it balanced upright on the cart",
+}
+"""``vlm_task`` of the envs where the goal is plain from the reward's definition, by env name
+without its version (lower case; ``HalfCheetah-v5`` -> ``halfcheetah``)."""
+
+
+def task_description(task: str, env: str) -> str:
+    """The goal the prompt names: ``task`` (``vlm_task``) when set, else :data:`TASKS`'s.
+
+    Raises:
+        ConfigError: no ``vlm_task`` and no entry for ``env``.
+    """
+    if str(task or "").strip():
+        return str(task).strip()
+    name = re.sub(r"-v\d+$", "", str(env).split("/")[-1].split(":")[-1]).lower()
+    if name in TASKS:
+        return TASKS[name]
+    raise ConfigError(f"teacher=vlm: no task description for env={env}; say what the agent "
+                      "should do with vlm_task='to ...' (the prompt reads 'The goal is "
+                      "<vlm_task>.')")
+
+
+VLM_KEYS = ("vlm_base_url", "vlm_model", "vlm_task", "vlm_prompt")
+"""Keys that only ``teacher=vlm`` reads (a value without it is refused)."""
+
+
+def check_vlm(cfg: Any) -> None:
+    """The ``vlm_*`` keys of a run config: what ``teacher=vlm`` needs, and what it cannot do.
+
+    Raises:
+        ConfigError: one line naming the key, the problem and the fix.
+    """
+    if not cfg.vlm_teacher:
+        idle = [key for key in (*VLM_KEYS, "vlm_gold_from")
+                if str(getattr(cfg, key) or "") not in ("", "none")]
+        if idle:
+            raise ConfigError(f"{idle[0]}={getattr(cfg, idle[0])} is read by a VLM teacher "
+                              "only: add teacher=vlm or drop it")
+        return
+    for key, example in (("vlm_base_url", "http://127.0.0.1:8000/v1"),
+                         ("vlm_model", "Qwen/Qwen2.5-VL-7B-Instruct")):
+        if not str(getattr(cfg, key) or "").strip():
+            raise ConfigError(f"teacher=vlm needs {key} on the command line (e.g. "
+                              f"{key}={example}); the API key goes in ${API_KEY_VARIABLES[0]}")
+    if not str(cfg.vlm_base_url).startswith(("http://", "https://")):
+        raise ConfigError(f"vlm_base_url={cfg.vlm_base_url} is not an http:// or https:// URL")
+    if cfg.vlm_frames not in VLM_FRAMES:
+        raise ConfigError(f"vlm_frames={cfg.vlm_frames} is unknown; use "
+                          f"{' or '.join(VLM_FRAMES)}")
+    if cfg.vlm_gold_from not in VLM_GOLD_FROM:
+        raise ConfigError(f"vlm_gold_from={cfg.vlm_gold_from} is unknown; use "
+                          f"{' or '.join(VLM_GOLD_FROM)}")
+    load_prompt(cfg.vlm_prompt or None)
+    task_description(cfg.vlm_task, cfg.env)
+    if not cfg.learn_reward:
+        raise ConfigError("teacher=vlm needs learn_reward=true (preferences are only asked for "
+                          "a learned reward)")
+    if cfg.feedback != "pairwise":
+        raise ConfigError("teacher=vlm compares two segments: use feedback=pairwise")
+    if cfg.reward_training != "sync":
+        raise ConfigError("teacher=vlm looks at the frames the run keeps, which the background "
+                          "learner does not have: use reward_training=sync")
+    web = cfg.human_teacher and cfg.teacher_ui == "web"
+    if cfg.human_teacher and not web:
+        raise ConfigError("teacher=vlm beside a person is one labeler of the crowd on the "
+                          "labeling page: add teacher_ui=web (or drop human_teacher)")
+    if cfg.vlm_gold_from == "oracle":
+        if web:
+            raise ConfigError("vlm_gold_from=oracle scores a VLM alone; beside people the "
+                              "crowd's gold queries score it (gold_fraction, label_quality="
+                              "filter): drop vlm_gold_from")
+        if not cfg.gold_fraction:
+            raise ConfigError("vlm_gold_from=oracle scores the VLM on gold queries: set "
+                              "gold_fraction (e.g. 0.1)")
+
+
+# ------------------------------------------------------------------ the prompt
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A VLM prompt in two stages (RL-VLM-F's "analysis, then label").
+
+    Attributes:
+        analysis: the first request's text; ``{images_1}`` and ``{images_2}`` mark where the
+            two segments' images go, ``{task}`` the goal.
+        label: the second, text-only request (``{analysis}``: the first answer; ``{task}``),
+            or ``""`` for one stage (the first answer holds the label line).
+        text: the whole file, as hashed into the cache key.
+    """
+
+    analysis: str
+    label: str
+    text: str
+
+
+ANALYSIS, LABEL = "### analysis", "### label"
+
+
+def load_prompt(path: str | Path | None = None) -> PromptTemplate:
+    """Read a prompt file (default :data:`DEFAULT_PROMPT`): a ``### analysis`` section and,
+    optionally, a ``### label`` section (the format of ``themis/feedback/vlm_prompt.txt``).
+
+    Raises:
+        ConfigError: the file cannot be read, has no analysis section, or lacks a placeholder
+            (``{images_1}``, ``{images_2}`` in the analysis, ``{analysis}`` in the label).
+    """
+    where = Path(path).expanduser() if path else DEFAULT_PROMPT
+    try:
+        text = where.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
+        raise ConfigError(f"vlm_prompt={path}: cannot read it ({reason})") from None
+    if ANALYSIS not in text:
+        raise ConfigError(f"vlm_prompt={path}: no '{ANALYSIS}' line (the first request's "
+                          f"text follows it; see {DEFAULT_PROMPT.name} in themis/feedback/)")
+    body = text.split(ANALYSIS, 1)[1]
+    analysis, _, label = body.partition(LABEL)
+    for name in ("{images_1}", "{images_2}"):
+        if name not in analysis:
+            raise ConfigError(f"vlm_prompt={path}: the analysis has no {name} (where the "
+                              "segment's images go)")
+    if label.strip() and "{analysis}" not in label:
+        raise ConfigError(f"vlm_prompt={path}: the label section has no {{analysis}} (where "
+                          "the first answer is quoted)")
+    return PromptTemplate(analysis.strip("\n"), label.strip("\n"), text)
+
+
+# ------------------------------------------------------------------ images
+def segment_images(frames: np.ndarray, mode: str, key_frames: int = 4) -> np.ndarray:
+    """The frames shown of each segment: ``(n, 2, H, h, w, 3) -> (n, 2, k, h, w, 3)`` uint8,
+    ``k`` = 1 for ``last`` (the segment's last frame, RL-VLM-F), ``key_frames`` evenly
+    spaced ones (first and last included) for ``key``.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    horizon = frames.shape[2]
+    if mode == "last":
+        return frames[:, :, -1:]
+    if mode == "key":
+        steps = np.unique(np.linspace(0, horizon - 1, min(key_frames, horizon)).round()
+                          .astype(np.int64))
+        return frames[:, :, steps]
+    raise ValueError(f"vlm_frames={mode} is unknown; use {' or '.join(VLM_FRAMES)}")
+
+
+def png_data_url(image: np.ndarray) -> str:
+    """One ``(h, w, 3)`` uint8 image as a ``data:image/png;base64,...`` URL (OpenAI's
+    ``image_url`` content part)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# ------------------------------------------------------------------ answers
+LABELS = {"0": 0.0, "1": 1.0, "-1": None, "0.5": 0.5, "equal": 0.5}
+"""A label line's text -> the label: 0 = segment 1 better, 1 = segment 2, 0.5 = equal (for
+templates that ask for ties), ``None`` = can't tell (RL-VLM-F's ``-1``)."""
+
+
+def parse_label(text: str) -> tuple[float | None, str]:
+    """The label of an answer: its last line that holds only a label of :data:`LABELS`
+    (markdown, quotes, a trailing full stop and an ``Answer:`` prefix allowed).
+
+    Returns:
+        ``(label, reason)``: ``label`` 0, 0.5, 1 or ``None`` (can't tell); ``reason`` ``""``
+        for a label, ``"unsure"`` for ``-1``, ``"malformed: ..."`` when no line holds one.
+    """
+    for line in reversed(str(text or "").strip().splitlines()):
+        word = re.sub(r"^(final\s+)?(answer|label)\s*[:=]\s*", "",
+                      line.strip().strip("*`'\" ").lower()).strip("*`'\" .")
+        if word in LABELS:
+            label = LABELS[word]
+            return label, "" if label is not None else "unsure"
+    shown = " ".join(str(text or "").split())[:80]
+    return None, f"malformed: no label line (0, 1 or -1) in {shown!r}"
+
+
+@dataclass
+class Answer:
+    """One query's answer.
+
+    Attributes:
+        label: 0, 0.5, 1, or ``None`` (can't tell).
+        reason: why there is no label (``unsure``, ``malformed: ...``, ``error: ...``), or ``""``.
+        texts: the answers of the two stages (one for a one-stage prompt).
+        prompt_tokens, completion_tokens: as the endpoint reported them (0 if it did not).
+        cost: the cost the endpoint reported (``usage.cost``, e.g. OpenRouter), else NaN.
+        seconds: wall time of the requests.
+        requests: requests sent (0 when the answer came from the cache).
+        cached: the answer came from :class:`AnswerCache`.
+    """
+
+    label: float | None
+    reason: str = ""
+    texts: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = float("nan")
+    seconds: float = 0.0
+    requests: int = 0
+    cached: bool = False
+
+
+class AnswerCache:
+    """Every answer a VLM gave, by content: one JSON object a line in ``path``, appended and
+    fsynced before the answer is used, so a crash loses none and no answer is paid twice.
+
+    A line is ``{"key": ..., "model": ..., "label": 0|0.5|1|null, "reason": ..., "texts": [...],
+    "prompt_tokens": ..., "completion_tokens": ..., "cost": ..., "seconds": ..., "time": ...}``;
+    a torn last line (a crash while writing) is skipped on reading.
+
+    Args:
+        path: the JSON-lines file (created on the first answer).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.answers: dict[str, Answer] = {}
+        if path.is_file():
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                        key = str(row["key"])
+                        label = row["label"]
+                        answer = Answer(
+                            None if label is None else float(label), str(row.get("reason", "")),
+                            [str(t) for t in row.get("texts", [])],
+                            int(row.get("prompt_tokens", 0)),
+                            int(row.get("completion_tokens", 0)),
+                            float(row.get("cost") if row.get("cost") is not None else "nan"),
+                            float(row.get("seconds", 0.0)))
+                    except (ValueError, KeyError, TypeError):  # a torn or foreign line
+                        continue
+                    if answer.label in (None, 0.0, 0.5, 1.0):
+                        self.answers[key] = answer
+
+    def get(self, key: str) -> Answer | None:
+        """The answer stored under ``key`` (``cached`` set, no request counted), or ``None``."""
+        with self.lock:
+            found = self.answers.get(key)
+        if found is None:
+            return None
+        return Answer(found.label, found.reason, list(found.texts), found.prompt_tokens,
+                      found.completion_tokens, found.cost, found.seconds, 0, True)
+
+    def put(self, key: str, model: str, answer: Answer) -> None:
+        """Append ``answer`` under ``key`` and fsync before returning."""
+        row = {"key": key, "model": model, **asdict(answer), "time": time.time()}
+        row.pop("cached")
+        row.pop("requests")
+        if not np.isfinite(row["cost"]):
+            row["cost"] = None
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        with self.lock:
+            new = not self.path.exists()
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            if new:
+                from themis.utils import fsync_dir
+
+                fsync_dir(self.path.parent)
+            self.answers[key] = answer
+
+
+def answer_key(images: np.ndarray, template: PromptTemplate, task: str, model: str) -> str:
+    """SHA-256 of what decides an answer: the model, the prompt file, the task and the images
+    (``(2, k, h, w, 3)`` uint8: their shape and bytes)."""
+    digest = hashlib.sha256()
+    for part in (model, template.text, task, str(images.shape)):
+        digest.update(part.encode("utf-8") + b"\0")
+    digest.update(np.ascontiguousarray(images, dtype=np.uint8).tobytes())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ the endpoint
+def api_key() -> str:
+    """The endpoint's API key from :data:`API_KEY_VARIABLES`, or :data:`NO_KEY`."""
+    return next((os.environ[name] for name in API_KEY_VARIABLES if os.environ.get(name)), NO_KEY)
+
+
+def make_client(base_url: str, timeout: float, max_retries: int) -> Any:
+    """The official ``openai`` client for ``base_url`` (key: :func:`api_key`), with its own
+    timeout (seconds per request) and retries (exponential backoff on 408/409/429/5xx).
+
+    Raises:
+        ConfigError: the ``openai`` package is not installed.
+    """
+    try:
+        import openai
+    except ImportError:
+        raise ConfigError("teacher=vlm needs the openai package: pip install 'themis[vlm]' (or "
+                          "pip install openai)") from None
+    return openai.OpenAI(base_url=base_url, api_key=api_key(), timeout=timeout,
+                         max_retries=max_retries)
+
+
+@dataclass
+class VLMStats:
+    """What a round's VLM answers cost and how they went (``vlm_*`` columns of ``reward.csv``).
+
+    Attributes:
+        queries: queries answered (cached ones included).
+        requests: HTTP requests that got an answer (two per query with a two-stage prompt;
+            the client's retries not counted).
+        cache_hits: queries answered from :class:`AnswerCache` (no request).
+        prompt_tokens, completion_tokens: as the endpoint reported them.
+        cost: the endpoint-reported cost, NaN when it reported none.
+        seconds: summed wall time of the requests (latency; cached answers add none).
+        cant_tell: queries with no label (unsure, malformed or failed).
+        malformed: answers without a label line.
+        errors: queries whose request failed after the retries (timeouts included).
+    """
+
+    queries: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = float("nan")
+    seconds: float = 0.0
+    cant_tell: int = 0
+    malformed: int = 0
+    errors: int = 0
+
+    def add(self, answer: Answer) -> None:
+        """Count one answer."""
+        self.queries += 1
+        self.cache_hits += int(answer.cached)
+        self.cant_tell += int(answer.label is None)
+        self.malformed += int(answer.reason.startswith("malformed"))
+        self.errors += int(answer.reason.startswith("error"))
+        if answer.cached:
+            return
+        self.requests += answer.requests
+        self.prompt_tokens += answer.prompt_tokens
+        self.completion_tokens += answer.completion_tokens
+        self.seconds += answer.seconds
+        if np.isfinite(answer.cost):
+            self.cost = answer.cost + (self.cost if np.isfinite(self.cost) else 0.0)
+
+    def columns(self) -> dict[str, float]:
+        """``reward.csv`` columns (``vlm_latency_s``: mean seconds per request)."""
+        return {"vlm_queries": self.queries, "vlm_requests": self.requests,
+                "vlm_cache_hits": self.cache_hits, "vlm_prompt_tokens": self.prompt_tokens,
+                "vlm_completion_tokens": self.completion_tokens, "vlm_cost": self.cost,
+                "vlm_latency_s": self.seconds / self.requests if self.requests else float("nan"),
+                "vlm_cant_tell": self.cant_tell, "vlm_malformed": self.malformed,
+                "vlm_errors": self.errors}
+
+
+FATAL_STATUS = (400, 401, 403, 404, 422)
+"""HTTP statuses that no retry mends (a wrong key, model, URL, a model without images, a
+request the endpoint cannot read)."""
+
+
+class VLMTeacher:
+    """Asks a VLM which of two segments is better (RL-VLM-F's two-stage prompt).
+
+    Args:
+        client: an ``openai.OpenAI`` client (:func:`make_client`).
+        model: the endpoint's model name (``vlm_model``).
+        template: the prompt (:func:`load_prompt`).
+        task: the goal the prompt names (:func:`task_description`).
+        cache: the run's :class:`AnswerCache`.
+        frames: ``vlm_frames`` (:data:`VLM_FRAMES`); ``key_frames``: images per segment for
+            ``key``.
+        max_concurrency: requests in flight at once.
+        max_tokens, temperature: sampling of each request (RL-VLM-F: 1000, 0).
+
+    Raises:
+        ValueError: an unknown ``frames`` mode.
+    """
+
+    def __init__(self, client: Any, model: str, template: PromptTemplate, task: str,
+                 cache: AnswerCache, frames: str = "last", key_frames: int = 4,
+                 max_concurrency: int = 4, max_tokens: int = 1000,
+                 temperature: float = 0.0) -> None:
+        if frames not in VLM_FRAMES:
+            raise ValueError(f"vlm_frames={frames} is unknown; use {' or '.join(VLM_FRAMES)}")
+        self.client, self.model, self.template, self.task = client, model, template, task
+        self.cache, self.frames, self.key_frames = cache, frames, key_frames
+        self.max_concurrency, self.max_tokens = max_concurrency, max_tokens
+        self.temperature = temperature
+
+    def ask(self, frames: np.ndarray, stats: VLMStats | None = None) -> list[Answer]:
+        """Answer a batch of queries from their frames ``(n, 2, H, h, w, 3)`` uint8: ``n``
+        answers in order. Each new answer is in the cache before this returns (and before
+        the next is asked on its thread); ``stats`` counts them.
+
+        Raises:
+            ConfigError: the endpoint refused a request for good (:data:`FATAL_STATUS`).
+        """
+        images = segment_images(frames, self.frames, self.key_frames)
+        if not len(images):
+            return []
+        keys = [answer_key(pair, self.template, self.task, self.model) for pair in images]
+        first: dict[str, int] = {}  # one request per key, in the queries' order
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        with ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
+            asked = dict(zip(first, pool.map(self.ask_one, [images[i] for i in first.values()],
+                                             first), strict=True))
+        answers = [asked[key] if first[key] == i else
+                   Answer(asked[key].label, asked[key].reason, list(asked[key].texts),
+                          cached=True) for i, key in enumerate(keys)]
+        if stats is not None:
+            for answer in answers:
+                stats.add(answer)
+        return answers
+
+    def ask_one(self, images: np.ndarray, key: str | None = None) -> Answer:
+        """One query's answer from its images ``(2, k, h, w, 3)``: the cache's, or the
+        endpoint's (then cached); ``key``: its :func:`answer_key` if known.
+
+        Raises:
+            ConfigError: the endpoint refused the request for good (:data:`FATAL_STATUS`).
+        """
+        key = key or answer_key(images, self.template, self.task, self.model)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        answer = Answer(None)
+        start = time.perf_counter()
+        try:
+            first = self.request(self.first_messages(images), answer)
+            text = first
+            if self.template.label:
+                text = self.request(self.second_messages(first), answer)
+        except ConfigError:
+            raise
+        except Exception as e:  # timeouts, connection errors, 5xx/429 after the retries
+            answer.seconds = time.perf_counter() - start
+            answer.reason = f"error: {type(e).__name__}: {' '.join(str(e).split())[:120]}"
+            return answer  # not cached: asked again next time
+        answer.seconds = time.perf_counter() - start
+        answer.label, answer.reason = parse_label(text)
+        self.cache.put(key, self.model, answer)
+        return answer
+
+    def first_messages(self, images: np.ndarray) -> list[dict[str, Any]]:
+        """The analysis request: the template's text with the two segments' images in place of
+        ``{images_1}`` / ``{images_2}`` (OpenAI's content parts: text, image_url, ...)."""
+        text = self.template.analysis.replace("{task}", self.task)
+        before, rest = text.split("{images_1}", 1)
+        middle, after = rest.split("{images_2}", 1)
+        parts: list[dict[str, Any]] = []
+        for words, segment in ((before, images[0]), (middle, images[1]), (after, None)):
+            if words.strip():
+                parts.append({"type": "text", "text": words.strip("\n")})
+            for image in segment if segment is not None else ():
+                parts.append({"type": "image_url", "image_url": {"url": png_data_url(image)}})
+        return [{"role": "user", "content": parts}]
+
+    def second_messages(self, analysis: str) -> list[dict[str, Any]]:
+        """The label request: text only, quoting the analysis."""
+        text = self.template.label.replace("{task}", self.task).replace("{analysis}", analysis)
+        return [{"role": "user", "content": text}]
+
+    def request(self, messages: list[dict[str, Any]], answer: Answer) -> str:
+        """Send one chat-completions request; add its usage to ``answer``; its text.
+
+        Raises:
+            ConfigError: a status of :data:`FATAL_STATUS`.
+        """
+        import openai
+
+        try:
+            response = self.client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=self.max_tokens,
+                temperature=self.temperature)
+        except openai.APIStatusError as e:
+            if e.status_code in FATAL_STATUS:
+                raise ConfigError(
+                    f"teacher=vlm: {self.client.base_url} refused the request with HTTP "
+                    f"{e.status_code} ({' '.join(str(e.message).split())[:120]}); check "
+                    f"vlm_base_url, vlm_model={self.model} (a model that reads images) and the "
+                    f"key in ${API_KEY_VARIABLES[0]}") from None
+            raise
+        answer.requests += 1
+        answer.texts.append(str(response.choices[0].message.content or "")
+                            if response.choices else "")
+        usage = response.usage
+        if usage is not None:
+            answer.prompt_tokens += int(usage.prompt_tokens or 0)
+            answer.completion_tokens += int(usage.completion_tokens or 0)
+            cost = getattr(usage, "cost", None)
+            if cost is None and usage.model_extra:
+                cost = usage.model_extra.get("cost")
+            if isinstance(cost, int | float):
+                answer.cost = float(cost) + (answer.cost if np.isfinite(answer.cost) else 0.0)
+        return answer.texts[-1]
+
+
+__all__ = [
+    "API_KEY_VARIABLES",
+    "CACHE_FILE",
+    "DEFAULT_PROMPT",
+    "TASKS",
+    "VLM_FRAMES",
+    "Answer",
+    "AnswerCache",
+    "PromptTemplate",
+    "VLMStats",
+    "VLMTeacher",
+    "answer_key",
+    "check_vlm",
+    "load_prompt",
+    "make_client",
+    "parse_label",
+    "png_data_url",
+    "segment_images",
+    "task_description",
+]
+
