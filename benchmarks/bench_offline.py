@@ -23,15 +23,13 @@ minari:mujoco/halfcheetah/medium-replay-v0`` (its own reference scores are then 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import os
-import platform
+import importlib.util
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,24 +45,13 @@ TINY_KEYS = dict(heldout_queries=50, reward_epochs=5, ensemble_size=2, reward_hi
                  num_eval_episodes=1, iql={"hidden_dim": 32, "batch_size": 64})
 
 
-def machine() -> str:
-    """The CPU model and core count (as ``benchmarks/bench_methods.py`` records it)."""
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} cores"
-
-
-def commit() -> str:
-    """The checkout's commit, ``+changes`` when tracked files differ from it."""
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return sha + ("+changes" if dirty else "")
+def sibling(name: str) -> Any:
+    """Another benchmark of this folder as a module (they are files, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cpu_seconds() -> float:
@@ -143,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = build_dataset(args.out, args.env, args.domain, args.sac_steps, args.quick)
         dataset, ref = str(run), references(run, args.env, args.domain)
+    machine = sibling("bench_methods").machine()  # the CPU model and cores
+    commit = sibling("bench_drlhp")._commit()  # the commit, +changes when tracked files differ
     rows = []
     for seed in args.seeds:
         for variant in args.variants:
@@ -163,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                 reward_seconds = float(pd.read_csv(reward_csv)["train_seconds"].sum()) \
                     if reward_csv.is_file() else 0.0
                 rows.append({
-                    "date": datetime.date.today().isoformat(), "commit": commit(),
-                    "machine": machine(), "command": command, "env": args.env,
+                    "date": datetime.date.today().isoformat(), "commit": commit,
+                    "machine": machine, "command": command, "env": args.env,
                     "dataset": dataset, "variant": variant, "budget": budget, "seed": seed,
                     "iql_steps": args.iql_steps, "final_return": last.get("episode_reward"),
                     "normalised_return": last.get("normalised_return"),

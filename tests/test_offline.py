@@ -9,6 +9,7 @@ import pickle
 
 import gymnasium as gym
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -260,8 +261,9 @@ def pendulum_rollouts(tmp_path_factory):
 @pytest.mark.parametrize("reward_net", ["bpref", "pt"])
 def test_an_offline_run_end_to_end_and_resumed(tmp_path, pendulum_rollouts, reward_net):
     run = tmp_path / "run"
+    sampler = {"feed_type": 1, "teacher": "noisy"} if reward_net == "bpref" else {}
     result = train_offline(run, dataset=str(pendulum_rollouts), reward_net=reward_net,
-                           num_train_steps=200, **TINY)
+                           num_train_steps=200, **TINY, **sampler)
     assert result.metrics["step"] == 200 and math.isfinite(result.metrics["episode_reward"])
     for name in ("config.yaml", "reward.csv", "train.csv", "eval.csv", "checkpoints/state.pt",
                  "checkpoints/reward_model.pt", "checkpoints/rewards.npy",
@@ -275,6 +277,49 @@ def test_an_offline_run_end_to_end_and_resumed(tmp_path, pendulum_rollouts, rewa
     np.testing.assert_array_equal(np.load(run / "checkpoints" / "rewards.npy"), rewards)
     steps = [line.split(",")[0] for line in (run / "eval.csv").read_text().splitlines()[1:]]
     assert steps == ["100", "200", "300"]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_exactly_where_the_straight_run_goes(tmp_path,
+                                                                     pendulum_rollouts):
+    from themis.offline.loop import OfflineRun
+    from themis.offline.main import prepare, write_config
+
+    keys = {**TINY, "dataset": str(pendulum_rollouts), "reward": "true", "eval_frequency": 150,
+            "num_train_steps": 300}
+    train_offline(tmp_path / "straight", **keys)
+    cfg, out = prepare([f"{k}={v}" for k, v in keys.items() if k != "iql"]
+                       + [f"iql.{k}={v}" for k, v in TINY["iql"].items()], tmp_path / "stopped")
+    run = OfflineRun(cfg, out)
+    write_config(cfg, out)
+    run.run(until=200)  # stopped at step 200, as Ctrl-C after a checkpoint leaves it
+    train_offline(resume=str(tmp_path / "stopped"))
+    for name in ("train.csv", "eval.csv"):
+        straight, resumed = (pd.read_csv(tmp_path / run / name).drop(
+            columns=["wall_seconds"], errors="ignore") for run in ("straight", "stopped"))
+        pd.testing.assert_frame_equal(straight, resumed)
+    a, b = (torch.load(tmp_path / run / "checkpoints" / "agent.pt", weights_only=True)
+            for run in ("straight", "stopped"))
+    for key, value in a["actor"].items():
+        torch.testing.assert_close(value, b["actor"][key], rtol=0, atol=0)
+
+
+def test_a_label_file_replaces_the_teacher(tmp_path, pendulum_rollouts):
+    data = load_offline_dataset(pendulum_rollouts)
+    first, second = np.arange(0, 300, 10), np.arange(5, 305, 10)
+    first = first[(first % 100) <= 90]
+    second = second[: len(first)]
+    second = np.where(second % 100 > 90, second - 10, second)
+    returns = [data.rewards[i:i + 10].sum() for i in np.r_[first, second]]
+    codes = (np.array(returns[len(first):]) > np.array(returns[:len(first)])).astype(int)
+    np.savez(tmp_path / "labels.npz", indices_1=first, indices_2=second, labels=codes)
+    result = train_offline(tmp_path / "run", dataset=str(pendulum_rollouts),
+                           labels=str(tmp_path / "labels.npz"), num_train_steps=20,
+                           **{**TINY, "eval_frequency": 20})
+    rows = pd.read_csv(tmp_path / "run" / "reward.csv")
+    assert rows["labels"].tolist() == [len(first)] and result.metrics["step"] == 20
+    labelled = (tmp_path / "run" / "preferences" / "labels.csv").read_text().splitlines()
+    assert len(labelled) == len(first) + 1 and "labels.npz" in labelled[1]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -310,8 +355,6 @@ def test_the_launcher_hands_mode_offline_to_the_offline_entry_point(tmp_path):
 
 @pytest.mark.slow
 def test_the_offline_benchmark_records_each_variant_at_a_tiny_size(tmp_path):
-    import pandas as pd
-
     from tests.conftest import load_file
 
     bench = load_file("benchmarks/bench_offline.py")

@@ -226,9 +226,10 @@ class OfflineRun:
                      f"{self.heldout_accuracy:.3f}")
 
     # -------------------------------------------------------------------- agent
-    def run(self) -> dict[str, Any]:
-        """Train IQL to ``num_train_steps`` (from the last checkpoint on resume); returns the
-        last ``eval.csv`` row (empty without an evaluation env)."""
+    def run(self, until: int | None = None) -> dict[str, Any]:
+        """Train IQL to ``num_train_steps`` (from the last checkpoint on resume), or stop after
+        step ``until`` with a checkpoint there (as a stopped run would); returns the last
+        ``eval.csv`` row (empty without an evaluation env or evaluation so far)."""
         cfg, data = self.cfg, self.data
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         rewards = self.rewards().astype(np.float32)
@@ -255,7 +256,8 @@ class OfflineRun:
             1.0 - data.terminals.astype(np.float32))]
         last: dict[str, Any] = {}
         start = time.perf_counter()
-        while step < cfg.num_train_steps:
+        stop = cfg.num_train_steps if until is None else min(until, cfg.num_train_steps)
+        while step < stop:
             idx = torch.as_tensor(self.rng.integers(0, data.num_steps, iql_cfg.batch_size),
                                   device=dev)
             metrics = agent.update(ReplayBufferSamples(*(a[idx] for a in arrays)), step)
@@ -265,7 +267,7 @@ class OfflineRun:
                                  "wall_seconds": time.perf_counter() - start})
             if step % cfg.eval_frequency == 0 or step == cfg.num_train_steps:
                 last = self.evaluate(agent, step, eval_log) or last
-            if step % cfg.checkpoint_frequency == 0 or step == cfg.num_train_steps:
+            if step % cfg.checkpoint_frequency == 0 or step == stop:
                 save_checkpoint({"agent": agent.state_dict(), "step": step,
                                  "generator": self.rng.bit_generator.state, "rng": rng_states()},
                                 self.ckpt_dir)
