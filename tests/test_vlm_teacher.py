@@ -345,3 +345,25 @@ def test_a_tiny_run_with_teacher_vlm_logs_its_requests_and_pays_each_answer_once
         if path.is_file() and path.stat().st_size < 5_000_000:
             assert KEY.encode() not in path.read_bytes(), path
     assert os.environ["THEMIS_VLM_API_KEY"] == KEY
+
+
+# ---------------------------------------------------------------- the benchmark
+def test_bench_vlm_records_agreement_with_the_oracle_and_its_provenance(server, tmp_path):
+    from tests.conftest import load_file
+
+    bench = load_file("benchmarks/bench_vlm.py")
+    record = tmp_path / "vlm_agreement.csv"
+    args = ["--base-url", server.base_url, "--model", MODEL, "--pairs", "4", "--segment", "5",
+            "--episodes", "2", "--episode-steps", "12", "--size", "16", "--out",
+            str(tmp_path / "out"), "--record", str(record)]
+    assert bench.main(args) == 0
+    with record.open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert {"date", "commit", "machine", "command", "wall_s", "model"} <= set(row)
+    assert row["model"] == MODEL and row["pairs"] == "4" and 0 <= float(row["agreement"]) <= 1
+    assert int(row["requests"]) + 2 * int(row["cache_hits"]) == 8  # two stages a pair
+    assert bench.main(args) == 0  # again: every answer from the cache
+    with record.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and rows[1]["requests"] == "0"
+    assert rows[1]["agreement"] == rows[0]["agreement"]
