@@ -365,3 +365,24 @@ def test_the_offline_benchmark_records_each_variant_at_a_tiny_size(tmp_path):
     assert rows["normalised_return"].notna().all() and rows["commit"].notna().all()
     assert rows[rows["variant"] != "true"]["heldout_accuracy"].between(0, 1).all()
     assert rows["machine"].str.contains("cores").all() and (rows["wall_seconds"] > 0).all()
+
+
+def test_help_lists_every_key_with_its_description(capsys):
+    assert main(["mode=offline", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "reward_net=bpref  # ``bpref``: Themis's Markovian ensemble" in out
+    assert "iql.expectile=0.7  # tau of the value's expectile loss" in out
+
+
+def test_a_sweep_checks_every_job_first_then_runs_each(tmp_path, capsys, pendulum_rollouts):
+    common = ["mode=offline", "-m", f"dataset={pendulum_rollouts}", "env=Pendulum-v1",
+              "reward=true", "num_train_steps=20", "eval_frequency=20", "num_eval_episodes=1",
+              "iql.hidden_dim=16", "iql.batch_size=16"]
+    assert main([*common, "seed=0,1", "reward_net=bpref,lstm",
+                 f"hydra.run.dir={tmp_path / 'bad'}"]) == 2
+    assert "reward_net=lstm is not one of" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()  # nothing trained, nothing written
+    assert main([*common, "seed=0,1", f"hydra.run.dir={tmp_path / 'sweep'}"]) == 0
+    seeds = [pd.read_csv(tmp_path / "sweep" / str(n) / "eval.csv") for n in (0, 1)]
+    assert [len(s) for s in seeds] == [1, 1]
+    assert "seed: 1" in (tmp_path / "sweep" / "1" / "config.yaml").read_text()

@@ -36,6 +36,7 @@ class OfflineConfig:
     domain: str = "Gym"
     """The domain whose wrappers the evaluation env gets (``Gym``: any registered id)."""
     seed: int = 0
+    """Seeds the labels' pairs, the teacher, the networks and IQL's batches."""
     device: str = "auto"
     """``auto`` (CUDA when present), ``cpu``, ``cuda``, ``cuda:1``."""
     torch_threads: int = 1
@@ -67,32 +68,51 @@ class OfflineConfig:
     heldout_queries: int = 500
     """Fresh uniform pairs labelled by their true returns to measure r̂'s held-out accuracy."""
     ensemble_size: int = 3
+    """Members of the Markovian ensemble (reward_net=bpref)."""
     reward_hidden_dim: int = 256
+    """Hidden width of each member."""
     reward_hidden_depth: int = 3
+    """Hidden layers of each member."""
     reward_lr: float = 3e-4
+    """Adam learning rate of the ensemble."""
     reward_batch_size: int = 128
+    """Pairs per gradient step of the ensemble."""
     reward_epochs: int = 200
     """Epochs of the ensemble after each round, at most (stops above 97% train accuracy)."""
     pt_embed_dim: int = 256
+    """Preference Transformer: token width (paper: 256)."""
     pt_layers: int = 1
+    """Preference Transformer: causal transformer blocks (paper: 1)."""
     pt_heads: int = 4
+    """Preference Transformer: attention heads per block (paper: 4)."""
     pt_pref_attn_dim: int = 256
+    """Preference Transformer: query/key width of the preference attention."""
     pt_dropout: float = 0.1
+    """Preference Transformer: dropout of embeddings, attention and residuals."""
     pt_lr: float = 1e-4
+    """Preference Transformer: AdamW base learning rate (warm-up to 10x, cosine back)."""
     pt_weight_decay: float = 1e-4
+    """Preference Transformer: AdamW weight decay."""
     pt_batch_size: int = 256
+    """Preference Transformer: pairs per gradient step."""
     pt_epochs: int = 300
+    """Preference Transformer: passes over the labels."""
     reward_scale: str = "return_range"
     """Rewards IQL sees: ``return_range`` scales by 1000 / (max - min episode return) (IQL's
     MuJoCo rule), ``none`` leaves them."""
     # --- agent and schedule
     iql: IQLConfig = field(default_factory=IQLConfig)
+    """IQL's hyper-parameters (iql.expectile, iql.temperature, ...: themis/agents/iql.py)."""
     num_train_steps: int = 1_000_000
     """IQL gradient steps (the paper: 1M)."""
     eval_frequency: int = 5000
+    """IQL steps between evaluations on the true reward."""
     num_eval_episodes: int = 10
+    """Episodes per evaluation (0: none)."""
     log_frequency: int = 1000
+    """IQL steps between train.csv rows."""
     checkpoint_frequency: int = 10000
+    """IQL steps between checkpoints (and at the end)."""
     ref_min_score: float = math.nan
     """Return of a random policy, for the normalised return (default: the dataset's, if any)."""
     ref_max_score: float = math.nan

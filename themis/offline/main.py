@@ -208,28 +208,69 @@ def train_offline(run_dir: str | os.PathLike[str] | None = None, **keys: Any) ->
     return OfflineResult(out, run.run())
 
 
+def help_text() -> str:
+    """``--help``: every key of an offline run with its default and description."""
+    from omegaconf import OmegaConf
+
+    from themis.run.config_help import field_descriptions
+
+    described = {**field_descriptions(OfflineConfig), **field_descriptions(IQLConfig, "iql.")}
+    lines = ["Themis offline: ./themis_train.sh mode=offline dataset=PATH [key=value ...]; "
+             "-m sweeps comma lists (seed=0,1,2) one run after another", ""]
+    flat = OmegaConf.to_container(OmegaConf.structured(OfflineConfig))
+    assert isinstance(flat, dict)
+    items = [(k, v) for k, v in flat.items() if k != "iql"]
+    items += [(f"iql.{k}", v) for k, v in flat["iql"].items()]
+    for key, value in items:
+        lines.append(f"  {key}={value}" + (f"  # {described[key]}" if key in described else ""))
+    return "\n".join(lines)
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """``-m``: every combination of the comma-separated values (``seed=0,1,2
+    reward_net=bpref,pt``: six jobs), in order; other overrides in each job."""
+    import itertools
+
+    choices = [[f"{o.split('=', 1)[0]}={v}" for v in o.split("=", 1)[1].split(",")]
+               if "," in o.partition("=")[2] else [o] for o in overrides]
+    return [list(job) for job in itertools.product(*choices)]
+
+
 def main(argv: list[str]) -> int:
-    """``python -m themis.offline.main KEY=VALUE ...``: 0 when the run ends, 2 on bad input
-    (one line on stderr), 130 on Ctrl-C."""
+    """``python -m themis.offline.main KEY=VALUE ...``: 0 when the run (every run of a ``-m``
+    sweep) ends, 2 on bad input (one line on stderr, before any training), 130 on Ctrl-C."""
     from themis.offline.loop import OfflineRun
 
+    if any(a in ("--help", "-h") for a in argv):
+        print(help_text())
+        return 0
     run_dir = next((Path(a.split("=", 1)[1]) for a in argv if a.startswith("hydra.run.dir=")),
                    None)
-    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
-    try:
-        cfg, out = prepare(overrides, run_dir)
-        run = OfflineRun(cfg, out)
-        write_config(cfg, out)
+    sweep = any(a in ("-m", "--multirun") for a in argv)
+    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra",
+                                                      "-"))]
+    jobs = sweep_jobs(overrides) if sweep else [overrides]
+    base = run_dir or Path("multirun" if sweep else "runs", "offline",
+                           time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))
+    runs = []
+    try:  # every job is checked (keys, values, dataset) before the first one trains
+        for number, job in enumerate(jobs):
+            cfg, out = prepare(job, base / str(number) if sweep else base)
+            runs.append((cfg, out, OfflineRun(cfg, out)))
+        for cfg, out, _ in runs:
+            write_config(cfg, out)
     except ConfigError as e:
         print(f"themis: error: {e}", file=sys.stderr)
         return 2
-    try:
-        last = run.run()
-    except KeyboardInterrupt:
-        print(f"themis: stopped; continue with ./themis_train.sh resume={out}", file=sys.stderr)
-        return 130
-    print(f"themis: offline run done in {out}"
-          + (f": true return {last['episode_reward']:.1f}" if last else ""))
+    for _, out, run in runs:
+        try:
+            last = run.run()
+        except KeyboardInterrupt:
+            print(f"themis: stopped; continue with ./themis_train.sh mode=offline resume={out}",
+                  file=sys.stderr)
+            return 130
+        print(f"themis: offline run done in {out}"
+              + (f": true return {last['episode_reward']:.1f}" if last else ""))
     return 0
 
 

@@ -23,18 +23,26 @@ GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "a2c": A2CConfig,
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
     :class:`~themis.run.config.BaseTrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
+    out: dict[str, str] = {}
+    for prefix, cls in [("", BaseTrainConfig), *((f"{k}.", c) for k, c in GROUPS.items())]:
+        out.update(field_descriptions(cls, prefix))
+    return out
+
+
+def field_descriptions(cls: type, prefix: str = "") -> dict[str, str]:
+    """The docstring under each field of the dataclass ``cls``, on one line, keyed
+    ``prefix + field`` (fields without one are left out)."""
     import ast
     import inspect
 
     out: dict[str, str] = {}
-    for prefix, cls in [("", BaseTrainConfig), *((f"{k}.", c) for k, c in GROUPS.items())]:
-        body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
-        node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-        for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
-            if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
-                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) \
-                    and isinstance(doc.value.value, str):
-                out[prefix + field_node.target.id] = " ".join(doc.value.value.split())
+    body = ast.parse(inspect.getsource(sys.modules[cls.__module__])).body
+    node = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    for field_node, doc in zip(node.body, [*node.body[1:], None], strict=True):
+        if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
+                and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) \
+                and isinstance(doc.value.value, str):
+            out[prefix + field_node.target.id] = " ".join(doc.value.value.split())
     return out
 
 
