@@ -219,8 +219,8 @@ def help_text() -> str:
              "-m sweeps comma lists (seed=0,1,2) one run after another", ""]
     flat = OmegaConf.to_container(OmegaConf.structured(OfflineConfig))
     assert isinstance(flat, dict)
-    items = [(k, v) for k, v in flat.items() if k != "iql"]
-    items += [(f"iql.{k}", v) for k, v in flat["iql"].items()]
+    items = [(str(k), v) for k, v in flat.items() if k != "iql"]
+    items += [(f"iql.{k!s}", v) for k, v in flat["iql"].items()]
     for key, value in items:
         lines.append(f"  {key}={value}" + (f"  # {described[key]}" if key in described else ""))
     return "\n".join(lines)
