@@ -16,8 +16,8 @@ CPU seconds of the run and of its reward model, with date, commit, machine and c
     python benchmarks/bench_offline.py --quick --record /tmp/offline.csv   # the suite's check
 
 Runs are resumable: a finished run is read back, an unfinished one continued (``resume``).
-A D4RL dataset a user downloads through Minari runs the same way with ``--dataset
-minari:mujoco/halfcheetah/medium-replay-v0`` (its own reference scores are then used).
+A Minari dataset a user downloaded runs the same way with ``--dataset
+minari:mujoco/halfcheetah/medium-v0`` (its own reference scores are then used).
 """
 
 from __future__ import annotations
