@@ -116,6 +116,31 @@ def test_rollouts_and_imitation_npz_are_read(tmp_path):
         load_offline_dataset(tmp_path / "pickled.npz")
 
 
+def test_a_d4rl_file_is_read_in_qlearning_dataset_order(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(0)
+    n = 10
+    obs, acts, rews = rng.normal(size=(n, 3)), rng.uniform(-1, 1, (n, 2)), rng.normal(size=n)
+    terminals, timeouts = np.zeros(n, bool), np.zeros(n, bool)
+    timeouts[[3, 9]], terminals[6] = True, True  # episodes 0-3 (time-out), 4-6 (terminal), 7-9
+    with h5py.File(tmp_path / "d4rl.hdf5", "w") as f:
+        for key, value in (("observations", obs), ("actions", acts), ("rewards", rews),
+                           ("terminals", terminals), ("timeouts", timeouts)):
+            f[key] = value
+    data = load_offline_dataset(tmp_path / "d4rl.hdf5", env_id="Pendulum-v1")
+    # D4RL's qlearning_dataset: every step i < n - 1 that is not a time-out, next obs = row i + 1
+    kept = [i for i in range(n - 1) if not timeouts[i]]
+    np.testing.assert_allclose(data.observations, obs[kept], rtol=1e-6)
+    np.testing.assert_allclose(data.next_observations, obs[[i + 1 for i in kept]], rtol=1e-6)
+    np.testing.assert_allclose(data.rewards, rews[kept], rtol=1e-6)
+    assert data.lengths.tolist() == [3, 3, 2] and np.flatnonzero(data.terminals).tolist() == [5]
+    assert np.flatnonzero(data.timeouts).tolist() == [2, 7]
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["observations"] = obs
+    with pytest.raises(DatasetError, match="not a D4RL dataset file"):
+        load_offline_dataset(tmp_path / "other.h5")
+
+
 def test_a_run_folders_replay_buffer_is_unrolled_into_episodes(tmp_path):
     from themis.run.checkpoint import save_checkpoint
 

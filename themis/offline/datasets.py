@@ -19,6 +19,9 @@ limit or the end of the recording cut it), with each episode's first step and le
   first and cut into episodes at the buffer's episode numbers; actions are already in [-1, 1].
 - **rollouts** (:func:`themis.interpret.rollouts.load_rollouts`: a Themis rollouts folder, or an
   imitation npz file); actions outside [-1, 1] are rescaled with the env's own action bounds.
+- a **D4RL** dataset file (``.hdf5``: flat ``observations``, ``actions``, ``rewards``,
+  ``terminals``, ``timeouts``; read with ``h5py``), in ``qlearning_dataset``'s order
+  (:func:`load_d4rl_hdf5`).
 
 Bad data ends with one line (:class:`DatasetError`): unreadable files, NaN or infinite values,
 arrays whose lengths disagree, no episodes, observations that are not vectors.
@@ -233,6 +236,8 @@ def load_offline_dataset(path: str | Path, env_id: str | None = None) -> Offline
         return load_minari(p)
     if p.is_dir() and (p / "config.yaml").is_file() and (p / "checkpoints").is_dir():
         return load_run_buffer(p)
+    if p.is_file() and p.suffix in (".hdf5", ".h5"):
+        return load_d4rl_hdf5(p, env_id)
     return load_rollouts_dataset(p, env_id)
 
 
@@ -313,6 +318,64 @@ def load_minari(folder: str | Path, source: str | None = None) -> OfflineDataset
             "ref_max_score": metadata.get("ref_max_score"), "actions": "rescaled to [-1, 1]"}
     return from_episodes(episodes, where, env_id=env_id if isinstance(env_id, str) else None,
                          meta=meta)
+
+
+def load_d4rl_hdf5(path: str | Path, env_id: str | None = None) -> OfflineDataset:
+    """A D4RL dataset file (its flat HDF5 arrays ``observations``, ``actions``, ``rewards``,
+    ``terminals``, ``timeouts``), in the order of D4RL's ``qlearning_dataset``: every step but
+    the last of the file and those that hit a time-out (whose next observation the file does not
+    hold), each step's next observation the file's next row. Indices into this dataset are
+    therefore indices into ``qlearning_dataset``'s arrays, which Uni-RLHF's label files use.
+
+    Raises:
+        DatasetError: not an HDF5 file of those arrays, or arrays that do not fit.
+    """
+    path = Path(path)
+    try:
+        import h5py
+    except ImportError:
+        raise DatasetError(f"dataset={path} is HDF5; reading it needs h5py: "
+                           "pip install 'themis[offline]'") from None
+    keys = ("observations", "actions", "rewards", "terminals", "timeouts")
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in keys if not isinstance(f.get(k), h5py.Dataset)]
+            if missing:
+                raise DatasetError(f"dataset={path} is not a D4RL dataset file (no "
+                                   f"{', '.join(missing)})")
+            obs, acts, rews, terms, touts = (np.asarray(f[k][()]) for k in keys)
+    except DatasetError:
+        raise
+    except (OSError, ValueError, TypeError) as e:
+        raise DatasetError(f"dataset={path} is not a readable HDF5 file "
+                           f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    n = len(acts)
+    if not len(obs) == len(rews) == len(terms) == len(touts) == n or obs.ndim != 2:
+        raise DatasetError(f"dataset={path}: arrays of different lengths or shapes "
+                           f"(observations {obs.shape}, actions {acts.shape}, rewards "
+                           f"{rews.shape}, terminals {terms.shape}, timeouts {touts.shape})")
+    terms, touts = terms.astype(bool).reshape(-1), touts.astype(bool).reshape(-1)
+    keep = ~touts
+    keep[-1:] = False
+    episode = np.concatenate([[0], np.cumsum(terms | touts)[:-1]])[keep]
+    if not keep.any():
+        raise DatasetError(f"{path} holds no episodes")
+    cuts = np.flatnonzero(np.diff(episode) != 0) + 1
+    starts = np.concatenate([[0], cuts]).astype(np.int64)
+    lengths = np.diff(np.concatenate([starts, [int(keep.sum())]])).astype(np.int64)
+    idx = np.flatnonzero(keep)
+    acts = acts.reshape(n, -1).astype(np.float64)
+    meta = {"format": "d4rl-hdf5", "order": "qlearning_dataset", "actions": "as stored"}
+    if acts.size and np.abs(acts).max() > 1 + 1e-6:
+        acts = rescale_actions(acts, *_env_action_bounds(env_id, path))
+        meta["actions"] = "rescaled to [-1, 1] with the env's bounds"
+    terminals = terms[idx]
+    timeouts = np.zeros(len(idx), dtype=bool)
+    ends = starts + lengths - 1
+    timeouts[ends] = ~terminals[ends]
+    return OfflineDataset(obs[idx].astype(np.float32), obs[idx + 1].astype(np.float32),
+                          acts[idx].astype(np.float32), rews[idx].reshape(-1).astype(np.float32),
+                          terminals, timeouts, starts, lengths, True, env_id, str(path), meta)
 
 
 def load_run_buffer(run_dir: str | Path) -> OfflineDataset:

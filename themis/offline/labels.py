@@ -16,8 +16,8 @@ Python files per task: the answers (``0``: the first segment is better, ``1``: t
 received file, so it reads the same content written as plain arrays: an ``.npz``
 (``allow_pickle=False``) or a ``.json`` object with ``indices_1``, ``indices_2`` and ``labels``
 (same encoding) and optionally ``segment``. Indices count steps of the dataset as Themis reads
-it (episodes concatenated in order); D4RL's ``qlearning_dataset`` drops each episode's last step
-at a time-out, so indices from it match a Minari copy only where no earlier episode timed out.
+it (episodes concatenated in order): a D4RL file is read in ``qlearning_dataset``'s order
+(:func:`themis.offline.datasets.load_d4rl_hdf5`), so Uni-RLHF's indices apply to it as they are.
 """
 
 from __future__ import annotations
