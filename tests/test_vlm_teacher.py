@@ -262,6 +262,23 @@ def test_a_vlm_labeler_in_a_crowd_has_a_gold_score_beside_people(server, tmp_pat
         (6, 2, 8)  # the same images are not paid twice
 
 
+def test_a_web_run_with_teacher_vlm_has_the_vlm_in_its_crowd(compose, server, tmp_path):
+    from themis.builder import make_workspace
+    from themis.feedback.factory import teacher_name
+
+    cfg = compose([*TINY_PENDULUM, "human_teacher=true", "teacher_ui=web", "label_port=0",
+                   "labelers=2", "labels_per_query=3", "teacher=vlm", "human_frame_size=32",
+                   f"vlm_base_url={server.base_url}", f"vlm_model={MODEL}"])
+    ws = make_workspace(cfg, tmp_path)
+    try:
+        channel = ws.learner.channel
+        assert isinstance(channel, CrowdVLMChannel) and channel.vlm_labeler == "vlm:fake-vlm"
+        assert channel.gold_answers == 3  # a gold query waits for both people and the VLM
+        assert teacher_name(ws.cfg) == "human:labeler1…labeler2 and vlm:fake-vlm (web links)"
+    finally:
+        ws.logger.close()
+
+
 # ---------------------------------------------------------------- config and received runs
 @pytest.mark.parametrize("overrides,message", [
     (["teacher=vlm"], "teacher=vlm needs vlm_base_url"),

@@ -384,6 +384,10 @@ def make_client(base_url: str, timeout: float, max_retries: int) -> Any:
     Raises:
         ConfigError: the ``openai`` package is not installed.
     """
+    import logging
+
+    for name in ("httpx", "openai"):  # a line per request otherwise, on the run's console
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         import openai
     except ImportError:
