@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--segment", type=int, default=50)
     parser.add_argument("--variants", nargs="+", default=["true", "bpref", "pt"])
+    parser.add_argument("--device", default="auto", help="the offline runs' device= (a GPU "
+                        "makes Preference Transformer's training and relabelling cheap)")
+    parser.add_argument("--pt-epochs", type=int, default=300)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_offline")
     parser.add_argument("--record", type=Path, default=ROOT / "results" / "offline.csv")
     parser.add_argument("--quick", action="store_true", help="a tiny run (the test suite's)")
@@ -144,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                             eval_frequency=max(args.iql_steps // 10, 50),
                             log_frequency=max(args.iql_steps // 100, 10),
                             checkpoint_frequency=max(args.iql_steps // 10, 50),
-                            ref_min_score=ref[0], ref_max_score=ref[1],
-                            **(TINY_KEYS if args.quick else {}))
+                            ref_min_score=ref[0], ref_max_score=ref[1], device=args.device,
+                            **(TINY_KEYS if args.quick else {"pt_epochs": args.pt_epochs}))
                 run = args.out / args.env / variant / str(budget) / f"seed{seed}"
                 last, wall, cpu = run_variant(run, keys, args.iql_steps)
                 reward_csv = run / "reward.csv"

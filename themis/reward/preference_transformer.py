@@ -12,13 +12,16 @@ official code's softmax cross-entropy over the two scores.
 
 Following the official implementation (github csmile-1006/PreferenceTransformer,
 ``flaxmodels/gpt2/trajectory_gpt2.py`` ``TransRewardModel`` with ``use_weighted_sum``,
-``JaxPref/PrefTransformer.py`` with ``train_type="mean"``): GPT-2 blocks (pre-LayerNorm,
-causal self-attention, an MLP of width 4 × embedding, dropout 0.1), a LayerNorm on the
-stacked embeddings, the state token's output (``target_idx=1``) feeding the preference
-attention, one attention head there with query/key width 256 and no dropout. The paper's
-launcher uses an embedding of 256, one layer and four heads; the optimiser is AdamW at
-1e-4 with a warm-up to 10× and a cosine decay back (here the warm-up takes the first 10%
-of the steps).
+``JaxPref/PrefTransformer.py`` with ``train_type="mean"``,
+``JaxPref/new_preference_reward_main.py``): GPT-2 blocks (pre-LayerNorm, causal
+self-attention, an MLP of width 4 × embedding with the launcher's ``activations='relu'``,
+dropout 0.1), a LayerNorm on the stacked embeddings, the state token's output
+(``target_idx=1``) feeding the preference attention, one attention head there with query/key
+width 256 and no dropout. The README's MuJoCo command uses an embedding of 256,
+one layer, four heads, batches of 256 and segments of 100; the optimiser is AdamW at 1e-4 with a
+linear warm-up to 10× over the first 10% of the steps and a cosine decay back
+(``warmup_steps = 0.1 × epochs × batches``). Not carried over: the official keeps the epoch with
+the best loss on a tenth of the labels (early stopping); here every epoch is trained.
 
 The per-step reward of a dataset step (for the offline agent) is ``r̂_t`` at the window's last
 position of the segment-long window that ends at that step (the official
@@ -49,7 +52,7 @@ class _Block(nn.Module):
         self.attention = nn.MultiheadAttention(dim, heads, dropout=dropout, batch_first=True)
         self.drop = nn.Dropout(dropout)
         self.norm_2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.ReLU(), nn.Linear(4 * dim, dim),
                                  nn.Dropout(dropout))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
