@@ -65,6 +65,7 @@ def test_bad_datasets_are_refused_with_one_line(problem, words):
 
 def test_a_minari_folder_is_read_with_actions_rescaled(tmp_path, monkeypatch):
     pytest.importorskip("h5py")
+    pytest.importorskip("minari")
     from minari.data_collector.episode_buffer import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage
 
@@ -337,10 +338,11 @@ def test_a_label_file_replaces_the_teacher(tmp_path, pendulum_rollouts):
     second = np.where(second % 100 > 90, second - 10, second)
     returns = [data.rewards[i:i + 10].sum() for i in np.r_[first, second]]
     codes = (np.array(returns[len(first):]) > np.array(returns[:len(first)])).astype(int)
-    np.savez(tmp_path / "labels.npz", indices_1=first, indices_2=second, labels=codes)
+    np.savez(tmp_path / "labels.npz", indices_1=first, indices_2=second, labels=codes,
+             segment=10)  # the file's segment length wins over the run's segment=30
     result = train_offline(tmp_path / "run", dataset=str(pendulum_rollouts),
                            labels=str(tmp_path / "labels.npz"), num_train_steps=20,
-                           **{**TINY, "eval_frequency": 20})
+                           **{**TINY, "eval_frequency": 20, "segment": 30, "reward_net": "pt"})
     rows = pd.read_csv(tmp_path / "run" / "reward.csv")
     assert rows["labels"].tolist() == [len(first)] and result.metrics["step"] == 20
     labelled = (tmp_path / "run" / "preferences" / "labels.csv").read_text().splitlines()
@@ -352,14 +354,24 @@ def test_a_label_file_replaces_the_teacher(tmp_path, pendulum_rollouts):
     (["dataset=DATA", "reward_net=lstm"], "reward_net=lstm is not one of bpref, pt"),
     (["dataset=DATA", "reward_net=pt", "feed_type=1"], "reward_net=pt picks its queries"),
     (["dataset=/no/such/folder"], "no such file or folder"),
-    (["dataset=BAD"], "NaN"),
+    (["dataset=BAD_nan.npz"], "NaN"),
+    (["dataset=BAD_lengths.npz"], "obs has 7 rows; 1 episodes of 2 steps need 3"),
+    (["dataset=DATA", "segment=101"], "segment=101: no episode"),
+    (["dataset=BAD_empty.npz"], "no episodes"),
+    (["dataset=DATA", "labels=BAD_labels.npz"], "crosses an episode"),
 ])
 def test_bad_input_ends_with_one_line_and_exit_code_2(tmp_path, capsys, pendulum_rollouts,
                                                       args, words):
-    bad = tmp_path / "bad.npz"
-    np.savez(bad, obs=np.full((3, 3), np.nan), acts=np.zeros((2, 1)), rews=np.zeros(2),
-             indices=np.zeros(0, np.int64), terminal=np.array([True]))
-    args = [a.replace("DATA", str(pendulum_rollouts)).replace("BAD", str(bad)) for a in args]
+    def imitation(name, obs, acts, rews, terminal):  # imitation's npz layout
+        np.savez(tmp_path / f"BAD_{name}.npz", obs=obs, acts=acts, rews=rews,
+                 indices=np.zeros(0, np.int64), terminal=np.asarray(terminal))
+
+    imitation("nan", np.full((3, 3), np.nan), np.zeros((2, 1)), np.zeros(2), [True])
+    imitation("lengths", np.zeros((7, 3)), np.zeros((2, 1)), np.zeros(2), [True])
+    imitation("empty", np.zeros((1, 3)), np.zeros((0, 1)), np.zeros(0), [True])
+    np.savez(tmp_path / "BAD_labels.npz", indices_1=[95], indices_2=[0], labels=[1])
+    args = [a.replace("DATA", str(pendulum_rollouts)).replace("BAD", str(tmp_path / "BAD"))
+            for a in args]
     code = main(["mode=offline", *args, "env=Pendulum-v1", f"hydra.run.dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and words in err, err

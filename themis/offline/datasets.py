@@ -447,7 +447,11 @@ def load_rollouts_dataset(path: Path, env_id: str | None = None) -> OfflineDatas
     try:
         rollouts = load_rollouts(path)
     except (RolloutFormatError, FileNotFoundError) as e:
-        raise DatasetError(f"dataset={path}: {e}") from None
+        said = str(e)  # most of load_rollouts' lines name the file already
+        raise DatasetError(f"dataset={said}" if said.startswith(str(path))
+                           else f"dataset={path}: {said}") from None
+    if len(rollouts.acts) == 0:
+        raise DatasetError(f"dataset={path} holds no episodes")
     if rollouts.meta.get("action_space", {}).get("type") == "Discrete":
         raise DatasetError(f"dataset={path}: actions are Discrete; offline mode reads Box "
                            "actions")

@@ -87,6 +87,13 @@ class OfflineRun:
         if not self.data.has_rewards and (cfg.reward == "true" or not cfg.labels):
             raise DatasetError(f"dataset={cfg.dataset} has no true rewards: give labels=FILE "
                                "(a teacher and reward=true need them)")
+        self.imported: tuple[Any, np.ndarray] | None = None
+        self.segment = cfg.segment  # a label file's own segment length, when it gives one
+        if cfg.reward == "learned":  # what labelling needs, checked before any training
+            if cfg.labels:
+                self.imported = load_label_file(cfg.labels, self.data, cfg.segment)
+                self.segment = int(self.imported[0].observations.shape[2])
+            random_pairs(self.data, self.segment, 1, np.random.default_rng(0))
         self.eval_env = self._eval_env()
         ref_min, ref_max = cfg.ref_min_score, cfg.ref_max_score
         self.ref = (ref_min if not math.isnan(ref_min) else self.data.meta.get("ref_min_score"),
@@ -143,12 +150,12 @@ class OfflineRun:
         """Label, train the reward model, measure it on held-out pairs, relabel the dataset."""
         cfg, data = self.cfg, self.data
         log = CSVLog(self.run_dir / "reward.csv")
-        heldout = random_pairs(data, cfg.segment, cfg.heldout_queries,
+        heldout = random_pairs(data, self.segment, cfg.heldout_queries,
                                np.random.default_rng(cfg.seed + 1)) \
             if cfg.heldout_queries and data.has_rewards else None
         prefs_dir = self.run_dir / "preferences"
         prefs = PreferenceDataset.load(prefs_dir) if (prefs_dir / "labels.csv").is_file() else \
-            PreferenceDataset(cfg.max_feedback, cfg.segment, data.obs_dim, data.action_dim,
+            PreferenceDataset(cfg.max_feedback, self.segment, data.obs_dim, data.action_dim,
                               metadata={"dataset": cfg.dataset, "teacher": cfg.teacher})
         if cfg.reward_net == "pt":
             model = PreferenceTransformer(
@@ -182,10 +189,10 @@ class OfflineRun:
         cfg = self.cfg
         if self.total_feedback == 0 and len(prefs):  # a resumed run's labels
             self.total_feedback = len(prefs)
-        if cfg.labels:
+        if self.imported is not None:
             if len(prefs):
                 return 0
-            pairs, labels = load_label_file(cfg.labels, self.data, cfg.segment)
+            pairs, labels = self.imported
             prefs.add(pairs, labels, labeler=Path(cfg.labels).name)
             self.total_feedback = len(prefs)
             prefs.save(self.run_dir / "preferences")
@@ -194,11 +201,11 @@ class OfflineRun:
         if k <= 0:
             return 0
         teacher = SyntheticTeacher.from_preset(cfg.teacher, self.rng)
-        teacher.set_margin(margin(self.data, cfg.segment))
+        teacher.set_margin(margin(self.data, self.segment))
         sampler = resolve_feed_type(cfg.feed_type) if ensemble is not None and len(prefs) \
             else "uniform"
         features = labelled_features(prefs.observations[:len(prefs)])
-        pairs = select_queries(self.data, cfg.segment, k, sampler, ensemble, self.rng,
+        pairs = select_queries(self.data, self.segment, k, sampler, ensemble, self.rng,
                                cfg.large_batch, features)
         kept, labels = teacher_labels(pairs, teacher)
         if len(kept):

@@ -265,6 +265,9 @@ def main(argv: list[str]) -> int:
     for _, out, run in runs:
         try:
             last = run.run()
+        except ConfigError as e:  # found only once data is read (checked upfront where it can)
+            print(f"themis: error: {e}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
             print(f"themis: stopped; continue with ./themis_train.sh mode=offline resume={out}",
                   file=sys.stderr)
