@@ -112,6 +112,10 @@ def test_rollouts_and_imitation_npz_are_read(tmp_path):
     np.testing.assert_allclose(data.rewards, rollouts.rews)
     save_imitation_npz(rollouts, tmp_path / "imit.npz")
     assert load_offline_dataset(tmp_path / "imit.npz").num_steps == 30
+    meta = json.loads((tmp_path / "roll" / "meta.json").read_text())
+    meta["env"] = "os:Pendulum-v1"  # a received folder naming a module to import
+    (tmp_path / "roll" / "meta.json").write_text(json.dumps(meta))
+    assert load_offline_dataset(tmp_path / "roll").env_id is None
     (tmp_path / "pickled.npz").write_bytes(pickle.dumps({"obs": [1, 2]}))
     with pytest.raises(DatasetError):
         load_offline_dataset(tmp_path / "pickled.npz")

@@ -455,7 +455,9 @@ def load_rollouts_dataset(path: Path, env_id: str | None = None) -> OfflineDatas
     if rollouts.meta.get("action_space", {}).get("type") == "Discrete":
         raise DatasetError(f"dataset={path}: actions are Discrete; offline mode reads Box "
                            "actions")
-    env_id = env_id or rollouts.meta.get("env") or None
+    saved = rollouts.meta.get("env")  # a received file's env names no module to import
+    env_id = env_id or (saved if isinstance(saved, str) and saved and ":" not in saved
+                        else None)
     acts = np.asarray(rollouts.acts, np.float64).reshape(len(rollouts.acts), -1)
     meta: dict[str, Any] = {"format": "rollouts", "actions": "as stored"}
     if acts.size and np.abs(acts).max() > 1 + 1e-6:
