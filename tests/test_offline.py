@@ -144,6 +144,12 @@ def test_a_d4rl_file_is_read_in_qlearning_dataset_order(tmp_path):
         f["observations"] = obs
     with pytest.raises(DatasetError, match="not a D4RL dataset file"):
         load_offline_dataset(tmp_path / "other.h5")
+    with h5py.File(tmp_path / "huge.hdf5", "w") as f:  # a small file announcing 12 TB
+        f.create_dataset("observations", shape=(10**12, 3), dtype="f4", chunks=(1000, 3))
+        for key in ("actions", "rewards", "terminals", "timeouts"):
+            f[key] = np.zeros(3)
+    with pytest.raises(DatasetError, match="huge.hdf5"):
+        load_offline_dataset(tmp_path / "huge.hdf5")
 
 
 def test_a_run_folders_replay_buffer_is_unrolled_into_episodes(tmp_path):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from themis.utils import ConfigError
+from themis.utils import ConfigError, check_memory
 
 
 class DatasetError(ConfigError):
@@ -343,9 +343,14 @@ def load_d4rl_hdf5(path: str | Path, env_id: str | None = None) -> OfflineDatase
             if missing:
                 raise DatasetError(f"dataset={path} is not a D4RL dataset file (no "
                                    f"{', '.join(missing)})")
+            announced = sum(int(np.prod(f[k].shape, dtype=np.int64)) * f[k].dtype.itemsize
+                            for k in keys)
+            check_memory(f"the arrays {path} announces", announced)
             obs, acts, rews, terms, touts = (np.asarray(f[k][()]) for k in keys)
     except DatasetError:
         raise
+    except MemoryError as e:
+        raise DatasetError(f"dataset={path}: {e}") from None
     except (OSError, ValueError, TypeError) as e:
         raise DatasetError(f"dataset={path} is not a readable HDF5 file "
                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None

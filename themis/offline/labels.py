@@ -159,9 +159,17 @@ def _read_label_arrays(path: Path) -> dict[str, Any]:
             raise DatasetError(f"labels={path}: a JSON object with indices_1, indices_2 and "
                                "labels is expected")
         return data
+    from themis.core.safe_loading import UnsafeFileError, check_npz
+
     try:
         with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):
+                raise DatasetError(f"labels={path} is a single array, not an npz file of "
+                                   "indices_1, indices_2 and labels")
+            check_npz(npz, path)  # headers that announce more than the file holds
             return {k: npz[k] for k in npz.files}
+    except UnsafeFileError as e:
+        raise DatasetError(f"labels={path}: {e}") from None
     except (OSError, ValueError, EOFError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"labels={path} is neither an npz file of plain arrays nor JSON "
