@@ -148,7 +148,7 @@ def test_a_d4rl_file_is_read_in_qlearning_dataset_order(tmp_path):
         f.create_dataset("observations", shape=(10**12, 3), dtype="f4", chunks=(1000, 3))
         for key in ("actions", "rewards", "terminals", "timeouts"):
             f[key] = np.zeros(3)
-    with pytest.raises(DatasetError, match="huge.hdf5"):
+    with pytest.raises(DatasetError, match=r"huge\.hdf5"):
         load_offline_dataset(tmp_path / "huge.hdf5")
 
 
