@@ -341,27 +341,54 @@ def test_bad_vlm_input_exits_2_before_training(tmp_path):
 
 # ---------------------------------------------------------------- a whole run
 @pytest.mark.slow
-def test_a_tiny_run_with_teacher_vlm_logs_its_requests_and_pays_each_answer_once(server,
-                                                                                  tmp_path):
+def test_a_tiny_vlm_run_killed_mid_round_resumes_without_paying_an_answer_twice(server,
+                                                                                tmp_path):
+    """A teacher=vlm run on Pendulum (2 rounds of 10 queries) is killed (SIGKILL) three answers
+    into its second round, then resumed: those answers are kept, the rest asked once, and
+    reward.csv has the VLM's columns; the key is nowhere in the run folder."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+    from themis.reward.dataset import PreferenceDataset
+
     run = tmp_path / "run"
     args = [*TINY_PENDULUM, "teacher=vlm", f"vlm_base_url={server.base_url}",
             f"vlm_model={MODEL}", "human_frame_size=32", "num_train_steps=800",
-            "max_feedback=20", f"hydra.run.dir={run}"]
-    proc = launch("themis_train.sh", *args)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            "max_feedback=20", "vlm_max_concurrency=1", f"hydra.run.dir={run}"]
+    server.delay = 0.2
+    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *args], cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "THEMIS_THREADS": "1"})
+    cache, deadline = run / CACHE_FILE, time.time() + 300
+    try:
+        while not (cache.is_file() and len(cache.read_text().splitlines()) >= 13):
+            assert proc.poll() is None and time.time() < deadline, "no second round came"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    paid = {json.loads(line)["key"] for line in cache.read_text().splitlines()}
+    sent_before, server.delay = len(server.requests), 0.0
+    resumed = launch("themis_train.sh", *args, "resume=true")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+
+    labels = PreferenceDataset.load(run / "preferences")
+    assert len(labels) == 20 and set(labels.labelers[:20]) == {"vlm:fake-vlm"}
+    # every query asked once: two requests each, and at most the one in flight at the kill again
+    assert len(server.requests) <= 2 * 20 + 2
+    assert len(server.requests) - sent_before == 2 * (20 - len(paid))
     with (run / "reward.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert rows and {"vlm_requests", "vlm_prompt_tokens", "vlm_completion_tokens", "vlm_cost",
-                     "vlm_latency_s", "vlm_oracle_agreement", "oracle_agreement"} <= set(rows[0])
-    asked = sum(int(r["vlm_queries"]) for r in rows)
-    assert asked == 20 and sum(int(r["vlm_requests"]) for r in rows) == len(server.requests)
-    assert len((run / CACHE_FILE).read_text().splitlines()) <= asked
-    labels = (run / "preferences" / "labels.csv").read_text()
-    assert "vlm:fake-vlm" in labels
+    assert {"vlm_requests", "vlm_prompt_tokens", "vlm_completion_tokens", "vlm_cost",
+            "vlm_latency_s", "vlm_oracle_agreement", "oracle_agreement"} <= set(rows[0])
+    assert [int(r["vlm_queries"]) for r in rows] == [10, 20 - len(paid)]
+    assert float(rows[0]["vlm_cost"]) == pytest.approx(0.02)  # 0.001 a request
+    assert 0 <= float(rows[0]["vlm_oracle_agreement"]) <= 1
     for path in run.rglob("*"):
         if path.is_file() and path.stat().st_size < 5_000_000:
             assert KEY.encode() not in path.read_bytes(), path
-    assert os.environ["THEMIS_VLM_API_KEY"] == KEY
 
 
 # ---------------------------------------------------------------- the benchmark

@@ -387,41 +387,54 @@ def oracle_agreement(labels: np.ndarray, true_rewards: np.ndarray) -> float:
 class VLMChannel(AnswersAtOnce):
     """A vision-language model answers every posted query at once (RL-VLM-F): its two
     segments' frames go to the endpoint (:class:`themis.feedback.vlm.VLMTeacher`); a *can't
-    tell* is a skipped query, as a B-Pref skip.
+    tell* is a skipped query, as a B-Pref skip. Each label is recorded in the dataset the
+    moment its answer arrives (as a person's in the terminal), so a run stopped mid-round
+    keeps the answers it paid for: a resumed run counts them as asked and asks the others.
 
     Args:
         teacher: the VLM teacher.
         labeler: stored with each label (``vlm:MODEL``).
         frames: ``queries -> (n, 2, H, h, w, 3)`` uint8 frames (``lib.clips.ClipMaker.frames``).
         gold: ``vlm_gold_from=oracle`` (:class:`VLMGold`), or ``None``.
+        record: writes one labelled pair to the dataset at once (the learner's
+            :meth:`~themis.feedback.learner.PreferenceLearner.record`); ``None``: the round
+            records the labels when it gathers them.
     """
 
     def __init__(self, teacher: VLMTeacher, labeler: str,
                  frames: Callable[[SegmentPairs], np.ndarray],
-                 gold: VLMGold | None = None) -> None:
+                 gold: VLMGold | None = None, record: Record | None = None) -> None:
         self.teacher, self.labeler, self.frames, self.vlm_gold = teacher, labeler, frames, gold
+        self.record = record
         self.round_columns: dict[str, float] = {}
 
     def post(self, queries: SegmentPairs) -> int:
         stats = VLMStats()
-        answers = self.teacher.ask(self.frames(queries), stats)
+        gold = self.vlm_gold.pick(len(queries)) if self.vlm_gold is not None \
+            else np.zeros(len(queries), bool)
+        known = true_preference(queries.true_rewards)  # the training label of a gold query
+        labelers = [GOLD_LABELER if g else self.labeler for g in gold]
+
+        def answered(i: int, answer: Any) -> None:
+            label = known[i] if gold[i] else answer.label
+            if self.record is not None and label is not None:
+                self.record(queries.take(np.array([i])), np.array([label], np.float32),
+                            labelers[i])
+
+        answers = self.teacher.ask(self.frames(queries), stats, answered)
         said = vlm_labels(answers)
-        labels, labelers = said.copy(), [self.labeler] * len(said)
+        labels = np.where(gold, known, said)
         gold_columns: dict[str, float] = {}
         if self.vlm_gold is not None:
-            gold = self.vlm_gold.pick(len(queries))
-            known = true_preference(queries.true_rewards[gold])
-            self.vlm_gold.score(said[gold], known)
-            labels[gold] = known  # the trusted label is the training label
-            for i in np.flatnonzero(gold):
-                labelers[i] = GOLD_LABELER
+            self.vlm_gold.score(said[gold], known[gold])
             gold_columns = {"vlm_gold_accuracy": self.vlm_gold.accuracy,
                             "vlm_filtered": int(self.vlm_gold.failed)}
         keep = ~np.isnan(labels)
         self.round_columns = {**stats.columns(), "vlm_oracle_agreement":
                               oracle_agreement(said, queries.true_rewards), **gold_columns}
         self._answered = Gathered(queries, keep, labels[keep].astype(np.float32),
-                                  [w for w, k in zip(labelers, keep, strict=True) if k])
+                                  [w for w, k in zip(labelers, keep, strict=True) if k],
+                                  saved=self.record is not None)
         return len(queries)
 
     def flagged(self) -> set[str]:

@@ -366,7 +366,7 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
         gold = VLMGold(cfg.gold_fraction, cfg.min_gold_answers, cfg.min_gold_accuracy,
                        np.random.default_rng(cfg.seed + 3)) \
             if cfg.vlm_gold_from == "oracle" else None
-        return VLMChannel(vlm, labeler, clips.frames, gold)
+        return VLMChannel(vlm, labeler, clips.frames, gold, record=learner.record)
     if cfg.human_teacher:
         from lib.human_interface import KeyReader, RatingTerminalTeacher, TerminalTeacher
 

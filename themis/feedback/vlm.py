@@ -36,7 +36,8 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,7 @@ class Answer:
 
 class AnswerCache:
     """Every answer a VLM gave, by content: one JSON object a line in ``path``, appended and
-    fsynced before the answer is used, so a crash loses none and no answer is paid twice.
+    fsynced as the answer is taken, so a crash loses none and no answer is paid twice.
 
     A line is ``{"key": ..., "model": ..., "label": 0|0.5|1|null, "reason": ..., "texts": [...],
     "prompt_tokens": ..., "completion_tokens": ..., "cost": ..., "seconds": ..., "time": ...}``;
@@ -485,40 +486,80 @@ class VLMTeacher:
         self.max_concurrency, self.max_tokens = max_concurrency, max_tokens
         self.temperature = temperature
 
-    def ask(self, frames: np.ndarray, stats: VLMStats | None = None) -> list[Answer]:
+    def ask(self, frames: np.ndarray, stats: VLMStats | None = None,
+            on_answer: Callable[[int, Answer], None] | None = None) -> list[Answer]:
         """Answer a batch of queries from their frames ``(n, 2, H, h, w, 3)`` uint8: ``n``
-        answers in order. Each new answer is in the cache before this returns (and before
-        the next is asked on its thread); ``stats`` counts them.
+        answers in order. As query ``i``'s answer comes, ``on_answer(i, answer)`` is called
+        on this thread (e.g. to record the label in the dataset at once), then the answer is
+        appended to the cache: a crash between the two leaves a recorded label, never a paid
+        answer that nobody uses. ``stats`` counts them. Queries that show the same images
+        are asked once.
 
         Raises:
-            ConfigError: the endpoint refused a request for good (:data:`FATAL_STATUS`).
+            ConfigError: the endpoint refused a request for good (:data:`FATAL_STATUS`); the
+                requests not sent yet are cancelled, the answers received are cached.
         """
         images = segment_images(frames, self.frames, self.key_frames)
         if not len(images):
             return []
         keys = [answer_key(pair, self.template, self.task, self.model) for pair in images]
-        first: dict[str, int] = {}  # one request per key, in the queries' order
+        alike: dict[str, list[int]] = {}  # one request per key, in the queries' order
         for i, key in enumerate(keys):
-            first.setdefault(key, i)
-        with ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
-            asked = dict(zip(first, pool.map(self.ask_one, [images[i] for i in first.values()],
-                                             first), strict=True))
-        answers = [asked[key] if first[key] == i else
-                   Answer(asked[key].label, asked[key].reason, list(asked[key].texts),
-                          cached=True) for i, key in enumerate(keys)]
+            alike.setdefault(key, []).append(i)
+        answers: list[Answer | None] = [None] * len(keys)
+        failure: ConfigError | None = None
+        pool = ThreadPoolExecutor(max_workers=max(1, self.max_concurrency))
+        try:
+            futures = {pool.submit(self.fetch, images[rows[0]], key): (key, rows)
+                       for key, rows in alike.items()}
+            for future in as_completed(futures):
+                if future.cancelled():
+                    continue
+                try:
+                    answer = future.result()
+                except ConfigError as e:  # stop sending; keep what has come
+                    failure = failure or e
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    continue
+                key, rows = futures[future]
+                for k, i in enumerate(rows):
+                    answers[i] = answer if k == 0 else Answer(
+                        answer.label, answer.reason, list(answer.texts), cached=True)
+                    if on_answer is not None:
+                        on_answer(i, answers[i])  # type: ignore[arg-type]
+                if answer.requests and not answer.reason.startswith("error"):
+                    self.cache.put(key, self.model, answer)  # after on_answer recorded it
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failure is not None:
+            raise failure
+        done = [a for a in answers if a is not None]
         if stats is not None:
-            for answer in answers:
+            for answer in done:
                 stats.add(answer)
-        return answers
+        return done
 
-    def ask_one(self, images: np.ndarray, key: str | None = None) -> Answer:
+    def ask_one(self, images: np.ndarray) -> Answer:
         """One query's answer from its images ``(2, k, h, w, 3)``: the cache's, or the
-        endpoint's (then cached); ``key``: its :func:`answer_key` if known.
+        endpoint's (then cached).
 
         Raises:
             ConfigError: the endpoint refused the request for good (:data:`FATAL_STATUS`).
         """
-        key = key or answer_key(images, self.template, self.task, self.model)
+        key = answer_key(images, self.template, self.task, self.model)
+        answer = self.fetch(images, key)
+        if answer.requests and not answer.reason.startswith("error"):
+            self.cache.put(key, self.model, answer)
+        return answer
+
+    def fetch(self, images: np.ndarray, key: str) -> Answer:
+        """The answer of the cache under ``key``, else of the endpoint (not cached here:
+        :meth:`ask` caches it once its caller has it). A request that fails after the
+        client's retries gives *can't tell* with the reason ``error: ...``.
+
+        Raises:
+            ConfigError: the endpoint refused the request for good (:data:`FATAL_STATUS`).
+        """
         cached = self.cache.get(key)
         if cached is not None:
             return cached
@@ -537,7 +578,6 @@ class VLMTeacher:
             return answer  # not cached: asked again next time
         answer.seconds = time.perf_counter() - start
         answer.label, answer.reason = parse_label(text)
-        self.cache.put(key, self.model, answer)
         return answer
 
     def first_messages(self, images: np.ndarray) -> list[dict[str, Any]]:
