@@ -20,7 +20,7 @@ from themis.offline.datasets import (
     from_episodes,
     load_offline_dataset,
 )
-from themis.offline.labels import load_label_file, random_pairs, select_queries
+from themis.offline.labels import load_label_file
 from themis.offline.main import main, train_offline
 from themis.reward.preference_transformer import PreferenceTransformer, preference_transformer_loss
 
@@ -180,19 +180,22 @@ def test_a_run_folders_replay_buffer_is_unrolled_into_episodes(tmp_path):
 def test_query_segments_stay_inside_their_episodes():
     data = small_dataset()
     episode_of = np.repeat(np.arange(3), data.lengths)
-    pairs = random_pairs(data, 12, 400, np.random.default_rng(0))
+    pairs = data.sample_segment_pairs(400, 12, np.random.default_rng(0))
     ends = pairs.starts + 11
     assert np.all(episode_of[pairs.starts] == episode_of[ends])
     assert set(np.unique(episode_of[pairs.starts])) == {0, 1, 2}  # the 12-step episode too
     np.testing.assert_array_equal(pairs.true_rewards[5, 1],
                                   data.rewards[pairs.starts[5, 1]:pairs.starts[5, 1] + 12])
     with pytest.raises(DatasetError, match="no episode"):
-        random_pairs(data, 31, 1, np.random.default_rng(0))
+        data.sample_segment_pairs(1, 31, np.random.default_rng(0))
+    from themis.feedback.selector import QuerySelector
     from themis.reward.ensemble import RewardEnsemble
 
     model = RewardEnsemble(3, 1, ensemble_size=2, hidden_dim=8, hidden_depth=1)
-    chosen = select_queries(data, 10, 4, "disagreement", model, np.random.default_rng(1))
-    assert len(chosen) == 4
+    selector = QuerySelector("disagreement", 10, 5, np.random.default_rng(1), obs_shape=(3,))
+    chosen = selector.select(data, 4, model, np.zeros((0, 2, 10, 3)), first=False,
+                             min_episode=0)  # the dataset stands where the replay buffer does
+    assert len(chosen) == 4 and np.all(episode_of[chosen.starts] == episode_of[chosen.starts + 9])
 
 
 def test_uni_rlhf_label_files_are_imported_as_plain_arrays(tmp_path):

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from themis.agents.buffers import SegmentPairs
 from themis.utils import ConfigError, check_memory
 
 
@@ -110,6 +111,32 @@ class OfflineDataset:
         return np.concatenate([np.arange(s, s + n - segment + 1) for s, n in
                                zip(self.starts[ok], self.lengths[ok], strict=True)]
                               or [np.zeros(0, np.int64)]).astype(np.int64)
+
+    def sample_segment_pairs(self, n: int, segment: int, rng: np.random.Generator,
+                             min_episode: int = 0, usable: Any = None) -> SegmentPairs:
+        """``n`` pairs of ``segment``-step segments drawn uniformly among those inside one
+        episode each (episodes ``>= min_episode``): the replay buffer's method of the same name,
+        so that :class:`themis.feedback.selector.QuerySelector` cuts queries from the dataset.
+
+        Returns:
+            :class:`SegmentPairs` (observations ``(n, 2, segment, obs_dim)``, actions, true
+            rewards ``(n, 2, segment)``, starts ``(n, 2)``: step indices).
+
+        Raises:
+            DatasetError: no episode (from ``min_episode`` on) is ``segment`` steps long.
+        """
+        valid = self.segment_starts(segment)
+        valid = valid[valid >= self.starts[min(min_episode, self.num_episodes - 1)]]
+        if len(valid) == 0:
+            raise DatasetError(f"segment={segment}: no episode of {self.source or 'the dataset'} "
+                               f"is that long (longest: {int(self.lengths.max())} steps)")
+        return self.pairs(valid[rng.integers(0, len(valid), size=(n, 2))], segment)
+
+    def pairs(self, starts: np.ndarray, segment: int) -> SegmentPairs:
+        """The pairs of ``segment``-step segments starting at steps ``starts`` ``(n, 2)``."""
+        idx = np.asarray(starts, dtype=np.int64)[..., None] + np.arange(segment)
+        return SegmentPairs(self.observations[idx], self.actions[idx], self.rewards[idx],
+                            np.asarray(starts, dtype=np.int64))
 
     def check(self) -> None:
         """Refuse what an offline run cannot learn from.

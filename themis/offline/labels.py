@@ -1,12 +1,14 @@
 """Preference labels on a fixed dataset: pairs of segments cut inside its episodes, chosen by
 the online runs' query samplers and answered by their teachers, or read from a label file.
 
-Queries are built as in an online round (:mod:`themis.feedback.sampling`): candidate pairs
-drawn uniformly among every segment that fits inside one episode (never across an episode's
-end), ``k`` of them picked by ``feed_type`` (0 uniform, 1 disagreement of the ensemble, ...),
-answered by a B-Pref teacher (:class:`themis.feedback.teachers.SyntheticTeacher`: ``oracle``,
-``noisy``, ``mistake``, ``skip``, ``myopic``, ``equal``) from the dataset's true rewards. The
-answers go into a :class:`themis.reward.dataset.PreferenceDataset`, the format every run saves.
+Queries are built as in an online round: the run's
+:class:`themis.feedback.selector.QuerySelector` draws candidate pairs from the dataset
+(:meth:`themis.offline.datasets.OfflineDataset.sample_segment_pairs`: segments inside one
+episode, never across an episode's end) and picks ``k`` of them by ``feed_type`` (0 uniform, 1
+disagreement of the ensemble, ...); they are answered by a B-Pref teacher
+(:class:`themis.feedback.teachers.SyntheticTeacher`: ``oracle``, ``noisy``, ``mistake``,
+``skip``, ``myopic``, ``equal``) from the dataset's true rewards. The answers go into a
+:class:`themis.reward.dataset.PreferenceDataset`, the format every run saves.
 
 **Label files** (:func:`load_label_file`). Uni-RLHF (Yuan et al., ICLR 2024; its
 Clean-Offline-RLHF ``rlhf/train_reward_model.py``) publishes crowd labels as three pickled
@@ -29,59 +31,12 @@ from typing import Any
 import numpy as np
 
 from themis.agents.buffers import SegmentPairs
-from themis.feedback.sampling import SAMPLERS, needs_large_batch, pair_features
 from themis.feedback.teachers import SyntheticTeacher
 from themis.offline.datasets import DatasetError, OfflineDataset
 from themis.reward.preference_models import true_preference
 
 UNI_RLHF_LABELS = {0: 0.0, 1: 1.0, -1: 0.5}
 """Uni-RLHF's answer codes -> Themis's labels (probability that segment 2 is preferred)."""
-
-
-def segment_pairs(dataset: OfflineDataset, starts: np.ndarray, segment: int) -> SegmentPairs:
-    """The pairs of ``segment``-step segments starting at ``starts`` ``(n, 2)`` (step indices).
-
-    Returns:
-        :class:`SegmentPairs`: observations ``(n, 2, segment, obs_dim)``, actions
-        ``(n, 2, segment, action_dim)``, true rewards ``(n, 2, segment)``, ``starts``.
-    """
-    idx = np.asarray(starts, dtype=np.int64)[..., None] + np.arange(segment)
-    return SegmentPairs(dataset.observations[idx], dataset.actions[idx], dataset.rewards[idx],
-                        np.asarray(starts, dtype=np.int64))
-
-
-def random_pairs(dataset: OfflineDataset, segment: int, n: int,
-                 rng: np.random.Generator) -> SegmentPairs:
-    """``n`` pairs of segments drawn uniformly among those inside one episode each.
-
-    Raises:
-        DatasetError: no episode is ``segment`` steps long.
-    """
-    valid = dataset.segment_starts(segment)
-    if len(valid) == 0:
-        raise DatasetError(f"segment={segment}: no episode of {dataset.source or 'the dataset'} "
-                           f"is that long (longest: {int(dataset.lengths.max())} steps)")
-    return segment_pairs(dataset, rng.choice(valid, size=(n, 2)), segment)
-
-
-def select_queries(dataset: OfflineDataset, segment: int, k: int, sampler: str,
-                   reward_model: Any, rng: np.random.Generator, large_batch: int = 10,
-                   labelled_features: np.ndarray | None = None) -> SegmentPairs:
-    """``k`` query pairs picked by a named sampler (:data:`themis.feedback.sampling.SAMPLERS`)
-    among ``k`` uniform candidates, or ``k * large_batch`` for the score-based ones.
-
-    Args:
-        reward_model: the current :class:`themis.reward.ensemble.RewardEnsemble` (read by the
-            disagreement and entropy samplers; ``None`` is fine for ``uniform``).
-        labelled_features: ``(m, d)`` features of the pairs labelled so far (k-center).
-    """
-    n = k * large_batch if needs_large_batch(sampler) else k
-    candidates = random_pairs(dataset, segment, n, rng)
-    if labelled_features is None:
-        labelled_features = np.zeros((0, pair_features(candidates.observations[:0]).shape[1]),
-                                     np.float32)
-    chosen = SAMPLERS[sampler](candidates, reward_model, labelled_features, k, rng)
-    return candidates.take(np.asarray(chosen))
 
 
 def teacher_labels(pairs: SegmentPairs, teacher: SyntheticTeacher,
@@ -144,7 +99,7 @@ def load_label_file(path: str | Path, dataset: OfflineDataset, segment: int,
             raise DatasetError(f"labels={path}: {name}[{i}] = {int(starts[i])}: a {segment}-step "
                                "segment there leaves the dataset or crosses an episode's end")
     labels = np.vectorize(UNI_RLHF_LABELS.get)(codes).astype(np.float32)
-    return segment_pairs(dataset, np.stack([first, second], 1), segment), labels
+    return dataset.pairs(np.stack([first, second], 1), segment), labels
 
 
 def _read_label_arrays(path: Path) -> dict[str, Any]:
@@ -174,9 +129,3 @@ def _read_label_arrays(path: Path) -> dict[str, Any]:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"labels={path} is neither an npz file of plain arrays nor JSON "
                            f"({first}; pickled files are refused)") from None
-
-
-def labelled_features(pairs_observations: np.ndarray) -> np.ndarray:
-    """k-center features of labelled pairs (:func:`themis.feedback.sampling.pair_features`)."""
-    return pair_features(pairs_observations)
-

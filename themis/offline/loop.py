@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -28,18 +28,11 @@ from themis.agents.buffers import ReplayBufferSamples
 from themis.agents.iql import IQL, IQLConfig, return_range_scale
 from themis.core.precision import resolve_precision
 from themis.feedback.sampling import resolve_feed_type
+from themis.feedback.selector import QuerySelector
 from themis.feedback.teachers import SyntheticTeacher
 from themis.offline.config import OfflineConfig
 from themis.offline.datasets import DatasetError, load_offline_dataset
-from themis.offline.labels import (
-    labelled_features,
-    load_label_file,
-    margin,
-    oracle_labels,
-    random_pairs,
-    select_queries,
-    teacher_labels,
-)
+from themis.offline.labels import load_label_file, margin, oracle_labels, teacher_labels
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.ensemble import RewardEnsemble, save_reward_model
 from themis.reward.preference_transformer import (
@@ -93,7 +86,7 @@ class OfflineRun:
             if cfg.labels:
                 self.imported = load_label_file(cfg.labels, self.data, cfg.segment)
                 self.segment = int(self.imported[0].observations.shape[2])
-            random_pairs(self.data, self.segment, 1, np.random.default_rng(0))
+            self.data.sample_segment_pairs(1, self.segment, np.random.default_rng(0))
         self.eval_env = self._eval_env()
         ref_min, ref_max = cfg.ref_min_score, cfg.ref_max_score
         self.ref = (ref_min if not math.isnan(ref_min) else self.data.meta.get("ref_min_score"),
@@ -150,8 +143,8 @@ class OfflineRun:
         """Label, train the reward model, measure it on held-out pairs, relabel the dataset."""
         cfg, data = self.cfg, self.data
         log = CSVLog(self.run_dir / "reward.csv")
-        heldout = random_pairs(data, self.segment, cfg.heldout_queries,
-                               np.random.default_rng(cfg.seed + 1)) \
+        heldout = data.sample_segment_pairs(cfg.heldout_queries, self.segment,
+                                            np.random.default_rng(cfg.seed + 1)) \
             if cfg.heldout_queries and data.has_rewards else None
         prefs_dir = self.run_dir / "preferences"
         prefs = PreferenceDataset.load(prefs_dir) if (prefs_dir / "labels.csv").is_file() else \
@@ -202,11 +195,11 @@ class OfflineRun:
             return 0
         teacher = SyntheticTeacher.from_preset(cfg.teacher, self.rng)
         teacher.set_margin(margin(self.data, self.segment))
-        sampler = resolve_feed_type(cfg.feed_type) if ensemble is not None and len(prefs) \
-            else "uniform"
-        features = labelled_features(prefs.observations[:len(prefs)])
-        pairs = select_queries(self.data, self.segment, k, sampler, ensemble, self.rng,
-                               cfg.large_batch, features)
+        selector = QuerySelector(resolve_feed_type(cfg.feed_type), self.segment,
+                                 cfg.large_batch, self.rng, obs_shape=(self.data.obs_dim,))
+        pairs = selector.select(  # the first round (and Preference Transformer's) uniform
+            self.data, k, cast(RewardEnsemble, ensemble), prefs.observations[:len(prefs)],
+            first=ensemble is None or not len(prefs), min_episode=0)
         kept, labels = teacher_labels(pairs, teacher)
         if len(kept):
             prefs.add(kept, labels, labeler=cfg.teacher)
