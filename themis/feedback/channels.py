@@ -454,6 +454,8 @@ class CrowdVLMChannel(WebChannel):
     posted (gold ones included) is answered by the VLM into the label store at once, under
     its labeler name, where gold queries score it, Dawid–Skene weighs it
     (``label_quality=model``), the filter can flag it and the audit shows it — as a person.
+    Each answer is in the store the moment it arrives. The VLM answers at posting time only:
+    the queries of a round that was stopped while the VLM answered it are left to people.
 
     Args:
         teacher: the VLM teacher.
@@ -472,10 +474,12 @@ class CrowdVLMChannel(WebChannel):
         assert self.last_posted is not None
         ids, posted = self.last_posted
         stats = VLMStats()
-        answers = self.teacher.ask(self.clips.frames(posted), stats)
+
+        def answered(i: int, answer: Any) -> None:  # in the store the moment it comes
+            self.store.answer(ids[i], self.vlm_labeler, answer.label)
+
+        answers = self.teacher.ask(self.clips.frames(posted), stats, answered)
         said = vlm_labels(answers)
-        for qid, answer in zip(ids, answers, strict=True):
-            self.store.answer(qid, self.vlm_labeler, answer.label)  # durable at once
         self.round_columns = {**stats.columns(), "vlm_oracle_agreement":
                               oracle_agreement(said, posted.true_rewards)}
         return asked
