@@ -304,6 +304,9 @@ def test_an_async_run_killed_during_drlhps_pretraining_resumes_inside_it(tmp_pat
                              env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "pretraining finished after the resume" in resumed.stdout
+    # the resumed pretraining has the loop's thread too, as the first one had (both cores)
+    both = min(2, len(os.sched_getaffinity(0)))
+    assert f"before the stop; {both} threads;" in resumed.stdout
     rounds = pd.read_csv(run / "reward.csv")
     assert rounds["total_feedback"].iloc[-1] == 40  # the 10 first-round queries asked once
     assert len(PreferenceDataset.load(run / "preferences")) == 40

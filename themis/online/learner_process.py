@@ -27,6 +27,7 @@ fit) is one :class:`~themis.utils.ConfigError` line raised by the wrapper's cons
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import queue
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -377,18 +379,14 @@ class OnlineLearner:
         logged to ``reward.csv``; the trained model is published and checkpointed."""
         first = ask and not self.first_done
         pool = max(0, self.newest_episode + 1 - self.cfg.query_pool_episodes)
-        threads = torch.get_num_threads()
-        if first and self.loop and not self.cfg.human_teacher:  # the loop waits for it:
-            # its threads too (pretraining on both cores of a run with one thread each)
-            torch.set_num_threads(max(threads, min(2 * threads, len(os.sched_getaffinity(0)))))
         self.asking_first = first
         try:
-            report = self.learner.round(self.store, self.steps, first, pool,
-                                        self.recent_returns, self.recent_lengths,
-                                        self.usable if self.space.frames is not None else None,
-                                        ask=ask, final=final)
+            with self.loop_threads(first and self.loop and not self.cfg.human_teacher):
+                report = self.learner.round(self.store, self.steps, first, pool,
+                                            self.recent_returns, self.recent_lengths,
+                                            self.usable if self.space.frames is not None
+                                            else None, ask=ask, final=final)
         finally:
-            torch.set_num_threads(threads)
             self.asking_first = False
         if ask:
             asked_now = report is not None and report.postponed == 0
@@ -441,6 +439,19 @@ class OnlineLearner:
             self.publish()
         return True
 
+    @contextlib.contextmanager
+    def loop_threads(self, waiting: bool) -> Iterator[None]:
+        """While Themis's loop waits for the first model (``waiting``), the learner uses the
+        loop's threads too: pretraining on both cores of a run with one thread each; back to
+        its own afterwards."""
+        threads = torch.get_num_threads()
+        if waiting:
+            torch.set_num_threads(max(threads, min(2 * threads, len(os.sched_getaffinity(0)))))
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+
     def finish_pretraining(self) -> None:
         """A run resumed during DRLHP's pretraining (checkpointed between its chunks of
         epochs): the epochs left, then the first model is published and checkpointed. The first
@@ -448,13 +459,16 @@ class OnlineLearner:
         self.pretraining_to_finish = False
         assert self.learner.passes is not None
         before = self.learner.passes.pretrained_epochs
-        fit = self.learner.train_after_round()
+        with self.loop_threads(self.loop):
+            threads = torch.get_num_threads()
+            fit = self.learner.train_after_round()
         if fit is not None:
             self.learner.model_changed()
             self.learner.reward_accuracy = fit.accuracy
         self.logger.info(f"step {self.steps}: pretraining finished after the resume "
                          f"({before} of {self.learner.passes.pretrain_epochs} epochs had run "
-                         f"before the stop; train accuracy {self.learner.reward_accuracy:.3f})",
+                         f"before the stop; {threads} threads; train accuracy "
+                         f"{self.learner.reward_accuracy:.3f})",
                          "cyan")
         self.publish()
         self.checkpoint()
