@@ -304,10 +304,21 @@ def test_an_offline_run_end_to_end_and_resumed(tmp_path, pendulum_rollouts, rewa
     result = train_offline(run, dataset=str(pendulum_rollouts), reward_net=reward_net,
                            num_train_steps=200, **TINY, **sampler)
     assert result.metrics["step"] == 200 and math.isfinite(result.metrics["episode_reward"])
+    model_file = "reward_model.pt" if reward_net == "bpref" else "preference_transformer.pt"
     for name in ("config.yaml", "reward.csv", "train.csv", "eval.csv", "checkpoints/state.pt",
-                 "checkpoints/reward_model.pt", "checkpoints/rewards.npy",
+                 f"checkpoints/{model_file}", "checkpoints/rewards.npy",
                  "preferences/labels.csv"):
         assert (run / name).is_file(), name
+    import themis
+    from themis.core.safe_loading import safe_load
+    from themis.reward.preference_transformer import model_from_state
+
+    loaded = themis.load_run(run)  # read back as online runs are
+    assert loaded.agent_step == 200 and set(loaded.agent_state) >= {"actor", "critic", "value"}
+    assert len(loaded.eval) == 2 and (loaded.reward_model is None) == (reward_net == "pt")
+    if reward_net == "pt":
+        model = model_from_state(safe_load(run / "checkpoints" / model_file))
+        assert model.max_len == 10
     rows = (run / "reward.csv").read_text().splitlines()
     assert "heldout_accuracy" in rows[0] and len(rows) == (3 if reward_net == "bpref" else 2)
     rewards = np.load(run / "checkpoints" / "rewards.npy")
@@ -337,7 +348,7 @@ def test_a_resumed_run_continues_exactly_where_the_straight_run_goes(tmp_path,
         straight, resumed = (pd.read_csv(tmp_path / run / name).drop(
             columns=["wall_seconds"], errors="ignore") for run in ("straight", "stopped"))
         pd.testing.assert_frame_equal(straight, resumed)
-    a, b = (torch.load(tmp_path / run / "checkpoints" / "agent.pt", weights_only=True)
+    a, b = (torch.load(tmp_path / run / "checkpoints" / "agent.pt", weights_only=True)["agent"]
             for run in ("straight", "stopped"))
     for key, value in a["actor"].items():
         torch.testing.assert_close(value, b["actor"][key], rtol=0, atol=0)

@@ -5,8 +5,11 @@ The run folder is an online run's: ``config.yaml``, ``preferences/`` (the labels
 moment they exist), ``reward.csv`` (one row per labelling round: labels, the reward model's
 training and held-out accuracy), ``train.csv`` (IQL's losses every ``log_frequency`` steps),
 ``eval.csv`` (true returns every ``eval_frequency`` steps, and the normalised return when the
-reference scores are known), ``checkpoints/`` (``reward_model.pt``, ``rewards.npy``: the
-relabelled rewards, ``state.pt``: IQL and the generators, written atomically, ``agent.pt``).
+reference scores are known), ``checkpoints/`` (``reward_model.pt``: the Markovian ensemble, or
+``preference_transformer.pt``: its config and weights, read back with
+:func:`themis.reward.preference_transformer.model_from_state` after ``safe_load``;
+``rewards.npy``: the relabelled rewards; ``state.pt``: IQL and the generators, written
+atomically; ``agent.pt``: IQL's weights as :func:`themis.load_run` reads them).
 A resumed run reads its labels, its relabelled rewards and IQL's last checkpoint, and continues
 from that step; rows written after the checkpoint are dropped and written again.
 """
@@ -160,7 +163,7 @@ class OfflineRun:
                                               cfg.pt_batch_size, steps, self.rng)
             self._round(log, prefs, lambda: pt.train(prefs, cfg.pt_epochs), pt.accuracy,
                         heldout)
-            save_durably(state_dict_of(model), self.ckpt_dir / "reward_model.pt")
+            save_durably(state_dict_of(model), self.ckpt_dir / "preference_transformer.pt")
             return model.step_rewards(data.observations, data.actions, data.starts,
                                       data.lengths, prefs.segment)
         ensemble = RewardEnsemble(data.obs_dim, data.action_dim, cfg.ensemble_size,
@@ -271,7 +274,9 @@ class OfflineRun:
                 save_checkpoint({"agent": agent.state_dict(), "step": step,
                                  "generator": self.rng.bit_generator.state, "rng": rng_states()},
                                 self.ckpt_dir)
-        save_durably(agent.state_dict(), self.ckpt_dir / "agent.pt")
+        save_durably({"agent": agent.state_dict(), "step": step, "agent_kind": "iql",
+                      "env": self.data.env_id or "", "finished": step == cfg.num_train_steps},
+                     self.ckpt_dir / "agent.pt")  # the layout themis.load_run reads
         train_log.close()
         eval_log.close()
         if self.eval_env is not None:
