@@ -373,6 +373,28 @@ def test_a_label_file_replaces_the_teacher(tmp_path, pendulum_rollouts):
     assert len(labelled) == len(first) + 1 and "labels.npz" in labelled[1]
 
 
+def test_a_preferences_folder_gives_the_labels(tmp_path, pendulum_rollouts):
+    from themis.reward.dataset import PreferenceDataset
+
+    data = load_offline_dataset(pendulum_rollouts)
+    pairs = data.sample_segment_pairs(30, 10, np.random.default_rng(0))
+    prefs = PreferenceDataset(30, 10, 3, 1)  # as a web-labelled online run saves them
+    prefs.add(pairs, np.where(pairs.true_rewards.sum(-1)[:, 1] > pairs.true_rewards.sum(-1)[:, 0],
+                              1.0, 0.0), labeler="alice")
+    prefs.save(tmp_path / "preferences")
+    result = train_offline(tmp_path / "run", dataset=str(pendulum_rollouts),
+                           labels=str(tmp_path / "preferences"), num_train_steps=20,
+                           **{**TINY, "eval_frequency": 20})
+    assert pd.read_csv(tmp_path / "run" / "reward.csv")["labels"].tolist() == [30]
+    assert 0 <= result.metrics["heldout_accuracy"] <= 1
+    small = PreferenceDataset(1, 10, 2, 1)
+    small.add(type(pairs)(pairs.observations[:1, :, :, :2], *(f[:1] for f in pairs[1:])),
+              np.zeros(1))
+    small.save(tmp_path / "other")
+    with pytest.raises(DatasetError, match="observations 2 and actions 1"):
+        load_label_file(tmp_path / "other", data, segment=10)
+
+
 @pytest.mark.parametrize("args, words", [
     (["dataset=DATA", "rewrd=true"], "rewrd is not a key of offline runs (did you mean reward?)"),
     (["dataset=DATA", "reward_net=lstm"], "reward_net=lstm is not one of bpref, pt"),

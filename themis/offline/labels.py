@@ -20,6 +20,10 @@ received file, so it reads the same content written as plain arrays: an ``.npz``
 (same encoding) and optionally ``segment``. Indices count steps of the dataset as Themis reads
 it (episodes concatenated in order): a D4RL file is read in ``qlearning_dataset``'s order
 (:func:`themis.offline.datasets.load_d4rl_hdf5`), so Uni-RLHF's indices apply to it as they are.
+
+``labels=`` may also name a Themis preference dataset (a run's ``preferences/``: people's answers
+on the web page of an online run, a crowd's aggregated labels, ``scripts/merge_prefs.py``'s
+output), whose segments carry their own observations.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 from themis.agents.buffers import SegmentPairs
 from themis.feedback.teachers import SyntheticTeacher
 from themis.offline.datasets import DatasetError, OfflineDataset
+from themis.reward.dataset import PreferenceDataset
 from themis.reward.preference_models import true_preference
 
 UNI_RLHF_LABELS = {0: 0.0, 1: 1.0, -1: 0.5}
@@ -59,7 +64,8 @@ def margin(dataset: OfflineDataset, segment: int) -> float:
 
 def load_label_file(path: str | Path, dataset: OfflineDataset, segment: int,
                     ) -> tuple[SegmentPairs, np.ndarray]:
-    """Labelled pairs from a Uni-RLHF-style label file as plain arrays (module docstring).
+    """Labelled pairs from a Uni-RLHF-style label file as plain arrays (module docstring), or
+    from a Themis preference-dataset folder (:func:`load_preferences_folder`).
 
     Returns:
         ``(pairs, labels)``: the segments and Themis labels (0, 0.5 or 1).
@@ -69,6 +75,8 @@ def load_label_file(path: str | Path, dataset: OfflineDataset, segment: int,
             than 0, 1, -1, or a segment outside the dataset or across an episode's end.
     """
     path = Path(path).expanduser()
+    if path.is_dir():
+        return load_preferences_folder(path, dataset)
     arrays = _read_label_arrays(path)
     for key in ("indices_1", "indices_2", "labels"):
         if key not in arrays:
@@ -100,6 +108,34 @@ def load_label_file(path: str | Path, dataset: OfflineDataset, segment: int,
                                "segment there leaves the dataset or crosses an episode's end")
     labels = np.vectorize(UNI_RLHF_LABELS.get)(codes).astype(np.float32)
     return dataset.pairs(np.stack([first, second], 1), segment), labels
+
+
+def load_preferences_folder(path: Path, dataset: OfflineDataset,
+                            ) -> tuple[SegmentPairs, np.ndarray]:
+    """The labelled pairs of a Themis preference dataset (a run's ``preferences/``, people's
+    answers on the web page included, or ``scripts/merge_prefs.py``'s output): its segments
+    carry their own observations and actions, so they need not come from this dataset, only
+    have its sizes.
+
+    Raises:
+        DatasetError: not a readable preference dataset, ratings instead of preferences, or
+            observation / action sizes other than the dataset's.
+    """
+    try:
+        prefs = PreferenceDataset.load(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise DatasetError(f"labels={path}: {e}") from None
+    if prefs.rating_classes or len(prefs) == 0:
+        raise DatasetError(f"labels={path} holds {'ratings' if prefs.rating_classes else 'no'} "
+                           "preference labels")
+    if (prefs.obs_dim, prefs.action_dim) != (dataset.obs_dim, dataset.action_dim):
+        raise DatasetError(f"labels={path}: segments of observations {prefs.obs_dim} and actions "
+                           f"{prefs.action_dim}; the dataset's are {dataset.obs_dim} and "
+                           f"{dataset.action_dim}")
+    n = len(prefs)
+    pairs = SegmentPairs(np.asarray(prefs.observations[:n], np.float32), prefs.actions[:n],
+                         prefs.true_rewards[:n], np.full((n, 2), -1, np.int64))
+    return pairs, prefs.labels[:n].copy()
 
 
 def _read_label_arrays(path: Path) -> dict[str, Any]:
