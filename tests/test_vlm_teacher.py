@@ -207,6 +207,10 @@ def test_vlm_gold_from_oracle_scores_the_vlm_and_filters_a_bad_one(server, tmp_p
 
     assert flagged_rows(got.labelers, channel.flagged()).tolist() == \
         [w.startswith("vlm") for w in got.labelers]  # its labels leave training
+    resumed = VLMChannel(channel.teacher, "vlm:fake-vlm", lambda q: frames,
+                         VLMGold(0.5, 2, 0.7, np.random.default_rng(0)))
+    resumed.load_state_dict(channel.state_dict())  # the learner's checkpoint keeps the score
+    assert resumed.flagged() == {"fake-vlm"} and resumed.vlm_gold.answers == 3
 
 
 class FakeClips:
@@ -304,6 +308,16 @@ def test_bad_vlm_settings_are_refused_in_one_line(compose, overrides, message):
     with pytest.raises(ConfigError, match=None) as caught:
         validate(compose(overrides))
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_wrapper_refuses_teacher_vlm_in_one_line(tmp_path):
+    import gymnasium as gym
+
+    from themis.online.wrapper import PreferenceLearningWrapper
+
+    with pytest.raises(ConfigError, match="teacher=vlm runs in Themis's own loops"):
+        PreferenceLearningWrapper(gym.make("Pendulum-v1"), tmp_path, teacher="vlm",
+                                  vlm_base_url="http://127.0.0.1:9/v1", vlm_model=MODEL)
 
 
 def test_a_prompt_file_without_its_placeholders_is_refused(tmp_path):

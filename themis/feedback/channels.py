@@ -104,6 +104,13 @@ class Channel(Protocol):
         """The channel's own ``reward.csv`` columns for the round just posted (a VLM's
         requests, tokens, cost; empty for most channels)."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the channel keeps across a resume, in the learner's checkpoint (a VLM's gold
+        score; empty for most channels)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+
 
 class AnswersAtOnce:
     """A channel whose posted queries are answered before ``post`` returns: nothing pending,
@@ -138,6 +145,12 @@ class AnswersAtOnce:
 
     def columns(self) -> dict[str, float]:
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
 
 class SyntheticChannel(AnswersAtOnce):
@@ -262,6 +275,12 @@ class WebChannel:
     def columns(self) -> dict[str, float]:
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # the label store is the web channel's state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
     def flagged(self) -> set[str]:
         """Labelers flagged by their gold accuracy (empty unless ``label_quality=filter``)."""
         if self.label_quality != "filter":
@@ -364,7 +383,12 @@ class VLMGold:
         return self.answers >= self.min_answers and self.accuracy < self.min_accuracy
 
     def state_dict(self) -> dict[str, int]:
+        """The gold counts (for the learner's checkpoint)."""
         return {"answers": self.answers, "agreed": self.agreed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.answers, self.agreed = int(state["answers"]), int(state["agreed"])
 
 
 GOLD_LABELER = "synthetic(gold:oracle)"
@@ -436,6 +460,18 @@ class VLMChannel(AnswersAtOnce):
                                   [w for w, k in zip(labelers, keep, strict=True) if k],
                                   saved=self.record is not None)
         return len(queries)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The gold score (``vlm_gold_from=oracle``) and the generator that picks gold."""
+        if self.vlm_gold is None:
+            return {}
+        return {"vlm_gold": self.vlm_gold.state_dict(),
+                "vlm_gold_rng": self.vlm_gold.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.vlm_gold is not None and "vlm_gold" in state:
+            self.vlm_gold.load_state_dict(state["vlm_gold"])
+            self.vlm_gold.rng.bit_generator.state = state["vlm_gold_rng"]
 
     def flagged(self) -> set[str]:
         """The VLM (by the name :func:`themis.feedback.learner.flagged_rows` reads) while its

@@ -591,6 +591,7 @@ class PreferenceLearner:
             "postponed_rounds": self.postponed_rounds,
             "epochs_trained": self.epochs_trained,
             "teacher_stats": vars(self.stats).copy(),
+            "channel_state": self.channel.state_dict() if self.channel is not None else {},
             "reward_model": self.model.state_dict(),
             "reward_optimizer": self.trainer.optimizer.state_dict(),
             "reward_trainer_rng": self.trainer.rng.bit_generator.state,
@@ -623,6 +624,8 @@ class PreferenceLearner:
         self.postponed_rounds = int(state.get("postponed_rounds", 0))
         self.epochs_trained = float(state.get("epochs_trained", 0.0))  # older: none counted
         vars(self.stats).update(state["teacher_stats"])
+        if self.channel is not None:  # e.g. a VLM's gold score (older checkpoints: none)
+            self.channel.load_state_dict(state.get("channel_state", {}))
         if "reward_model" not in state:
             return
         self.model.load_state_dict(state["reward_model"])

@@ -240,6 +240,10 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
         validate(dataclasses.replace(cfg_obj, query_schedule="constant"))
     else:
         validate(cfg_obj)
+    if cfg_obj.vlm_teacher:  # its frames are the workspace's ring (themis/feedback/vlm.py)
+        raise ConfigError("teacher=vlm runs in Themis's own loops (./themis_train.sh "
+                          "teacher=vlm ...); the wrapper's background learner has no frames "
+                          "for it yet")
     if not frozen:  # validate assigns nothing: the queries per round of reward_batch=auto
         cfg_obj.reward_batch = resolve_reward_batch(cfg_obj.reward_batch, cfg_obj.max_feedback)
     check_methods(cfg_obj, agent="ppo" if discrete else None,
