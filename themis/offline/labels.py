@@ -14,7 +14,9 @@ disagreement of the ensemble, ...); they are answered by a B-Pref teacher
 Clean-Offline-RLHF ``rlhf/train_reward_model.py``) publishes crowd labels as three pickled
 Python files per task: the answers (``0``: the first segment is better, ``1``: the second,
 ``-1``: equally good) and the two segments' start indices into the flat D4RL
-``qlearning_dataset`` arrays, each segment ``len_query`` steps long. Themis never unpickles a
+``qlearning_dataset`` arrays, each segment ``len_query`` steps long inside one episode.
+Preference Transformer's ``human_label/<task>/`` files (``indices_num…``, ``indices_2_num…``,
+``label_human``; ``JaxPref/reward_transform.py``) hold the same content. Themis never unpickles a
 received file, so it reads the same content written as plain arrays: an ``.npz``
 (``allow_pickle=False``) or a ``.json`` object with ``indices_1``, ``indices_2`` and ``labels``
 (same encoding) and optionally ``segment``. Indices count steps of the dataset as Themis reads
