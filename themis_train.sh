@@ -5,7 +5,9 @@
 #   ./themis_train.sh mode=offline dataset=PATH  # offline: labels on a dataset, IQL (docs/guide/offline.md)
 set -euo pipefail
 for arg in "$@"; do
-  if [ "$arg" = "mode=offline" ]; then
+  # mode=offline, or resume= of an offline run's folder
+  if [ "$arg" = "mode=offline" ] || { [ "${arg#resume=}" != "$arg" ] \
+      && grep -qx "mode: offline" "${arg#resume=}/config.yaml" 2>/dev/null; }; then
     exec "$(dirname "${BASH_SOURCE[0]}")/scripts/launch.sh" themis.offline.main "$@"
   fi
 done

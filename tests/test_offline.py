@@ -424,7 +424,8 @@ def test_bad_input_ends_with_one_line_and_exit_code_2(tmp_path, capsys, pendulum
     assert not (tmp_path / "r").exists()  # a refused run leaves no folder
 
 
-def test_the_launcher_hands_mode_offline_to_the_offline_entry_point(tmp_path):
+def test_the_launcher_hands_mode_offline_and_offline_resumes_to_the_offline_entry_point(
+        tmp_path, pendulum_rollouts):
     import subprocess
     from pathlib import Path
 
@@ -434,6 +435,27 @@ def test_the_launcher_hands_mode_offline_to_the_offline_entry_point(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "themis: error: dataset=/no/where: no such file or folder"
+    train_offline(tmp_path / "done", dataset=str(pendulum_rollouts), reward="true",
+                  num_train_steps=10, **{**TINY, "eval_frequency": 10})
+    proc = subprocess.run([str(root / "themis_train.sh"), f"resume={tmp_path / 'done'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming IQL at step 10" in proc.stdout
+
+
+def test_a_received_run_folder_is_resumed_only_with_its_dataset_given_again(
+        tmp_path, pendulum_rollouts):
+    from themis.run.received_config import MARK_FILE
+    from themis.utils import ConfigError
+
+    run = tmp_path / "run"
+    train_offline(run, dataset=str(pendulum_rollouts), reward="true", num_train_steps=10,
+                  **{**TINY, "eval_frequency": 10})
+    (run / MARK_FILE).unlink()  # as a folder copied from someone else
+    with pytest.raises(ConfigError, match="give dataset= again"):
+        train_offline(resume=str(run), num_train_steps=20)
+    assert train_offline(resume=str(run), dataset=str(pendulum_rollouts),
+                         num_train_steps=20).metrics["step"] == 20
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@
     ./themis_train.sh mode=offline dataset=runs/sac_cheetah env=HalfCheetah-v5 max_feedback=500
     ./themis_train.sh mode=offline dataset=minari:mujoco/halfcheetah/medium-v0 reward_net=pt
     ./themis_train.sh mode=offline dataset=... hydra.run.dir=runs/off1   # the run folder
-    ./themis_train.sh mode=offline resume=runs/off1                      # continue it
+    ./themis_train.sh resume=runs/off1          # continue it (its config.yaml says mode: offline)
 
 The keys are :class:`themis.offline.config.OfflineConfig`'s (defaults in
 ``config/offline_themis.yaml``), composed by Hydra's compose API; the run folder is
@@ -150,10 +150,15 @@ def prepare(overrides: list[str], run_dir: Path | None) -> tuple[OfflineConfig, 
         saved = out / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"resume={resume}: no offline run there (config.yaml missing)")
-        if not written_here(saved) and not any(o.startswith("dataset=") for o in overrides):
-            raise ConfigError(f"resume={resume}: its config.yaml was not written by your Themis; "
-                              "give dataset= again to continue it")
         cfg = compose(overrides, saved)
+        given = {o.split("=", 1)[0] for o in overrides}
+        if not written_here(saved):  # a received folder chooses no path and no code
+            chosen = [key for key, value in (("dataset", cfg.dataset), ("labels", cfg.labels),
+                                             ("env", cfg.env if ":" in cfg.env else ""))
+                      if value and key not in given]
+            if chosen:
+                raise ConfigError(f"resume={resume}: its config.yaml was not written by your "
+                                  f"Themis; give {'= and '.join(chosen)}= again to continue it")
     else:
         out = run_dir or Path("runs", "offline", time.strftime("%Y-%m-%d"),
                               time.strftime("%H-%M-%S"))
