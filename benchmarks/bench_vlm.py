@@ -7,9 +7,11 @@
     python benchmarks/bench_vlm.py --base-url URL --model NAME --learn-steps 20000
 
 A fixed set of segment pairs (the same for every model and every run: seeded) is cut from
-HalfCheetah-v5 episodes rendered ``--size`` px square, each episode driven by its own random
-bias plus noise so that the segments' true returns spread; pairs whose true returns are equal
-are left out. Each pair's frames go to the endpoint as a run would send them
+HalfCheetah-v5 episodes rendered ``--size`` px square (or another continuous-action env whose
+goal themis/feedback/vlm.py ``TASKS`` knows: ``--domain DMC --env walker_walk``, ``--domain
+MetaWorld --env door-open-v3``), each episode driven by its own random bias plus noise so that
+the segments' true returns spread; pairs whose true returns are equal are left out. Each
+pair's frames go to the endpoint as a run would send them
 (:class:`themis.feedback.vlm.VLMTeacher`, RL-VLM-F's two-stage prompt, ``--frames``), and its
 answer is compared with the oracle's (the higher true return). The answers are cached in
 ``OUT/vlm_answers.jsonl``: a second invocation with the same model, prompt and pairs pays
@@ -40,7 +42,6 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ENV, DOMAIN = "HalfCheetah-v5", "Control"
 
 
 def sibling(name: str) -> Any:
@@ -52,16 +53,20 @@ def sibling(name: str) -> Any:
     return module
 
 
-def clips(episodes: int, steps: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``episodes`` HalfCheetah episodes of ``steps`` steps: frames ``(e, steps, size, size,
-    3)`` uint8 and true rewards ``(e, steps)``; episode ``i`` acts ``clip(b_i + 0.3 ε)`` with a
-    bias ``b_i ~ U(-1, 1)`` of its own (seeded: the same clips every time)."""
+def clips(domain: str, name: str, episodes: int, steps: int, size: int,
+          seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``episodes`` episodes of ``steps`` steps (fewer where one ends: it starts again): frames
+    ``(e, steps, size, size, 3)`` uint8 and true rewards ``(e, steps)``; episode ``i`` acts
+    ``clip(b_i + 0.3 ε)`` with a bias ``b_i ~ U(-1, 1)`` of its own (a continuous-action env;
+    seeded: the same clips every time)."""
+    from PIL import Image
+
     from themis.environments.domains import make_env
     from themis.environments.mujoco import choose_gl_backend
 
     choose_gl_backend()
     rng = np.random.default_rng(seed)
-    env = make_env(DOMAIN, ENV, seed=seed, render_mode="rgb_array", render_size=size)
+    env = make_env(domain, name, seed=seed, render_mode="rgb_array", render_size=size)
     low, high = env.action_space.low, env.action_space.high
     frames = np.zeros((episodes, steps, size, size, 3), np.uint8)
     rewards = np.zeros((episodes, steps), np.float32)
@@ -70,9 +75,14 @@ def clips(episodes: int, steps: int, size: int, seed: int) -> tuple[np.ndarray, 
         bias = rng.uniform(-1, 1, size=low.shape)
         for t in range(steps):
             action = np.clip(bias + 0.3 * rng.standard_normal(low.shape), low, high)
-            _, reward, *_ = env.step(action.astype(np.float32))
-            frames[e, t] = env.render()
+            _, reward, terminated, truncated, _ = env.step(action.astype(np.float32))
+            frame = np.asarray(env.render())
+            if frame.shape[:2] != (size, size):  # envs other than MuJoCo's: their own size
+                frame = np.asarray(Image.fromarray(frame).resize((size, size)))
+            frames[e, t] = frame
             rewards[e, t] = reward
+            if terminated or truncated:
+                env.reset(seed=seed + 1000 * (t + 1) + e)
     env.close()
     return frames, rewards
 
@@ -96,11 +106,12 @@ def fixed_pairs(frames: np.ndarray, rewards: np.ndarray, n: int, segment: int,
 
 
 def learning_run(args: argparse.Namespace, out: Path) -> dict[str, float]:
-    """A short ``teacher=vlm`` run on HalfCheetah: its final true return and mean
+    """A short ``teacher=vlm`` run on the env: its final true return and mean
     ``vlm_oracle_agreement``."""
-    run = out / f"learn_{args.learn_steps}"
-    overrides = [f"env={ENV}", "teacher=vlm", f"vlm_base_url={args.base_url}",
-                 f"vlm_model={args.model}", f"vlm_frames={args.frames}",
+    run = out / f"learn_{args.env}_{args.learn_steps}"
+    overrides = [f"domain={args.domain}", f"env={args.env}", "teacher=vlm",
+                 f"vlm_base_url={args.base_url}", f"vlm_model={args.model}",
+                 f"vlm_frames={args.frames}",
                  f"human_frame_size={args.size}", f"num_train_steps={args.learn_steps}",
                  f"num_seed_steps={min(1000, args.learn_steps // 10)}",
                  f"num_unsup_steps={min(5000, args.learn_steps // 5)}",
@@ -124,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-url", required=True, help="the OpenAI-compatible endpoint")
     parser.add_argument("--model", required=True, help="the model name it serves")
+    parser.add_argument("--domain", default="Control")
+    parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--pairs", type=int, default=100)
     parser.add_argument("--segment", type=int, default=50)
     parser.add_argument("--frames", default="last", choices=("last", "key"))
@@ -157,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
-    frames, rewards = clips(args.episodes, args.episode_steps, args.size, args.seed)
+    frames, rewards = clips(args.domain, args.env, args.episodes, args.episode_steps, args.size,
+                            args.seed)
     pair_frames, pair_rewards = fixed_pairs(frames, rewards, args.pairs, args.segment,
                                             args.seed)
     teacher = VLMTeacher(make_client(args.base_url, args.timeout, 5), args.model, load_prompt(),
-                         task_description("", ENV), AnswerCache(args.out / CACHE_FILE),
+                         task_description("", args.env), AnswerCache(args.out / CACHE_FILE),
                          args.frames, 4, args.concurrency)
     stats = VLMStats()
     answers = teacher.ask(pair_frames, stats)
@@ -170,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "commit": sibling("bench_drlhp")._commit(), "machine": sibling("bench_methods").machine(),
         "command": " ".join(["python", "benchmarks/bench_vlm.py", *(argv or sys.argv[1:])]),
-        "model": args.model, "env": ENV, "frames": args.frames, "size": args.size,
+        "model": args.model, "env": args.env, "frames": args.frames, "size": args.size,
         "pairs": args.pairs, "agreement": oracle_agreement(said, pair_rewards),
         "cant_tell": float(np.isnan(said).mean()),
         "oracle_first": float((true_preference(pair_rewards) == 0).mean()),

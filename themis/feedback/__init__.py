@@ -2,7 +2,8 @@
 
 - :class:`QuerySelector` (``selector.py``): query pool → candidates → sampler (``feed_type``);
 - channels (``channels.py``): ``post(queries)`` / ``gather()`` for synthetic, terminal and web
-  teachers;
+  teachers, and a vision-language model alone or in the web crowd (``vlm.py``: RL-VLM-F's
+  prompt, the endpoint, the answer cache);
 - :class:`PreferenceLearner` (``learner.py``): dataset, Bradley–Terry trainer, teacher
   statistics; one call per feedback round, :meth:`~PreferenceLearner.round` →
   :class:`RoundReport` (the ``reward.csv`` row);
@@ -11,13 +12,15 @@
 
 from themis.feedback.channels import (
     Channel,
+    CrowdVLMChannel,
     Gathered,
     SyntheticChannel,
     TerminalChannel,
+    VLMChannel,
     WebChannel,
 )
 from themis.feedback.learner import PreferenceLearner, RoundReport
 from themis.feedback.selector import QuerySelector
 
-__all__ = ["Channel", "Gathered", "PreferenceLearner", "QuerySelector", "RoundReport",
-           "SyntheticChannel", "TerminalChannel", "WebChannel"]
+__all__ = ["Channel", "CrowdVLMChannel", "Gathered", "PreferenceLearner", "QuerySelector",
+           "RoundReport", "SyntheticChannel", "TerminalChannel", "VLMChannel", "WebChannel"]
