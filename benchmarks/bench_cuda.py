@@ -148,8 +148,8 @@ def sibling(name: str) -> Any:
 
 
 def machine(device: str) -> str:
-    """The CPU (model, cores: ``bench_methods.machine``), and the GPU's name on CUDA."""
-    cpu = sibling("bench_methods").machine()
+    """The CPU (model, cores: ``records.machine``), and the GPU's name on CUDA."""
+    cpu = sibling("records").machine()
     if device.startswith("cuda"):
         import torch
 

@@ -59,6 +59,11 @@ every run; ``--quick`` shrinks the schedule for a smoke run (tiny budget, a few 
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
 import json
 import os
@@ -68,7 +73,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -179,7 +183,7 @@ def note_provenance(run: Path) -> None:
             prov["commits"].append(commit)
     else:
         prov = {"date": datetime.date.today().isoformat(), "commits": [commit],
-                "machine": _bench_methods().machine(),  # type: ignore[attr-defined]
+                "machine": records.machine(),
                 "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
     run.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(prov))
@@ -356,7 +360,6 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
     date, commit, machine and command; a row of the same (variant, seed, steps) is replaced."""
     import datetime
 
-    bench_methods: Any = _bench_methods()
     commit = _commit()
     rows = pd.DataFrame({
         "variant": variant, "seed": runs["seed"], "steps": steps,
@@ -365,13 +368,9 @@ def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None
         "val_accuracy": runs["val_accuracy"].round(3),
         "wall_s": runs["wall_s"].round(0), "cpu_s": runs["cpu_s"].round(0),
         "date": datetime.date.today().isoformat(), "commit": commit,
-        "machine": bench_methods.machine(),
+        "machine": records.machine(),
         "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])})
-    key = ["variant", "seed", "steps"]
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=rows.columns)
-    merged = pd.concat([old, rows], ignore_index=True).drop_duplicates(key, keep="last")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    merged.sort_values(key).to_csv(path, index=False)
+    records.merge_rows(path, rows.to_dict("records"), ["variant", "seed", "steps"])
 
 
 PONG_LABELS = {"ppo_true": "PPO, true reward", "a2c_true": "A2C, true reward",
@@ -412,7 +411,6 @@ def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
     steps) is replaced."""
     import datetime
 
-    bench_methods: Any = _bench_methods()
     rows = []
     for variant in variants:
         for seed in seeds:
@@ -423,7 +421,7 @@ def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
                 if (run / "provenance.json").is_file() else {
                     "date": datetime.date.fromtimestamp(
                         (run / "eval.csv").stat().st_mtime).isoformat(),
-                    "commits": [_commit()], "machine": bench_methods.machine(),
+                    "commits": [_commit()], "machine": records.machine(),
                     "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
             rows.append({"variant": variant, "seed": seed, "steps": steps, **pong_final(run),
                          "date": prov["date"], "commit": " ".join(prov["commits"]),
@@ -434,13 +432,9 @@ def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],
     print(f"recorded {len(rows)} Pong run(s) in {path}")
 
 
-def merge_rows(path: Path, rows: list[dict[str, Any]], key: list[str]) -> None:
-    """Write ``rows`` into the CSV ``path``: a kept row of the same ``key`` is replaced."""
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(rows[0]))
-    merged = pd.concat([old, pd.DataFrame(rows)], ignore_index=True).drop_duplicates(
-        key, keep="last")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    merged.sort_values(key).to_csv(path, index=False)
+merge_rows = records.merge_rows
+"""Write rows into a record CSV, a row of the same key replacing its old one
+(:func:`records.merge_rows`)."""
 
 
 CURVE_EVERY = 100_000
@@ -486,24 +480,10 @@ def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) 
           f"run(s) in {path}")
 
 
-def _bench_methods() -> object:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_methods",
-                                                  ROOT / "benchmarks" / "bench_methods.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _commit() -> str:
-    """The checkout's commit, ``+changes`` when tracked files differ from it."""
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return sha + ("+changes" if dirty else "")
+    """The checkout's commit, ``-dirty`` when tracked files differ from it
+    (:func:`records.commit`)."""
+    return records.commit(ROOT)
 
 
 def pong_table(out: Path, variants: list[str], seeds: list[int], steps: int) -> None:
@@ -758,7 +738,7 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
         rows = pd.DataFrame([{"piece": piece, "threads": threads,
                               "s_per_10k_steps": round(value, 2),
                               "date": datetime.date.today().isoformat(), "commit": _commit(),
-                              "machine": _bench_methods().machine(),  # type: ignore[attr-defined]
+                              "machine": records.machine(),
                               "command": "python benchmarks/bench_drlhp.py "
                                          + " ".join(sys.argv[1:])}
                              for piece, threads, value in pieces])

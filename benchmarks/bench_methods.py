@@ -58,12 +58,15 @@ nothing).
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
-import contextlib
 import datetime
 import importlib.util
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -199,15 +202,8 @@ def ran_command(run: Path, composed: str) -> str:
     return " ".join(kept) if kept else composed
 
 
-def machine() -> str:
-    """The CPU model (``/proc/cpuinfo``) and core count, for a recorded run's provenance."""
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} cores"
+machine = records.machine
+"""The CPU model and core count, for a recorded run's provenance (:func:`records.machine`)."""
 
 
 def read_record(path: Path | None) -> pd.DataFrame:

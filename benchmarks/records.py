@@ -1,0 +1,125 @@
+"""Where a recorded result came from, in one place: each row a benchmark writes into
+``results/`` carries the run's own date, commit, machine, command and wall time.
+
+A benchmark that records (``--record CSV``) builds its rows with :func:`provenance` and writes
+them with :func:`merge_rows`; ``scripts/results_tables.py`` reads the same files back into the
+front pages' tables. The columns are the ones a reader of a results table needs to judge and
+repeat a number (DESIGN.md, "Long runs": record each finished run's row, with its own date,
+commit, machine, command and wall time, as soon as it ends):
+
+- ``date``: when the run finished, UTC, ISO 8601 to the second (``2026-12-07T11:30:05Z``);
+- ``commit``: ``git rev-parse --short HEAD`` of the checkout that ran, ``-dirty`` appended
+  when tracked files differed from it (what ran is then not exactly that commit);
+- ``machine``: the CPU model from ``/proc/cpuinfo`` and the core count;
+- ``command``: what ran, as a user types it (``python benchmarks/x.py --seeds 0 1``);
+- ``wall_s``: the run's own wall-clock seconds.
+
+The benchmarks are files, not a package: a script imports this module after putting
+``benchmarks/`` on ``sys.path`` (it is there already when a benchmark runs as a script).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVENANCE = ("date", "commit", "machine", "command", "wall_s")
+"""The provenance columns of every recorded row (:func:`provenance`), in this order."""
+
+
+def utc_now() -> str:
+    """The current time in UTC, ISO 8601 to the second: ``2026-12-07T11:30:05Z``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def commit(checkout: Path = ROOT) -> str:
+    """The short commit of ``checkout`` (``git rev-parse --short HEAD``), with ``-dirty`` when
+    tracked files differ from it (``git status --porcelain --untracked-files=no``); ``unknown``
+    outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=checkout, check=True, capture_output=True,
+                                 text=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown"
+    return sha + ("-dirty" if changed else "")
+
+
+def machine() -> str:
+    """The CPU model (``model name`` of ``/proc/cpuinfo``; ``platform.processor()`` elsewhere)
+    and the core count: ``AMD EPYC 9R14, 2 cores``."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def command(script: str | Path, argv: list[str] | None = None) -> str:
+    """The command that ran, as a user types it: ``python <script relative to the repository>``
+    and the arguments (``sys.argv[1:]`` unless ``argv`` is given), shell-quoted."""
+    path = Path(script).resolve()
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(ROOT)
+    args = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", str(path), *args])
+
+
+def provenance(wall_s: float, ran: str, checkout: Path = ROOT) -> dict[str, Any]:
+    """The provenance columns (:data:`PROVENANCE`) of a row finished now: the date, the commit of
+    ``checkout``, this machine, the command ``ran`` (:func:`command`) and the run's ``wall_s``
+    (rounded to 0.1 s)."""
+    return {"date": utc_now(), "commit": commit(checkout), "machine": machine(),
+            "command": ran, "wall_s": round(float(wall_s), 1)}
+
+
+def curve_text(points: dict[int, float] | list[tuple[int, float]], digits: int = 1) -> str:
+    """A learning curve as one compact column: ``"10000:47.0 20000:599.3"`` (step:value, steps
+    ascending), the form of ``bench_methods``' ``curve``."""
+    items = sorted(points.items() if isinstance(points, dict) else points)
+    return " ".join(f"{int(step)}:{float(value):.{digits}f}" for step, value in items)
+
+
+def parse_curve(text: str) -> dict[int, float]:
+    """:func:`curve_text` read back: ``{step: value}``."""
+    return {int(step): float(value) for step, value in
+            (point.split(":") for point in str(text).split())}
+
+
+def merge_rows(path: Path, rows: list[dict[str, Any]], key: list[str]) -> pd.DataFrame:
+    """Write ``rows`` into the CSV ``path`` (made when missing): a kept row with the same values
+    in the ``key`` columns is replaced by the new one (a run recorded again), every other kept
+    row stays. Rows are sorted by ``key``; columns are the union, old ones first.
+
+    Returns:
+        The table written.
+
+    Raises:
+        ValueError: no rows, or a row without one of the ``key`` columns.
+    """
+    if not rows:
+        raise ValueError(f"merge_rows: no rows to write into {path}")
+    new = pd.DataFrame(rows)
+    missing = [k for k in key if k not in new]
+    if missing:
+        raise ValueError(f"merge_rows: the rows lack the key column(s) {missing}")
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(new.columns))
+    merged = pd.concat([old, new], ignore_index=True).drop_duplicates(key, keep="last")
+    merged = merged.sort_values(key, kind="stable")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged.to_csv(path, index=False)
+    return merged
