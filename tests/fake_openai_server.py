@@ -54,6 +54,7 @@ class FakeOpenAIServer:
         malformed: label answers have no label line.
         refuse_after: after this many answered requests, every request gets HTTP 400.
         cost: the ``usage.cost`` reported per request (``None``: no cost field).
+        most_in_flight: the most requests it was answering at once.
     """
 
     def __init__(self) -> None:
@@ -64,6 +65,8 @@ class FakeOpenAIServer:
         self.refuse_after: int | None = None
         self.cost: float | None = 0.001
         self.answered = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.lock = threading.Lock()
         self.port = free_port()
         self.server: Any = None
@@ -90,11 +93,17 @@ class FakeOpenAIServer:
                     return JSONResponse({"error": {"message": "refused on purpose"}},
                                         status_code=400)
                 self.answered += 1
-            if self.delay:
-                import asyncio
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                if self.delay:
+                    import asyncio
 
-                await asyncio.sleep(self.delay)
-            return JSONResponse(self.answer(body))
+                    await asyncio.sleep(self.delay)
+                return JSONResponse(self.answer(body))
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
 
         return app
 

@@ -147,6 +147,13 @@ def test_a_crash_mid_round_loses_no_answer(server, tmp_path):
     assert [a.cached for a in answers] == [True, True, False, False]
 
 
+def test_requests_run_in_parallel_up_to_the_limit(server, tmp_path):
+    server.delay = 0.2
+    frames = frames_of([(10 * i, 200 - 10 * i) for i in range(6)])
+    teacher(server, tmp_path, concurrency=3).ask(frames)
+    assert server.most_in_flight == 3 and len(server.requests) == 12
+
+
 def test_429_is_retried_with_the_clients_backoff(server, tmp_path):
     server.rate_limited = 2
     answers = teacher(server, tmp_path, retries=3).ask(frames_of([(200, 10)]))
@@ -387,6 +394,7 @@ def test_a_tiny_vlm_run_killed_mid_round_resumes_without_paying_an_answer_twice(
     sent_before, server.delay = len(server.requests), 0.0
     resumed = launch("themis_train.sh", *args, "resume=true")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert KEY not in resumed.stdout + resumed.stderr  # nor in the logs
 
     labels = PreferenceDataset.load(run / "preferences")
     assert len(labels) == 20 and set(labels.labelers[:20]) == {"vlm:fake-vlm"}
