@@ -302,6 +302,8 @@ def test_a_web_run_with_teacher_vlm_has_the_vlm_in_its_crowd(compose, server, tm
     (["teacher=vlm", "vlm_base_url=http://x/v1", "vlm_model=m", "domain=MovingDot",
       "env=MovingDot"], "no task description for env=MovingDot"),
     (["vlm_model=m"], "vlm_model=m is read by a VLM teacher only"),
+    (["teacher=vlm", "vlm_base_url=http://x/v1", "vlm_model=m", "vlm_cache=/no/such/a.jsonl"],
+     "vlm_cache=/no/such/a.jsonl is not a file in an existing folder"),
     (["teacher=vlm", "vlm_base_url=http://x/v1", "vlm_model=m", "vlm_gold_from=oracle"],
      "set gold_fraction"),
     (["teacher=vlm", "vlm_base_url=http://x/v1", "vlm_model=m", "reward_training=async"],
@@ -342,13 +344,19 @@ def test_a_received_runs_endpoint_and_model_are_refused(compose, tmp_path):
 
     from themis.run.received_config import check_received_settings
 
-    cfg = compose(["teacher=vlm", "vlm_base_url=http://evil.example/v1", "vlm_model=m"])
+    cfg = compose(["teacher=vlm", "vlm_base_url=http://evil.example/v1", "vlm_model=m",
+                   f"vlm_cache={tmp_path / 'inside.jsonl'}"])
     where = tmp_path / "config.yaml"
     where.write_text(OmegaConf.to_yaml(cfg))  # no owner mark: a received folder
     with pytest.raises(ConfigError) as caught:
         check_received_settings(cfg, where)
     line = str(caught.value)
     assert "vlm_base_url=http://evil.example/v1" in line and "vlm_model=m" in line
+    assert "vlm_cache" not in line  # a path inside the run folder is the run's own
+    outside = compose(["teacher=vlm", "vlm_base_url=http://x/v1", "vlm_model=m",
+                       "vlm_cache=/tmp/elsewhere.jsonl"])
+    with pytest.raises(ConfigError, match=r"vlm_cache=/tmp/elsewhere\.jsonl"):
+        check_received_settings(outside, where, given={"vlm_base_url", "vlm_model"})
     check_received_settings(cfg, where, given={"vlm_base_url", "vlm_model"})  # user's own
 
 

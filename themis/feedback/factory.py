@@ -400,8 +400,8 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
 
 def make_vlm_teacher(cfg: Any, spec: LearnerSpec) -> VLMTeacher:
     """``teacher=vlm``: the VLM teacher of a run (:mod:`themis.feedback.vlm`): the endpoint's
-    client (the key from the environment), the prompt, the env's task and the run's answer
-    cache ``RUN_DIR/vlm_answers.jsonl``.
+    client (the key from the environment), the prompt, the env's task and the answer cache
+    (``vlm_cache``, default ``RUN_DIR/vlm_answers.jsonl``).
 
     Raises:
         ConfigError: no ``openai`` package, an unreadable prompt, no task for the env.
@@ -409,7 +409,8 @@ def make_vlm_teacher(cfg: Any, spec: LearnerSpec) -> VLMTeacher:
     return VLMTeacher(make_client(cfg.vlm_base_url, cfg.vlm_timeout, cfg.vlm_max_retries),
                       cfg.vlm_model, load_prompt(cfg.vlm_prompt or None),
                       task_description(cfg.vlm_task, cfg.env),
-                      AnswerCache(spec.run_dir / CACHE_FILE), cfg.vlm_frames,
+                      AnswerCache(Path(cfg.vlm_cache).expanduser() if cfg.vlm_cache
+                                  else spec.run_dir / CACHE_FILE), cfg.vlm_frames,
                       cfg.vlm_key_frames, cfg.vlm_max_concurrency, cfg.vlm_max_tokens,
                       cfg.vlm_temperature)
 

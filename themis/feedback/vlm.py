@@ -1,26 +1,28 @@
 """A vision-language model as the teacher: images of two segments in, a preference label out.
 
 RL-VLM-F (Wang et al., ICML 2024, "RL-VLM-F: Reinforcement Learning from Vision Language
-Foundation Model Feedback", Sec. 4.2) shows a VLM one image of each segment (its last frame)
-with the task's goal and asks in two stages: first an *analysis* (what each image shows, and
-whether either is closer to the goal), then, in a second text-only request that quotes the
-analysis, a *label*: ``0`` (image 1 closer), ``1`` (image 2) or ``-1`` (unsure / no
-difference; RL-VLM-F drops those pairs). :class:`VLMTeacher` does the same through any
-OpenAI-compatible chat-completions endpoint (vLLM, Ollama, LM Studio, llama.cpp's server,
-OpenAI, Gemini's compatible endpoint) with the official ``openai`` client:
+Foundation Model Feedback"; its prompts: ``prompt.py`` of the authors' repository) shows a VLM
+one image of each segment (its last frame) with the task's goal and asks in two stages: first
+an *analysis* (what each image shows, and whether either is closer to the goal), then, in a
+second text-only request that quotes the analysis, a *label*: ``0`` (image 1 closer), ``1``
+(image 2) or ``-1`` (unsure / no difference; RL-VLM-F drops those pairs).
+:class:`VLMTeacher` does the same through any OpenAI-compatible chat-completions endpoint
+(vLLM, Ollama, LM Studio, llama.cpp's server, OpenAI, Gemini's compatible endpoint) with the
+official ``openai`` client:
 
 - the prompt is a text file (:data:`DEFAULT_PROMPT`, replaceable with ``vlm_prompt=PATH``,
   :func:`load_prompt`); the goal comes from ``vlm_task`` or :data:`TASKS`;
 - every answer is paid once: :class:`AnswerCache` keeps each one under the hash of its images,
-  prompt, task and model in ``RUN_DIR/vlm_answers.jsonl``, appended and fsynced as it arrives,
-  so a crash mid-round loses no answer and a resumed or repeated run asks nothing twice;
+  prompt, task and model in ``RUN_DIR/vlm_answers.jsonl``, appended and fsynced as it arrives
+  (after its caller has recorded the label), so a crash mid-round loses no answer and a
+  repeated question is not sent again;
 - requests run in parallel (``vlm_max_concurrency`` threads); the ``openai`` client's own
   timeout and retries (exponential backoff with jitter on 408/409/429/5xx and connection
   errors, ``Retry-After`` honoured) are used as they are;
 - an answer without a label line is *can't tell* with its reason kept (``malformed``); a
   request that still fails after the retries is *can't tell* too (not cached: asked again next
-  time); an endpoint that refuses the request itself (401, 403, 404, 400: a wrong key, model or
-  URL, 422) ends the run with one line.
+  time); an endpoint that refuses the request itself (:data:`FATAL_STATUS`: a wrong key, model
+  or URL, a model that reads no images) ends the run with one line.
 
 The API key is read from the environment only (:data:`API_KEY_VARIABLES`), never from the
 config, and is never written anywhere.
@@ -114,7 +116,7 @@ def task_description(task: str, env: str) -> str:
                       "<vlm_task>.')")
 
 
-VLM_KEYS = ("vlm_base_url", "vlm_model", "vlm_task", "vlm_prompt")
+VLM_KEYS = ("vlm_base_url", "vlm_model", "vlm_task", "vlm_prompt", "vlm_cache")
 """Keys that only ``teacher=vlm`` reads (a value without it is refused)."""
 
 
@@ -146,6 +148,11 @@ def check_vlm(cfg: Any) -> None:
                           f"{' or '.join(VLM_GOLD_FROM)}")
     load_prompt(cfg.vlm_prompt or None)
     task_description(cfg.vlm_task, cfg.env)
+    if cfg.vlm_cache:
+        cache = Path(cfg.vlm_cache).expanduser()
+        if cache.is_dir() or not cache.parent.is_dir():
+            raise ConfigError(f"vlm_cache={cfg.vlm_cache} is not a file in an existing folder "
+                              "(answers are appended to it, one JSON object a line)")
     if not cfg.learn_reward:
         raise ConfigError("teacher=vlm needs learn_reward=true (preferences are only asked for "
                           "a learned reward)")

@@ -206,6 +206,10 @@ class BaseTrainConfig:
     vlm_prompt: str = ""
     """teacher=vlm: a prompt file replacing themis/feedback/vlm_prompt.txt (sections
     ### analysis with {images_1} {images_2} {task}, and optionally ### label with {analysis})."""
+    vlm_cache: str = ""
+    """teacher=vlm: the answer cache (JSON lines) to read and append to; default
+    RUN_DIR/vlm_answers.jsonl. A file shared by runs makes a repeated run (same seed, same
+    images) ask nothing again."""
     vlm_frames: str = "last"
     """teacher=vlm: the images of a segment: last (its last frame, RL-VLM-F) or key
     (vlm_key_frames frames evenly spaced over it)."""

@@ -93,6 +93,7 @@ RECEIVED_SETTINGS: dict[str, str] = {
     "vlm_base_url": "the endpoint your frames and your VLM key are sent to",
     "vlm_model": "the model your VLM key pays for",
     "vlm_prompt": "a file of this machine sent to the VLM endpoint",
+    "vlm_cache": "a path outside the run",
     "logger.wandb": "a tracker that gets your credentials",
     "logger.mlflow": "a tracker that gets your credentials",
     "logger.tracking_uri": "the server (or folder) your tracker writes to",
