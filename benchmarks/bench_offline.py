@@ -9,7 +9,8 @@ oracle teacher on uniformly chosen segment pairs. Recorded per run in ``--record
 ``results/offline.csv``): the final true return, the normalised return ``100 (R − random) /
 (SAC − random)`` (random: a uniform policy's mean return over 10 episodes; SAC: the best
 evaluation of the run that made the dataset), r̂'s accuracy on held-out pairs, the wall and
-CPU seconds of the run and of its reward model, with date, commit, machine and command.
+CPU seconds of the run and of its reward model, with the provenance columns of
+``benchmarks/records.py`` (UTC date, commit, machine, command, wall seconds).
 
     python benchmarks/bench_offline.py --env HalfCheetah-v5 --seeds 0 1 2 --budgets 100 500
     python benchmarks/bench_offline.py --env Walker2d-v5 --seeds 0 1 2 --budgets 100 500
@@ -22,14 +23,16 @@ minari:mujoco/halfcheetah/medium-v0`` (its own reference scores are then used).
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
-import datetime
-import importlib.util
 import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,15 +46,6 @@ QUICK = {"env": "Pendulum-v1", "domain": "Classic", "sac_steps": 600, "iql_steps
 TINY_KEYS = dict(heldout_queries=50, reward_epochs=5, ensemble_size=2, reward_hidden_dim=16,
                  pt_embed_dim=16, pt_heads=2, pt_pref_attn_dim=8, pt_epochs=3,
                  num_eval_episodes=1, iql={"hidden_dim": 32, "batch_size": 64})
-
-
-def sibling(name: str) -> Any:
-    """Another benchmark of this folder as a module (they are files, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def cpu_seconds() -> float:
@@ -126,15 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-    command = "python benchmarks/bench_offline.py " + " ".join(argv if argv is not None
-                                                               else sys.argv[1:])
+    command = records.command(__file__, argv)
     if args.dataset:
         dataset, ref = args.dataset, (float("nan"), float("nan"))
     else:
         run = build_dataset(args.out, args.env, args.domain, args.sac_steps, args.quick)
         dataset, ref = str(run), references(run, args.env, args.domain)
-    machine = sibling("bench_methods").machine()  # the CPU model and cores
-    commit = sibling("bench_drlhp")._commit()  # the commit, +changes when tracked files differ
     rows = []
     for seed in args.seeds:
         for variant in args.variants:
@@ -155,29 +146,25 @@ def main(argv: list[str] | None = None) -> int:
                 reward_seconds = float(pd.read_csv(reward_csv)["train_seconds"].sum()) \
                     if reward_csv.is_file() else 0.0
                 rows.append({
-                    "date": datetime.date.today().isoformat(), "commit": commit,
-                    "machine": machine, "command": command, "env": args.env,
+                    **records.provenance(wall, command), "env": args.env,
                     "dataset": dataset, "variant": variant, "budget": budget, "seed": seed,
                     "iql_steps": args.iql_steps, "final_return": last.get("episode_reward"),
                     "normalised_return": last.get("normalised_return"),
                     "heldout_accuracy": last.get("heldout_accuracy"),
-                    "wall_seconds": wall, "cpu_seconds": cpu,
-                    "reward_model_seconds": reward_seconds})
+                    "cpu_s": round(cpu, 1), "reward_model_s": round(reward_seconds, 1)})
                 print(f"{args.env} {variant} budget {budget} seed {seed}: normalised return "
                       f"{rows[-1]['normalised_return']}, held-out accuracy "
                       f"{rows[-1]['heldout_accuracy']}", flush=True)
-    new = pd.DataFrame(rows)
-    if args.record.is_file():  # a run read back (no timing) keeps its recorded row
-        old = pd.read_csv(args.record)
-        known = set(map(tuple, old[[*RECORD_KEY, "command"]].astype(str).to_numpy()))
-        reused = new["wall_seconds"].isna() & [tuple(r) in known for r in new[
-            [*RECORD_KEY, "command"]].astype(str).to_numpy()]
-        new = pd.concat([old, new[~reused]], ignore_index=True)
-    new = new.drop_duplicates([*RECORD_KEY, "command"], keep="last")
-    args.record.parent.mkdir(parents=True, exist_ok=True)
-    new.sort_values(RECORD_KEY).to_csv(args.record, index=False)
+    known: set[tuple[str, ...]] = set()  # a run read back (no timing) keeps its recorded row
+    if args.record.is_file():
+        old = pd.read_csv(args.record, dtype=str)
+        known = set(map(tuple, old[[*RECORD_KEY, "command"]].to_numpy()))
+    fresh = [row for row in rows if not (np.isnan(row["wall_s"]) and tuple(
+        str(row[k]) for k in [*RECORD_KEY, "command"]) in known)]
+    if fresh:
+        records.merge_rows(args.record, fresh, [*RECORD_KEY, "command"])
     table = pd.DataFrame(rows).groupby(["variant", "budget"])[
-        ["normalised_return", "heldout_accuracy", "wall_seconds"]].agg(["mean", "sem"])
+        ["normalised_return", "heldout_accuracy", "wall_s"]].agg(["mean", "sem"])
     print(table.to_string())
     return 0
 

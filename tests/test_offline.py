@@ -469,7 +469,8 @@ def test_the_offline_benchmark_records_each_variant_at_a_tiny_size(tmp_path):
     assert sorted(rows["variant"]) == ["bpref", "pt", "true"]
     assert rows["normalised_return"].notna().all() and rows["commit"].notna().all()
     assert rows[rows["variant"] != "true"]["heldout_accuracy"].between(0, 1).all()
-    assert rows["machine"].str.contains("cores").all() and (rows["wall_seconds"] > 0).all()
+    assert rows["machine"].str.contains("cores").all() and (rows["wall_s"] > 0).all()
+    assert rows["command"].str.startswith("python benchmarks/bench_offline.py --quick").all()
 
 
 def test_help_lists_every_key_with_its_description(capsys):
