@@ -18,7 +18,12 @@ CPU seconds of the run and of its reward model, with the provenance columns of
 
 Runs are resumable: a finished run is read back, an unfinished one continued (``resume``).
 A Minari dataset a user downloaded runs the same way with ``--dataset
-minari:mujoco/halfcheetah/medium-v0`` (its own reference scores are then used).
+minari:mujoco/halfcheetah/medium-v0`` (its own reference scores are then used), and a D4RL file
+with D4RL's reference scores, for the rows of published tables (Preference Transformer's Table 1
+uses 500 queries of 100 steps):
+
+    python benchmarks/bench_offline.py --dataset hopper_medium_replay-v2.hdf5 --env Hopper-v5 \
+        --ref-min -20.272305 --ref-max 3234.3 --segment 100 --budgets 500 --iql-steps 1000000
 """
 
 from __future__ import annotations
@@ -104,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domain", default="Control")
     parser.add_argument("--dataset", default="", help="a dataset instead of a SAC run's buffer "
                         "(a Minari folder or minari:ID)")
+    parser.add_argument("--ref-min", type=float, default=float("nan"),
+                        help="with --dataset: the random return of the normalised score (D4RL's "
+                        "REF_MIN_SCORE); default: the dataset's own, if it has one")
+    parser.add_argument("--ref-max", type=float, default=float("nan"),
+                        help="with --dataset: the expert return (D4RL's REF_MAX_SCORE)")
+    parser.add_argument("--labels", default="", help="a label file (Uni-RLHF / Preference "
+                        "Transformer human labels as npz or json) instead of the oracle")
     parser.add_argument("--sac-steps", type=int, default=100_000)
     parser.add_argument("--iql-steps", type=int, default=200_000)
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 500])
@@ -122,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, key, value)
     command = records.command(__file__, argv)
     if args.dataset:
-        dataset, ref = args.dataset, (float("nan"), float("nan"))
+        dataset, ref = args.dataset, (args.ref_min, args.ref_max)
     else:
         run = build_dataset(args.out, args.env, args.domain, args.sac_steps, args.quick)
         dataset, ref = str(run), references(run, args.env, args.domain)
@@ -139,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                             log_frequency=max(args.iql_steps // 100, 10),
                             checkpoint_frequency=max(args.iql_steps // 10, 50),
                             ref_min_score=ref[0], ref_max_score=ref[1], device=args.device,
+                            labels=args.labels if variant != "true" else "",
                             **(TINY_KEYS if args.quick else {"pt_epochs": args.pt_epochs}))
                 run = args.out / args.env / variant / str(budget) / f"seed{seed}"
                 last, wall, cpu = run_variant(run, keys, args.iql_steps)
