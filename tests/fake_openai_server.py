@@ -20,6 +20,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,8 @@ class FakeOpenAIServer:
         requests: every request body received (JSON), with its ``Authorization`` header under
             ``"authorization"``.
         rate_limited: the next this-many requests get HTTP 429 (``retry-after-ms: 1``).
-        delay: seconds to wait before each answer.
+        delay: seconds to wait before each answer, or a function of the request's arrival
+            number (0, 1, ...) giving them.
         malformed: label answers have no label line.
         refuse_after: after this many answered requests, every request gets HTTP 400.
         cost: the ``usage.cost`` reported per request (``None``: no cost field).
@@ -60,7 +62,7 @@ class FakeOpenAIServer:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.rate_limited = 0
-        self.delay = 0.0
+        self.delay: float | Callable[[int], float] = 0.0
         self.malformed = False
         self.refuse_after: int | None = None
         self.cost: float | None = 0.001
@@ -92,14 +94,16 @@ class FakeOpenAIServer:
                 if self.refuse_after is not None and self.answered >= self.refuse_after:
                     return JSONResponse({"error": {"message": "refused on purpose"}},
                                         status_code=400)
+                arrival = self.answered
                 self.answered += 1
                 self.in_flight += 1
                 self.most_in_flight = max(self.most_in_flight, self.in_flight)
             try:
-                if self.delay:
+                wait = self.delay(arrival) if callable(self.delay) else self.delay
+                if wait:
                     import asyncio
 
-                    await asyncio.sleep(self.delay)
+                    await asyncio.sleep(wait)
                 return JSONResponse(self.answer(body))
             finally:
                 with self.lock:

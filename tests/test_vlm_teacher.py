@@ -147,11 +147,13 @@ def test_a_crash_mid_round_loses_no_answer(server, tmp_path):
     assert [a.cached for a in answers] == [True, True, False, False]
 
 
-def test_requests_run_in_parallel_up_to_the_limit(server, tmp_path):
-    server.delay = 0.2
+def test_requests_run_in_parallel_up_to_the_limit_and_are_told_in_order(server, tmp_path):
+    server.delay = lambda arrival: 0.6 if arrival == 0 else 0.1  # the first query comes last
     frames = frames_of([(10 * i, 200 - 10 * i) for i in range(6)])
-    teacher(server, tmp_path, concurrency=3).ask(frames)
+    told: list[int] = []
+    teacher(server, tmp_path, concurrency=3).ask(frames, on_answer=lambda i, a: told.append(i))
     assert server.most_in_flight == 3 and len(server.requests) == 12
+    assert told == list(range(6))  # the dataset's order does not depend on the network
 
 
 def test_429_is_retried_with_the_clients_backoff(server, tmp_path):

@@ -496,11 +496,13 @@ class VLMTeacher:
     def ask(self, frames: np.ndarray, stats: VLMStats | None = None,
             on_answer: Callable[[int, Answer], None] | None = None) -> list[Answer]:
         """Answer a batch of queries from their frames ``(n, 2, H, h, w, 3)`` uint8: ``n``
-        answers in order. As query ``i``'s answer comes, ``on_answer(i, answer)`` is called
-        on this thread (e.g. to record the label in the dataset at once), then the answer is
-        appended to the cache: a crash between the two leaves a recorded label, never a paid
-        answer that nobody uses. ``stats`` counts them. Queries that show the same images
-        are asked once.
+        answers in order. ``on_answer(i, answer)`` is called on this thread for each query in
+        order, as soon as its answer and those of the queries before it have come (e.g. to
+        record the label in the dataset at once: in the same order whatever the network's
+        timing, so a run stays deterministic); a new answer is appended to the cache right
+        after that call, or at once when it waits for earlier queries (a crash then leaves a
+        recorded label, or a cached answer, never a lost one). ``stats`` counts them. Queries
+        that show the same images are asked once.
 
         Raises:
             ConfigError: the endpoint refused a request for good (:data:`FATAL_STATUS`); the
@@ -514,6 +516,26 @@ class VLMTeacher:
         for i, key in enumerate(keys):
             alike.setdefault(key, []).append(i)
         answers: list[Answer | None] = [None] * len(keys)
+        unstored = {key for key in alike}  # new answers not in the cache yet
+        told = 0  # on_answer has been called for queries 0 … told − 1
+
+        def store(key: str) -> None:
+            answer = answers[alike[key][0]]
+            if key in unstored and answer is not None and answer.requests \
+                    and not answer.reason.startswith("error"):
+                self.cache.put(key, self.model, answer)
+            unstored.discard(key)
+
+        def tell(up_to_gaps: bool) -> None:  # in query order: the same dataset every time
+            nonlocal told
+            while told < len(answers) and (answers[told] is not None or up_to_gaps):
+                if answers[told] is not None:
+                    if on_answer is not None:
+                        on_answer(told, answers[told])  # type: ignore[arg-type]
+                    if alike[keys[told]][0] == told:
+                        store(keys[told])  # recorded first, then cached
+                told += 1
+
         failure: ConfigError | None = None
         pool = ThreadPoolExecutor(max_workers=max(1, self.max_concurrency))
         try:
@@ -532,12 +554,12 @@ class VLMTeacher:
                 for k, i in enumerate(rows):
                     answers[i] = answer if k == 0 else Answer(
                         answer.label, answer.reason, list(answer.texts), cached=True)
-                    if on_answer is not None:
-                        on_answer(i, answers[i])  # type: ignore[arg-type]
-                if answer.requests and not answer.reason.startswith("error"):
-                    self.cache.put(key, self.model, answer)  # after on_answer recorded it
+                if rows[0] != told:  # told later, after the queries before it: cached now
+                    store(key)
+                tell(up_to_gaps=False)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            tell(up_to_gaps=True)  # after a failure: what came, in order
         if failure is not None:
             raise failure
         done = [a for a in answers if a is not None]
