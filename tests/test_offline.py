@@ -451,6 +451,8 @@ def test_a_received_run_folder_is_resumed_only_with_its_dataset_given_again(
     run = tmp_path / "run"
     train_offline(run, dataset=str(pendulum_rollouts), reward="true", num_train_steps=10,
                   **{**TINY, "eval_frequency": 10})
+    with pytest.raises(ConfigError, match="reward_net=pt changes the reward the run learned"):
+        train_offline(resume=str(run), reward_net="pt")
     (run / MARK_FILE).unlink()  # as a folder copied from someone else
     with pytest.raises(ConfigError, match="give dataset= again"):
         train_offline(resume=str(run), num_train_steps=20)

@@ -29,6 +29,10 @@ from themis.offline.config import OfflineConfig, key_names, register, validate
 from themis.utils import ConfigError
 
 CONFIG_NAME = "offline_themis"
+REWARD_KEYS = ("reward", "reward_net", "segment", "max_feedback", "reward_batch", "feed_type",
+               "teacher", "labels", "seed", "reward_scale")
+"""Keys a resumed run keeps: its labels, reward model and relabelled rewards were made with
+them."""
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
@@ -150,8 +154,14 @@ def prepare(overrides: list[str], run_dir: Path | None) -> tuple[OfflineConfig, 
         saved = out / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"resume={resume}: no offline run there (config.yaml missing)")
+        before = compose([], saved)
         cfg = compose(overrides, saved)
         given = {o.split("=", 1)[0] for o in overrides}
+        changed = [k for k in REWARD_KEYS if getattr(cfg, k) != getattr(before, k)]
+        if changed:  # its labels, reward model and relabelled rewards were made with the old
+            raise ConfigError(f"resume={resume}: {changed[0]}={getattr(cfg, changed[0])} "
+                              f"changes the reward the run learned ({changed[0]}="
+                              f"{getattr(before, changed[0])}); start a new run for it")
         if not written_here(saved):  # a received folder chooses no path and no code
             chosen = [key for key, value in (("dataset", cfg.dataset), ("labels", cfg.labels),
                                              ("env", cfg.env if ":" in cfg.env else ""))
