@@ -18,20 +18,37 @@ its speed, not what it learns; one row per device), ``--sb3-threads`` its PyTorc
 CPU. With ``--out DIR`` every run writes its returns to ``DIR/<kind><seed>.json`` after each
 evaluation, so a run cut short still leaves its curve, and the table is built from those files
 (``--table-only`` tables them without running).
+
+``--record [CSV]`` (default ``results/ceiling.csv``) writes each run's row as soon as it finishes
+all its steps: kind (``sb3_cpu``, ``sb3_cuda``, ``themis``), env, steps, seed, the final return,
+the curve (``step:return ...``), SB3's version, and the run's date, commit, machine, command and
+wall time (``benchmarks/records.py``); a run recorded again replaces its row.
+``python scripts/results_tables.py`` tables the record into ``docs/results/ceiling.md`` and the
+README.
 """
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORD_KEY = ["kind", "env", "steps", "seed"]
+"""A recorded run's identity in ``--record``'s CSV: a run of the same key recorded again
+replaces its row."""
 
 
 def sb3_run(env_id: str, steps: int, seed: int, device: str = "cpu", threads: int = 1,
@@ -93,6 +110,22 @@ def themis_progress(out: Path) -> dict[int, float]:
                     strict=True))
 
 
+def record_row(kind: str, env_id: str, steps: int, seed: int, curve: dict[int, float],
+               wall_s: float, ran: str) -> dict | None:
+    """The ``--record`` row of one finished run (``None`` when its curve stops before
+    ``steps``: a run cut short is not a result)."""
+    if not curve or max(curve) < steps:
+        return None
+    version = "-"
+    if kind.startswith("sb3"):
+        from importlib.metadata import version as installed
+
+        version = f"stable-baselines3 {installed('stable_baselines3')}"
+    return {"kind": kind, "env": env_id, "steps": steps, "seed": seed,
+            "final": round(curve[max(curve)], 1), "curve": records.curve_text(curve, 0),
+            "library": version, **records.provenance(wall_s, ran)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="HalfCheetah-v5")
@@ -103,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sb3-threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="where each run's returns are written")
     parser.add_argument("--table-only", action="store_true", help="with --out: table only")
+    parser.add_argument("--record", type=Path, nargs="?", metavar="CSV",
+                        const=ROOT / "results" / "ceiling.csv",
+                        help="write each finished run's row (default results/ceiling.csv)")
     args = parser.parse_args(argv)
+    ran = records.command(__file__, argv)
     if args.steps < 10_000 or args.jobs < 1 or min(args.seeds) < 0 or args.sb3_threads < 1:
         parser.error("--steps must be >= 10000 (one evaluation), --jobs >= 1, seeds >= 0, "
                      "--sb3-threads >= 1")
@@ -113,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     kinds = [f"sb3_{d}" for d in args.sb3_devices] + ["themis"]
     jobs = [(kind, seed) for seed in args.seeds for kind in kinds]
+    writing = threading.Lock()  # runs finish in the pool's threads; one writes at a time
 
     def run(job: tuple[str, int]) -> None:
         kind, seed = job
+        start = time.time()
         out = subprocess.run([sys.executable, __file__, "--worker", kind, args.env,
                               str(args.steps), str(seed), str(out_dir / f"{kind}{seed}"),
                               str(args.sb3_threads)],
@@ -127,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             return
         print(f"{kind} seed {seed}: {out.stdout.strip().splitlines()[-1]}", flush=True)
+        if args.record is not None:
+            curve = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+            row = record_row(kind, args.env, args.steps, seed, curve, time.time() - start, ran)
+            if row is not None:
+                with writing:
+                    records.merge_rows(args.record, [row], RECORD_KEY)
 
     if not args.table_only:
         with ThreadPoolExecutor(args.jobs) as pool:

@@ -240,10 +240,16 @@ def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
 
 
 def published_table(table: pd.DataFrame, protocol: dict, summarize) -> None:
+    """Print :func:`published_lines`."""
+    print("\n" + "\n".join(published_lines(table, protocol, summarize)))
+
+
+def published_lines(table: pd.DataFrame, protocol: dict, summarize) -> list[str]:
     """Themis's final values beside a paper's, both as mean ± standard error, with Welch's
     t-test per method (``summarize.compare_with_published``; the paper's std converted as its
-    ``published_ddof`` says) and both orderings. ``inside``: Welch's p ≥ 0.05 (the two means
-    do not differ at the 5 % level: seed-to-seed variation can explain the gap)."""
+    ``published_ddof`` says) and both orderings, as Markdown lines (a sentence, the table, the
+    orderings). ``inside``: Welch's p ≥ 0.05 (the two means do not differ at the 5 % level:
+    seed-to-seed variation can explain the gap)."""
     scale, n_paper = protocol.get("scale", 1.0), protocol["published_seeds"]
     ddof = protocol.get("published_ddof", 0)
     digits = 1 if scale != 1.0 else 0
@@ -252,34 +258,36 @@ def published_table(table: pd.DataFrame, protocol: dict, summarize) -> None:
         return "-" if not np.isfinite(value) else f"{value:.{digits}f}"
 
     conversion = f"σ/√{n_paper - 1}" if ddof == 0 else f"s/√{n_paper}"
-    print(f"\nbeside {protocol['source']}: final {protocol.get('unit', 'return')}, mean ± "
-          f"standard error over seeds (Themis: sample std / √n; the paper's: its "
-          f"{'population' if ddof == 0 else 'sample'} std over {n_paper} seeds as "
-          f"{conversion}); Welch's t-test; inside: p ≥ 0.05, seeds can explain the gap\n")
-    print("| method | paper (mean ± std) | paper (mean ± SE) | Themis (mean ± SE) | seeds | "
-          "Themis per seed | gap / SE | Welch p | inside / outside |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    lines = [f"beside {protocol['source']}: final {protocol.get('unit', 'return')}, mean ± "
+             f"standard error over seeds (Themis: sample std / √n; the paper's: its "
+             f"{'population' if ddof == 0 else 'sample'} std over {n_paper} seeds as "
+             f"{conversion}); Welch's t-test; inside: p ≥ 0.05, seeds can explain the gap", "",
+             "| method | paper (mean ± std) | paper (mean ± SE) | Themis (mean ± SE) | seeds | "
+             "Themis per seed | gap / SE | Welch p | inside / outside |",
+             "|---|---|---|---|---|---|---|---|---|"]
     ours = {}
     for method, (mean, std) in protocol["published"].items():
         runs = table[table["method"] == method]["final"].to_numpy(dtype=float) * scale
         if not len(runs):
-            print(f"| {method} | {mean} ± {std} | - | - | 0 | - | - | - | - |")
+            lines.append(f"| {method} | {mean} ± {std} | - | - | 0 | - | - | - | - |")
             continue
         c = summarize.compare_with_published(runs, mean, std, n_paper, ddof)
         ours[method] = c.mean
         verdict = "-" if c.inside is None else "inside" if c.inside else "outside"
-        print(f"| {method} | {mean} ± {std} | {num(c.published_mean)} ± {num(c.published_se)} "
-              f"| {num(c.mean)} ± {num(c.se)} | {c.n} | {', '.join(num(v) for v in runs)} | "
-              f"{'-' if np.isnan(c.gap_se) else f'{c.gap_se:.2f}'} | "
-              f"{'-' if np.isnan(c.p) else f'{c.p:.3f}'} | {verdict} |")
+        lines.append(f"| {method} | {mean} ± {std} | {num(c.published_mean)} ± "
+                     f"{num(c.published_se)} | {num(c.mean)} ± {num(c.se)} | {c.n} | "
+                     f"{', '.join(num(v) for v in runs)} | "
+                     f"{'-' if np.isnan(c.gap_se) else f'{c.gap_se:.2f}'} | "
+                     f"{'-' if np.isnan(c.p) else f'{c.p:.3f}'} | {verdict} |")
     sac = table[table["method"] == "sac"]["final"].to_numpy(dtype=float) * scale
     if len(sac):
         se = sac.std(ddof=1) / np.sqrt(len(sac)) if len(sac) > 1 else np.nan
-        print(f"| sac (true reward) | - | - | {num(sac.mean())} ± {num(se)} | {len(sac)} | "
-              f"{', '.join(num(v) for v in sac)} | - | - | - |")
+        lines.append(f"| sac (true reward) | - | - | {num(sac.mean())} ± {num(se)} | "
+                     f"{len(sac)} | {', '.join(num(v) for v in sac)} | - | - | - |")
     paper_order = sorted(protocol["published"], key=lambda m: -protocol["published"][m][0])
-    print(f"\nordering, paper: {' > '.join(paper_order)}; Themis: "
-          f"{' > '.join(sorted(ours, key=lambda m: -ours[m])) or '-'}")
+    lines += ["", f"ordering, paper: {' > '.join(paper_order)}; Themis: "
+              f"{' > '.join(sorted(ours, key=lambda m: -ours[m])) or '-'}"]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

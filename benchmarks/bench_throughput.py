@@ -25,10 +25,22 @@ setting: b/a (target 2.0) and c/a (target 1.5).
 ``--repeats R`` runs the whole list of variants R times in rotation (a, b, c, a, b, c, ...) and
 gives each variant's median and range: on a machine whose speed drifts (a shared cloud host:
 ±20 % within the hour was measured) every variant then sees the same conditions.
+
+``--record [CSV]`` (default ``results/throughput.csv``) writes each measurement's row as soon as
+its process ends: the invocation's start (``session``, UTC: the rows of one rotation share it),
+the variant (kind, threads, precision, device), the rotation (``repeat``), the warm-up and
+measured steps, steps/s, the threads used, and the date, commit, machine, command and wall time
+of that process (``benchmarks/records.py``). ``python scripts/results_tables.py`` tables each
+session's medians and ratios into ``docs/benchmarks/throughput.md`` and the README.
 """
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
 import json
 import os
@@ -43,6 +55,8 @@ from tempfile import TemporaryDirectory
 DEFAULT_VARIANTS = ("sb3:1,sb3:2,sac:1:fp32,sac:auto:fp32,sac:1:bf16,sac:auto:bf16,"
                     "pebble:auto:fp32,pebble:auto:bf16")
 NEVER = 10**9
+RECORD_KEY = ["session", "kind", "threads", "precision", "device", "repeat"]
+"""A measurement's identity in ``--record``'s CSV."""
 
 
 def measure(kind: str, threads: str, precision: str, warmup: int, steps: int, device: str,
@@ -107,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=1,
                         help="rotations of the whole list of variants (median and range)")
+    parser.add_argument("--record", type=Path, nargs="?", metavar="CSV",
+                        const=Path(__file__).resolve().parents[1] / "results" / "throughput.csv",
+                        help="write each measurement's row (default results/throughput.csv)")
     args = parser.parse_args(argv)
+    session, ran = records.utc_now(), records.command(__file__, argv)
     try:
         variants = [parse_variant(v) for v in args.variants.split(",")]
     except ValueError as e:
@@ -129,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     with TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             for i, (kind, threads, precision) in enumerate(variants):
+                start = time.time()
                 proc = subprocess.run(
                     [sys.executable, __file__, "--worker", kind, threads, precision,
                      str(args.warmup), str(args.steps), args.device,
@@ -141,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 result = json.loads(proc.stdout.strip().splitlines()[-1])
                 runs[i].append(result)
+                if args.record is not None:
+                    records.merge_rows(args.record, [{
+                        "session": session, "kind": kind, "threads": threads,
+                        "precision": precision if kind != "sb3" else "fp32",
+                        "device": args.device, "repeat": rep, "warmup": args.warmup,
+                        "steps": args.steps, "steps_per_s": round(result["steps_per_s"], 2),
+                        "threads_used": int(result["threads"]),
+                        **records.provenance(time.time() - start, ran)}], RECORD_KEY)
                 print(f"{kind}:{threads}:{precision}: {result['steps_per_s']:.1f} steps/s "
                       f"({int(result['threads'])} threads)", flush=True)
     rows = []

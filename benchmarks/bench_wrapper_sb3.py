@@ -27,21 +27,35 @@ result is kept in ``OUT/results.jsonl`` and not run again):
 Final true return: the mean of 10 evaluation episodes of the final policy (deterministic
 actions; Themis: its last ``eval.csv`` row, 10 episodes) on the env's own reward. The table
 gives each job's mean ± std over seeds, and the wall-clock time.
+
+``--record [CSV]`` (default ``results/wrapper.csv``) writes each job's row as soon as it
+finishes: job, seed, steps, queries, the final true return and the job's date, commit, machine,
+command and wall time (``benchmarks/records.py``); a job recorded again replaces its row.
+``python scripts/results_tables.py`` tables the record (each wrapped run beside its ceiling,
+``sac-true``, on the same seeds) into ``docs/results/wrapper.md`` and the README.
 """
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORD_KEY = ["job", "seed", "steps", "queries"]
+"""A recorded job's identity in ``--record``'s CSV."""
 JOBS = ("sac", "sac-relabel", "sac-true", "pebble", "ppo", "ppo-true")
 TITLES = {
     "sac": "SB3 SAC through PreferenceLearningWrapper (HalfCheetah-v5, oracle)",
@@ -157,7 +171,19 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def record_row(result: dict, args: argparse.Namespace, ran: str) -> dict:
+    """The ``--record`` row of one finished job (its ``results.jsonl`` line ``result``): job,
+    seed, the steps and queries of its kind (SAC's or PPO's), final true return, provenance."""
+    ppo = result["job"].startswith("ppo")
+    return {"job": result["job"], "seed": int(result["seed"]),
+            "steps": args.ppo_steps if ppo else args.sac_steps,
+            "queries": 0 if result["job"].endswith("-true")
+            else args.ppo_queries if ppo else args.queries,
+            "final": round(float(result["return"]), 1),
+            **records.provenance(float(result["seconds"]), ran)}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench_wrapper", help="results and runs (resumable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -168,9 +194,13 @@ def main() -> None:
     parser.add_argument("--ppo-steps", type=int, default=500_000)
     parser.add_argument("--ppo-queries", type=int, default=1000)
     parser.add_argument("--table", action="store_true", help="print the table of results so far")
+    parser.add_argument("--record", type=Path, nargs="?", metavar="CSV",
+                        const=ROOT / "results" / "wrapper.csv",
+                        help="write each finished job's row (default results/wrapper.csv)")
     parser.add_argument("--worker", choices=JOBS, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    ran = records.command(__file__, argv)
     if args.worker:
         worker(args)
         return
@@ -188,6 +218,8 @@ def main() -> None:
                 if not any(r["job"] == k and r["seed"] == s for r in done)]
         forwarded = [f"--sac-steps={args.sac_steps}", f"--queries={args.queries}",
                      f"--ppo-steps={args.ppo_steps}", f"--ppo-queries={args.ppo_queries}"]
+
+        writing = threading.Lock()  # jobs finish in the pool's threads; one writes at a time
 
         def run(job: tuple[str, int]) -> None:
             kind, seed = job
@@ -207,8 +239,12 @@ def main() -> None:
                     print(f"{kind} seed {seed} failed:\n{log.read()[-2000:]}", flush=True)
                     return
             line = proc.stdout.strip().splitlines()[-1]
-            with done_file.open("a") as f:
-                f.write(line + "\n")
+            with writing:
+                with done_file.open("a") as f:
+                    f.write(line + "\n")
+                if args.record is not None:
+                    records.merge_rows(args.record, [record_row(json.loads(line), args, ran)],
+                                       RECORD_KEY)
             print(f"done: {line}", flush=True)
 
         print(f"{len(todo)} jobs, {args.jobs} at once; results in {done_file}", flush=True)

@@ -136,10 +136,10 @@ def main_job(csv: Path, out: Path) -> None:
     fig.savefig(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ppe_walker_walk(ROOT / "results" / "ppe_walker_walk.csv", args.out / "ppe_walker_walk.png")
     main_job(ROOT / "results" / "main_job.csv", args.out / "main_job.png")
     print(f"wrote {args.out / 'ppe_walker_walk.png'} and {args.out / 'main_job.png'}")

@@ -19,6 +19,13 @@ Printed last, per mode: the labelers flagged (and after how many gold answers), 
 of the training labels with the true returns, the reward model's held-out accuracy against the
 true returns (each round's new queries, before training on them; mean over rounds) and the final
 true return. Overrides after ``--`` go to every run.
+
+``--record [CSV]`` (default ``results/crowd.csv``) writes each mode's row as soon as its run
+ends: the mode, the run's seed, the crowd (``crowd``: the labelers and the quality settings,
+with the overrides), the printed row's numbers and the run's date, commit, machine, command and
+wall time (``benchmarks/records.py``); the same mode, seed and crowd recorded again replaces its
+row. ``python scripts/results_tables.py`` tables the record into ``docs/results/people.md`` and
+the README.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ import sys as _sys  # isort: skip
 from pathlib import Path as _Path  # isort: skip
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))  # scripts/: venv_check
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1] / "benchmarks"))  # records
 import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
+import records  # isort: skip
 import argparse
 import json
 import os
@@ -42,6 +51,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORD_KEY = ["mode", "seed", "crowd"]
+"""A recorded run's identity in ``--record``'s CSV."""
 
 
 class Bot(threading.Thread):
@@ -138,6 +149,35 @@ def crowd_run(out: Path, mode: str, kinds: list[str], args: argparse.Namespace) 
     }
 
 
+def crowd_settings(args: argparse.Namespace) -> str:
+    """The crowd a run was labelled by, as one string: labelers, mistakes and the quality
+    settings, then the overrides after ``--``."""
+    return " ".join([f"careful={args.careful}", f"random={args.random}",
+                     f"adversaries={args.adversaries}",
+                     f"careful_mistakes={args.careful_mistakes}",
+                     f"labels_per_query={args.labels_per_query}",
+                     f"gold_fraction={args.gold_fraction}",
+                     f"min_gold_answers={args.min_gold_answers}", *args.extra])
+
+
+def record_row(run: Path, row: dict, args: argparse.Namespace, wall_s: float,
+               ran: str) -> dict:
+    """The ``--record`` row of one mode's finished run: its seed (the run's ``config.yaml``),
+    the crowd (:func:`crowd_settings`), the report's numbers and the provenance."""
+    import yaml
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() \
+        else {}
+    names = {"flagged": "flagged", "gold answers when flagged": "gold_answers_when_flagged",
+             "training labels": "training_labels",
+             "agreement with true returns": "agreement", "held-out accuracy": "heldout_accuracy",
+             "final true return": "final_return"}
+    numbers = {names[k]: round(v, 4) if isinstance(v, float) else v for k, v in row.items()
+               if k in names}
+    return {"mode": row["mode"], "seed": int((cfg or {}).get("seed", 0)),
+            "crowd": crowd_settings(args), **numbers, **records.provenance(wall_s, ran)}
+
+
 def gold_answers_to_flag(store, labeler: str, min_answers: int, threshold: float = 0.7) -> int:
     """How many gold answers it took until the labeler's gold accuracy stayed flagged."""
     rows = store.db.execute(
@@ -164,8 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=["none", "filter", "model"],
                         choices=["none", "filter", "model"])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "simulated_crowd")
+    parser.add_argument("--record", type=Path, nargs="?", metavar="CSV",
+                        const=ROOT / "results" / "crowd.csv",
+                        help="write each mode's row (default results/crowd.csv)")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)
+    ran = records.command(__file__, argv)
     kinds = ["careful"] * args.careful + ["random"] * args.random + \
         ["adversary"] * args.adversaries
     if args.labels_per_query > len(kinds):
@@ -176,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for mode in args.modes:
         print(f"label_quality={mode}: training with {len(kinds)} bot labelers ...", flush=True)
+        start = time.time()
         rows.append(crowd_run(args.out, mode, kinds, args))
+        if args.record is not None:
+            records.merge_rows(args.record, [record_row(args.out / mode, rows[-1], args,
+                                                        time.time() - start, ran)], RECORD_KEY)
     table = pd.DataFrame(rows)
     print(f"\n{args.careful} careful (mistakes {args.careful_mistakes}), {args.random} random, "
           f"{args.adversaries} adversarial labelers; labels_per_query={args.labels_per_query}, "

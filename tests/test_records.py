@@ -61,3 +61,81 @@ def test_a_curve_column_reads_back_as_it_was_written():
     text = records.curve_text({20000: 599.26, 10000: 47.0})
     assert text == "10000:47.0 20000:599.3"
     assert records.parse_curve(text) == {10000: 47.0, 20000: 599.3}
+
+
+# ---- each benchmark's --record writes its finished runs' rows --------------------------------
+
+def fake_worker(monkeypatch, module, stdout_for):
+    """Replace ``module``'s worker processes by ``stdout_for(cmd)``'s printed line (git still
+    runs: the rows' commit)."""
+    real = subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        if cmd[0] == "git":
+            return real(cmd, *args, **kwargs)
+        return subprocess.CompletedProcess(cmd, 0, stdout_for(cmd) + "\n", "")
+    monkeypatch.setattr(module.subprocess, "run", run)
+
+
+def test_bench_ceiling_records_each_finished_run_and_not_one_cut_short(tmp_path, monkeypatch):
+    bench = load_file("benchmarks/bench_ceiling.py")
+    # seed 1 of SB3 stopped before its last evaluation
+    fake_worker(monkeypatch, bench, lambda cmd: '{"10000": 5.0}' if cmd[3] == "sb3_cpu"
+                and cmd[6] == "1" else '{"10000": 5.0, "20000": 7.5}')
+    record = tmp_path / "ceiling.csv"
+    argv = ["--steps", "20000", "--seeds", "0", "1", "--jobs", "1", "--out",
+            str(tmp_path / "runs"), "--record", str(record)]
+    assert bench.main(argv) == 0
+    rows = pd.read_csv(record)
+    assert sorted(zip(rows["kind"], rows["seed"], strict=True)) == [
+        ("sb3_cpu", 0), ("themis", 0), ("themis", 1)]
+    assert rows["final"].tolist() == [7.5] * 3 and rows["curve"].iloc[0] == "10000:5 20000:8"
+    assert rows["command"].iloc[0] == "python benchmarks/bench_ceiling.py " + " ".join(argv)
+    assert rows["library"].str.startswith(("stable-baselines3 ", "-")).all()
+    assert set(records.PROVENANCE) <= set(rows.columns)
+
+
+def test_bench_throughput_records_every_measurement_of_a_session(tmp_path, monkeypatch):
+    bench = load_file("benchmarks/bench_throughput.py")
+    fake_worker(monkeypatch, bench, lambda cmd: '{"steps_per_s": 123.456, "threads": 1}')
+    record = tmp_path / "throughput.csv"
+    assert bench.main(["--variants", "sb3:1,sac:auto:bf16", "--steps", "10", "--warmup", "1",
+                       "--repeats", "2", "--record", str(record)]) == 0
+    rows = pd.read_csv(record, dtype={"threads": str})
+    assert len(rows) == 4 and rows["session"].nunique() == 1
+    assert sorted(zip(rows["kind"], rows["repeat"], strict=True)) == [
+        ("sac", 0), ("sac", 1), ("sb3", 0), ("sb3", 1)]
+    assert rows["steps_per_s"].tolist() == [123.46] * 4
+    assert set(records.PROVENANCE) <= set(rows.columns)
+
+
+def test_bench_wrapper_sb3_records_each_job_beside_its_ceiling(tmp_path, monkeypatch):
+    import json
+
+    bench = load_file("benchmarks/bench_wrapper_sb3.py")
+    fake_worker(monkeypatch, bench, lambda cmd: json.dumps({
+        "job": cmd[cmd.index("--worker") + 1], "seed": int(cmd[cmd.index("--seed") + 1]),
+        "return": 1000.04, "seconds": 60.0}))
+    record = tmp_path / "wrapper.csv"
+    bench.main(["--out", str(tmp_path / "out"), "--only", "sac,sac-true", "--seeds", "0", "1",
+                "--jobs", "1", "--record", str(record)])
+    rows = pd.read_csv(record)
+    assert sorted(zip(rows["job"], rows["seed"], rows["queries"], strict=True)) == [
+        ("sac", 0, 500), ("sac", 1, 500), ("sac-true", 0, 0), ("sac-true", 1, 0)]
+    assert (rows["final"] == 1000.0).all() and (rows["wall_s"] == 60.0).all()
+
+
+def test_simulate_crowd_records_a_mode_with_its_run_s_seed_and_crowd(tmp_path):
+    crowd = load_file("scripts/simulate_crowd.py")
+    args = crowd.main.__globals__["argparse"].Namespace(
+        careful=6, random=2, adversaries=1, careful_mistakes=0.1, labels_per_query=3,
+        gold_fraction=0.1, min_gold_answers=5, extra=["seed=3"])
+    (tmp_path / "config.yaml").write_text("seed: 3\n")
+    row = crowd.record_row(tmp_path, {
+        "mode": "filter", "flagged": "labeler9 (adversary)",
+        "gold answers when flagged": "labeler9: 5", "training labels": 415,
+        "agreement with true returns": 0.83412, "held-out accuracy": 0.8,
+        "final true return": -99.0}, args, 540.0, "python scripts/simulate_crowd.py --record")
+    assert row["seed"] == 3 and row["agreement"] == 0.8341 and row["training_labels"] == 415
+    assert row["crowd"].startswith("careful=6 random=2 adversaries=1") and "seed=3" in row["crowd"]
+    assert row["wall_s"] == 540.0

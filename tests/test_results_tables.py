@@ -1,0 +1,109 @@
+"""``scripts/results_tables.py``: the front pages' numbers are what the records in ``results/``
+give, and the generator computes them right (issue 84 item 2)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, load_file
+
+tables = load_file("scripts/results_tables.py")
+
+PROVENANCE = {"date": "2026-12-07T10:00:00Z", "commit": "abc1234", "machine": "a CPU, 2 cores",
+              "command": "python benchmarks/bench_ceiling.py --record", "wall_s": 600.0}
+
+
+def ceiling_csv(folder, themis=(10.0, 20.0, 60.0), sb3=(5.0, 7.0, 9.0)) -> None:
+    rows = [{"kind": kind, "env": "HalfCheetah-v5", "steps": 100_000, "seed": seed,
+             "final": final, "curve": f"50000:1 100000:{final}", "library": "-", **PROVENANCE}
+            for kind, finals in (("themis", themis), ("sb3_cpu", sb3))
+            for seed, final in enumerate(finals)]
+    pd.DataFrame(rows).to_csv(folder / "ceiling.csv", index=False)
+
+
+def test_the_front_pages_equal_what_the_records_give(capsys):
+    assert tables.main(["--check"]) == 0, capsys.readouterr().err
+    readme = (ROOT / "README.md").read_text()
+    for name in ("main_job", "ppe_walker_walk_summary", "drlhp_dot"):
+        assert f"<!-- results: {name} -->" in readme  # the recorded rows are generated
+
+
+def test_mean_and_standard_error_over_seeds_are_computed_right(tmp_path):
+    ceiling_csv(tmp_path)
+    # themis 10, 20, 60: mean 30, sample std √700 = 26.46, SE 26.46 / √3 = 15.28;
+    # SB3 5, 7, 9: mean 7, std 2, SE 2 / √3 = 1.15
+    assert tables.standard_error([10.0, 20.0, 60.0]) == pytest.approx(math.sqrt(700 / 3))
+    assert math.isnan(tables.standard_error([4.0]))
+    cell = tables.BLOCKS["ceiling"](tmp_path)
+    assert cell == "Themis 30 ± 15 against SB3 7 ± 1 at 100k steps (seeds 0–2, mean ± SE)"
+    page = tables.BLOCKS["ceiling_table"](tmp_path)
+    assert "| Themis plain SAC | 0–2 | 30 ± 15 | 10 min |" in page
+    assert "abc1234" in page and "a CPU, 2 cores" in page and "2026-12-07" in page
+
+
+def test_a_changed_number_is_caught_and_rewritten(tmp_path):
+    ceiling_csv(tmp_path)
+    text = "| x | <!-- results: ceiling -->old text<!-- /results --> |\n"
+    new, changed, pending = tables.render(text, tmp_path, "page.md")
+    assert changed == ["page.md: ceiling"] and not pending
+    assert tables.render(new, tmp_path, "page.md")[1] == []  # written: nothing differs
+    ceiling_csv(tmp_path, themis=(10.0, 20.0, 63.0))  # one run recorded again, another final
+    again, changed, _ = tables.render(new, tmp_path, "page.md")
+    assert changed == ["page.md: ceiling"] and "Themis 31 ± 16" in again
+
+
+def test_a_seed_recorded_twice_is_refused(tmp_path):
+    ceiling_csv(tmp_path, themis=(10.0, 20.0, 60.0))
+    table = pd.read_csv(tmp_path / "ceiling.csv")
+    pd.concat([table, table.iloc[[0]]]).to_csv(tmp_path / "ceiling.csv", index=False)
+    with pytest.raises(ValueError, match=r"recorded twice: \[\('themis', 'HalfCheetah-v5', "
+                                         r"'100000', '0'\)\]"):
+        tables.render("<!-- results: ceiling -->x<!-- /results -->", tmp_path)
+
+
+def test_a_block_without_a_record_must_say_so(tmp_path):
+    honest = "<!-- results: crowd -->97 % (not yet re-recorded)<!-- /results -->"
+    assert tables.render(honest, tmp_path, "p.md") == (honest, [], ["p.md: crowd"])
+    with pytest.raises(ValueError, match="does not say 'not yet re-recorded'"):
+        tables.render("<!-- results: crowd -->97 %<!-- /results -->", tmp_path, "p.md")
+    with pytest.raises(ValueError, match="unknown results block 'nope'"):
+        tables.render("<!-- results: nope --><!-- /results -->", tmp_path, "p.md")
+
+
+def test_speed_ratios_span_every_recorded_session(tmp_path):
+    rows = []
+    for session, (sb3, sac, pebble) in {"2026-12-07T10:00:00Z": (100.0, 200.0, 150.0),
+                                        "2026-12-08T10:00:00Z": (100.0, 144.0, 110.0)}.items():
+        for repeat in range(3):
+            for kind, threads, rate in (("sb3", "2", sb3), ("sac", "auto", sac + repeat),
+                                        ("pebble", "auto", pebble)):
+                rows.append({"session": session, "kind": kind, "threads": threads,
+                             "precision": "auto", "device": "cpu", "repeat": repeat,
+                             "steps_per_s": rate, **PROVENANCE})
+    pd.DataFrame(rows).to_csv(tmp_path / "throughput.csv", index=False)
+    # medians over the rotations: SAC 201 and 145, so 2.01× and 1.45× SB3's 100
+    assert tables.BLOCKS["throughput"](tmp_path) == (
+        "SAC 1.45–2.01×, the whole PEBBLE loop 1.10–1.50× (2 sessions on 1 machine)")
+
+
+def test_the_wrapper_cell_sets_the_wrapped_sac_beside_its_ceiling_on_the_same_seeds(tmp_path):
+    rows = [{"job": job, "seed": seed, "steps": 100_000, "queries": q, "final": final,
+             **PROVENANCE}
+            for job, q, finals in (("sac", 500, (700.0, 900.0, 1100.0, 5000.0)),
+                                   ("sac-true", 0, (1000.0, 1200.0, 1400.0)))
+            for seed, final in enumerate(finals)]
+    pd.DataFrame(rows).to_csv(tmp_path / "wrapper.csv", index=False)
+    assert tables.BLOCKS["wrapper"](tmp_path) == (  # seed 3 has no ceiling: left out
+        "SB3 SAC through the wrapper 900 ± 115 against 1200 ± 115 on the true reward "
+        "(75 % of its ceiling; seeds 0–2, mean ± SE)")
+
+
+def test_stouffer_combines_the_one_sided_welch_tests():
+    # docs/results/ppe-walker-walk.md, 2026-12-04, by hand: (−1.29 − 2.20 − 0.88 − 0.93)/√4
+    z, p = tables.stouffer([(-1, 0.196), (-1, 0.028), (-1, 0.378), (-1, 0.351),
+                            (-1, float("nan"))])
+    assert z == pytest.approx(-2.65, abs=0.01) and p == pytest.approx(0.004, abs=0.001)
+    assert tables.stouffer([(1, 0.2)])[0] == pytest.approx(1.28, abs=0.01)  # above: positive
