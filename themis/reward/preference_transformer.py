@@ -272,15 +272,19 @@ class PreferenceTransformerTrainer:
 
     @torch.no_grad()
     def accuracy(self, observations: np.ndarray, actions: np.ndarray,
-                 labels: np.ndarray) -> float:
+                 labels: np.ndarray, chunk: int = 128) -> float:
         """Agreement with strict labels on pairs ``observations (n, 2, H, obs_dim)``,
-        ``actions (n, 2, H, action_dim)``, ``labels (n,)`` (NaN without a strict label)."""
+        ``actions (n, 2, H, action_dim)``, ``labels (n,)`` (NaN without a strict label),
+        ``chunk`` pairs per forward pass."""
         self.model.eval()
         device = self.model.device
-        obs = torch.as_tensor(observations, device=device)
-        act = torch.as_tensor(actions, device=device)
-        s1 = self.model.segment_scores(obs[:, 0], act[:, 0]).cpu().numpy()
-        s2 = self.model.segment_scores(obs[:, 1], act[:, 1]).cpu().numpy()
+        scores = []
+        for lo in range(0, len(labels), chunk):
+            obs = torch.as_tensor(observations[lo:lo + chunk], device=device)
+            act = torch.as_tensor(actions[lo:lo + chunk], device=device)
+            scores.append(torch.stack([self.model.segment_scores(obs[:, i], act[:, i])
+                                       for i in (0, 1)], 1).float().cpu().numpy())
+        s1, s2 = np.concatenate(scores).T if scores else (np.zeros(0), np.zeros(0))
         strict = labels != 0.5
         if not strict.any():
             return float("nan")
