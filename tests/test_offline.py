@@ -23,6 +23,7 @@ from themis.offline.datasets import (
 from themis.offline.labels import load_label_file
 from themis.offline.main import main, train_offline
 from themis.reward.preference_transformer import PreferenceTransformer, preference_transformer_loss
+from themis.utils import ConfigError
 
 
 def episodes(lengths=(30, 12, 25), obs_dim=3, act_dim=1, seed=0, terminal_last=False):
@@ -446,7 +447,6 @@ def test_the_launcher_hands_mode_offline_and_offline_resumes_to_the_offline_entr
 def test_a_received_run_folder_is_resumed_only_with_its_dataset_given_again(
         tmp_path, pendulum_rollouts):
     from themis.run.received_config import MARK_FILE
-    from themis.utils import ConfigError
 
     run = tmp_path / "run"
     train_offline(run, dataset=str(pendulum_rollouts), reward="true", num_train_steps=10,
@@ -494,3 +494,49 @@ def test_a_sweep_checks_every_job_first_then_runs_each(tmp_path, capsys, pendulu
     seeds = [pd.read_csv(tmp_path / "sweep" / str(n) / "eval.csv") for n in (0, 1)]
     assert [len(s) for s in seeds] == [1, 1]
     assert "seed: 1" in (tmp_path / "sweep" / "1" / "config.yaml").read_text()
+
+
+def test_a_mujoco_state_is_put_back_from_its_observation():
+    from themis.environments.domains import make_env
+    from themis.offline.render import left_out_positions, states
+
+    env = make_env("Control", "HalfCheetah-v5", seed=0)
+    obs = [env.reset(seed=0)[0]]
+    for _ in range(4):
+        obs.append(env.step(env.action_space.sample())[0])
+    qpos, qvel = states(env, np.array(obs))
+    assert left_out_positions(env) == 1 and qpos[0, 0] == 0 and qpos[1, 0] > -1
+    for position, velocity, seen in zip(qpos, qvel, obs, strict=True):
+        env.unwrapped.set_state(position, velocity)  # the observation it describes, exactly
+        np.testing.assert_allclose(env.unwrapped._get_obs(), seen, atol=1e-9)
+    with pytest.raises(ConfigError, match="MuJoCo locomotion envs"):
+        left_out_positions(make_env("Classic", "Pendulum-v1"))
+
+
+@pytest.mark.slow
+def test_people_label_a_datasets_segments_through_the_label_store(tmp_path):
+    """scripts/offline_queries.py posts rendered pairs to a label store; the answers (as the web
+    page stores them) become a preference dataset that labels= reads."""
+    from tests.conftest import load_file
+    from themis.crowd.label_store import LabelStore
+    from themis.environments.domains import make_env
+    from themis.interpret.rollouts import collect_rollouts, random_policy, save_rollouts
+
+    env = make_env("Control", "HalfCheetah-v5", seed=0)
+    save_rollouts(collect_rollouts(env, random_policy(env, 0), 2, seed=0, max_steps=12),
+                  tmp_path / "cheetah")
+    queries = load_file("scripts/offline_queries.py")
+    out = tmp_path / "people"
+    assert queries.main([str(tmp_path / "cheetah"), str(out), "--queries", "2", "--segment",
+                         "4", "--size", "32", "--domain", "Control"]) == 0
+    assert len(list((out / "web" / "clips").glob("offline0000_*.mp4"))) == 2
+    store = LabelStore(out / "labels.sqlite", out / "web")
+    for query, label in ((1, 1.0), (2, 0.0)):  # what the server does with an accepted answer
+        store.answer(query, "alice", label)
+    load_file("scripts/store_to_prefs.py").store_to_prefs(out, out / "preferences")
+    pairs, labels = load_label_file(out / "preferences", load_offline_dataset(
+        tmp_path / "cheetah"), segment=4)
+    assert labels.tolist() == [1.0, 0.0] and pairs.observations.shape == (2, 2, 4, 17)
+    assert queries.main([str(tmp_path / "cheetah"), str(out), "--queries", "1", "--segment",
+                         "4", "--size", "32", "--domain", "Control"]) == 0  # a second round
+    assert len(list((out / "web" / "clips").glob("offline0001_*.mp4"))) == 1
