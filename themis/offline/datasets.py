@@ -117,6 +117,8 @@ class OfflineDataset:
         """``n`` pairs of ``segment``-step segments drawn uniformly among those inside one
         episode each (episodes ``>= min_episode``): the replay buffer's method of the same name,
         so that :class:`themis.feedback.selector.QuerySelector` cuts queries from the dataset.
+        ``usable`` (which replay-buffer slots still have frames) is not read: every step of a
+        dataset can be drawn.
 
         Returns:
             :class:`SegmentPairs` (observations ``(n, 2, segment, obs_dim)``, actions, true
