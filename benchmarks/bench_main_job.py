@@ -36,6 +36,11 @@ recorded group (commit and command) with its mean ± standard error.
 
 from __future__ import annotations
 
+import sys as _sys  # isort: skip
+from pathlib import Path as _Path  # isort: skip
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # benchmarks/: records
+import records  # isort: skip
 import argparse
 import datetime
 import hashlib
@@ -116,30 +121,18 @@ def checkout_at(commit: str | None) -> Path:
 
 
 def commit_of(checkout: Path) -> str:
-    """The short commit of ``checkout``, with ``+changes`` when tracked files under
-    ``themis/``, ``config/`` or ``scripts/`` differ from it (what ran is then not that commit)."""
-    try:
-        sha = git("rev-parse", "--short=7", "HEAD", cwd=checkout)
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "themis", "config",
-                    "scripts", cwd=checkout)
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        return "unknown"
-    return sha + ("+changes" if dirty else "")
+    """The short commit of ``checkout``, with ``-dirty`` when tracked files under ``themis/``,
+    ``config/`` or ``scripts/`` differ from it (what ran is then not that commit;
+    :func:`records.commit`)."""
+    return records.commit(checkout, ("themis", "config", "scripts"))
 
 
 def machine(jobs: int, threads: int | None) -> str:
-    """The CPU model and core count, and how the runs shared them, for a record's provenance."""
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The CPU model and core count (:func:`records.machine`), and how the runs shared them,
+    for a record's provenance."""
     share = f"{threads} thread{'s' if threads != 1 else ''} per run" if threads \
         else "the launcher's threads"
-    return f"{model}, {os.cpu_count()} cores, {share}, {jobs} run{'s' if jobs > 1 else ''} at once"
+    return f"{records.machine()}, {share}, {jobs} run{'s' if jobs > 1 else ''} at once"
 
 
 def run_seed(tree: Path, out: Path, seed: int, extra: list[str],

@@ -12,6 +12,11 @@ and without it, in one run.
     trains in the background meanwhile (its own core: run this on an otherwise idle machine).
 (b) Stable-Baselines3 SAC (2×256, one update per step) ``--sac-steps`` steps on the bare env
     and through the wrapper: steps/s of each.
+
+``--record [CSV]`` (default ``results/wrapper_cost.csv``) writes the measurement's row: env,
+steps, repeats, the bare and wrapped µs/step and their difference, SB3 SAC's steps/s on each,
+and the date, commit, machine, command and wall time (``benchmarks/records.py``).
+``python scripts/results_tables.py`` quotes it on the README and ``docs/results/wrapper.md``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: records
+
+import records
 
 from themis import PreferenceLearningWrapper
 
@@ -63,13 +71,29 @@ def sac_rate(env: gym.Env, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def main() -> None:
+def record_row(env: str, steps: int, repeats: int, us: dict[str, float],
+               rates: dict[str, float], wall_s: float, ran: str) -> dict:
+    """The ``--record`` row of one measurement: µs/step bare and wrapped (medians), the
+    wrapper's cost (their difference), SB3 SAC's steps/s on each (NaN when skipped)."""
+    return {"env": env, "steps": steps, "repeats": repeats,
+            "bare_us": round(us["bare"], 1), "wrapped_us": round(us["wrapped"], 1),
+            "wrapper_us": round(us["wrapped"] - us["bare"], 1),
+            "sac_bare_steps_per_s": round(rates.get("bare", float("nan")), 1),
+            "sac_wrapped_steps_per_s": round(rates.get("wrapped", float("nan")), 1),
+            **records.provenance(wall_s, ran)}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--steps", type=int, default=20_000, help="steps per timed loop")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sac-steps", type=int, default=2000, help="0: skip (b)")
-    args = parser.parse_args()
+    parser.add_argument("--record", type=Path, nargs="?", metavar="CSV",
+                        const=Path(__file__).resolve().parents[1] / "results" / "wrapper_cost.csv",
+                        help="write the measurement's row (default results/wrapper_cost.csv)")
+    args = parser.parse_args(argv)
+    start, ran = time.time(), records.command(__file__, argv)
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,12 +121,17 @@ def main() -> None:
         print(f"(a) bare env {us['bare']:.1f} µs/step, wrapped {us['wrapped']:.1f} µs/step "
               f"(model version {version} in use): the wrapper costs "
               f"{us['wrapped'] - us['bare']:.1f} µs/step on the agent's side")
+        rates = {}
         if args.sac_steps:
-            wrapped_rate = sac_rate(wrapped, args.sac_steps)
-            bare_rate = sac_rate(gym.make(args.env), args.sac_steps)
-            print(f"(b) SB3 SAC: {bare_rate:.0f} steps/s on the bare env, {wrapped_rate:.0f} "
-                  f"steps/s through the wrapper ({wrapped_rate / bare_rate:.2f}x)")
+            rates["wrapped"] = sac_rate(wrapped, args.sac_steps)
+            rates["bare"] = sac_rate(gym.make(args.env), args.sac_steps)
+            print(f"(b) SB3 SAC: {rates['bare']:.0f} steps/s on the bare env, "
+                  f"{rates['wrapped']:.0f} steps/s through the wrapper "
+                  f"({rates['wrapped'] / rates['bare']:.2f}x)")
         wrapped.close()
+    if args.record is not None:
+        records.merge_rows(args.record, [record_row(args.env, args.steps, args.repeats, us, rates,
+                                                    time.time() - start, ran)], ["date", "env"])
 
 
 if __name__ == "__main__":

@@ -42,16 +42,16 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def commit(checkout: Path = ROOT) -> str:
+def commit(checkout: Path = ROOT, paths: tuple[str, ...] = ()) -> str:
     """The short commit of ``checkout`` (``git rev-parse --short HEAD``), with ``-dirty`` when
-    tracked files differ from it (``git status --porcelain --untracked-files=no``); ``unknown``
-    outside a git checkout."""
+    tracked files differ from it (``git status --porcelain --untracked-files=no``; only those
+    under ``paths`` when given); ``unknown`` outside a git checkout."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, check=True,
                              capture_output=True, text=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                 cwd=checkout, check=True, capture_output=True,
-                                 text=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                  "--", *paths], cwd=checkout, check=True,
+                                 capture_output=True, text=True).stdout.strip()
     except (subprocess.CalledProcessError, FileNotFoundError):
         return "unknown"
     return sha + ("-dirty" if changed else "")

@@ -12,8 +12,9 @@ line (a README cell; GitHub and MkDocs show neither comment)::
     | ... the table this script writes from results/ceiling.csv ... |
     <!-- /results -->
 
-``NAME`` picks the generator (:data:`BLOCKS`) and so the CSV; the same name may appear on
-several pages (the README's cell and the results index say the same). A block whose CSV does not
+``NAME`` (lowercase letters, digits, underscores) picks the generator (:data:`BLOCKS`) and so
+the CSV; the same name may appear on several pages (the README's cell and the results index
+say the same). A block whose CSV does not
 exist yet is left as it stands and reported as pending; its text must then say "not yet
 re-recorded" (the check fails otherwise), so a number typed by hand is never presented as a
 record's. Every number in a block comes from its CSV: mean ± standard error over seeds (sample
@@ -45,7 +46,7 @@ import pandas as pd
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"<!-- results: (?P<name>[\w-]+) -->(?P<body>.*?)<!-- /results -->", re.S)
+BLOCK = re.compile(r"<!-- results: (?P<name>[a-z0-9_]+) -->(?P<body>.*?)<!-- /results -->", re.S)
 PAGES = ("README.md", "docs/results/*.md", "docs/benchmarks/*.md")
 """The pages whose blocks are generated (``docs/index.md`` is the README's copy)."""
 PENDING = "not yet re-recorded"
@@ -460,6 +461,24 @@ def wrapper(results: Path) -> str:
             f"mean ± SE)")
 
 
+def wrapper_cost(results: Path) -> str:
+    """The README's wrapper-cost cell: µs a step through the wrapper (``bench_wrapper.py``), the
+    range over the recorded measurements on HalfCheetah-v5, and SB3 SAC's speed through it."""
+    table = read(results, "wrapper_cost.csv")
+    table = table[table["env"] == "HalfCheetah-v5"]
+    if table.empty:
+        raise NoRecord("wrapper_cost.csv: no HalfCheetah-v5 measurement")
+    cost, ratio = table["wrapper_us"], table["sac_wrapped_steps_per_s"] / table[
+        "sac_bare_steps_per_s"]
+
+    def span(values: pd.Series, fmt: str) -> str:
+        return f"{values.min():{fmt}}" if values.min() == values.max() else \
+            f"{values.min():{fmt}}–{values.max():{fmt}}"
+
+    return (f"{span(cost, '.0f')} µs a step, SB3 SAC at {span(ratio.dropna(), '.2f')}× its "
+            f"steps/s on the bare env ({len(table)} measurement{'s' if len(table) > 1 else ''})")
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "main_job": main_job, "main_job_table": main_job_table,
     "ppe_walker_walk": lambda r: ppe_table(r, "ppe", "ppe_walker_walk.csv"),
@@ -469,7 +488,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "ceiling": ceiling, "ceiling_table": ceiling_table,
     "throughput": throughput, "throughput_table": throughput_table,
     "crowd": crowd, "crowd_table": crowd_table,
-    "wrapper": wrapper, "wrapper_table": wrapper_table,
+    "wrapper": wrapper, "wrapper_table": wrapper_table, "wrapper_cost": wrapper_cost,
 }
 """Block name → its generator: the block's text from the records under ``results/``."""
 

@@ -107,3 +107,13 @@ def test_stouffer_combines_the_one_sided_welch_tests():
                             (-1, float("nan"))])
     assert z == pytest.approx(-2.65, abs=0.01) and p == pytest.approx(0.004, abs=0.001)
     assert tables.stouffer([(1, 0.2)])[0] == pytest.approx(1.28, abs=0.01)  # above: positive
+
+
+def test_the_wrapper_cost_cell_gives_the_range_of_the_measurements(tmp_path):
+    rows = [{"env": "HalfCheetah-v5", "wrapper_us": us, "sac_bare_steps_per_s": 100.0,
+             "sac_wrapped_steps_per_s": rate, **PROVENANCE, "date": date}
+            for us, rate, date in ((59.0, 95.0, "2026-12-07T10:00:00Z"),
+                                   (130.4, 86.0, "2026-12-08T10:00:00Z"))]
+    pd.DataFrame(rows).to_csv(tmp_path / "wrapper_cost.csv", index=False)
+    assert tables.BLOCKS["wrapper_cost"](tmp_path) == (
+        "59–130 µs a step, SB3 SAC at 0.86–0.95× its steps/s on the bare env (2 measurements)")
