@@ -90,12 +90,12 @@ def standard_error(values: np.ndarray | pd.Series) -> float:
     return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
 
 
-def mean_se(values: np.ndarray | pd.Series, digits: int = 0) -> str:
-    """``mean ± SE`` (:func:`standard_error`); ``value (1 seed)`` for one seed."""
+def mean_se(values: np.ndarray | pd.Series, digits: int = 0, unit: str = "") -> str:
+    """``mean ± SE unit`` (:func:`standard_error`); ``value unit (1 seed)`` for one seed."""
     values = np.asarray(values, dtype=float)
     if len(values) == 1:
-        return f"{values[0]:.{digits}f} (1 seed)"
-    return f"{values.mean():.{digits}f} ± {standard_error(values):.{digits}f}"
+        return f"{values[0]:.{digits}f}{unit} (1 seed)"
+    return f"{values.mean():.{digits}f} ± {standard_error(values):.{digits}f}{unit}"
 
 
 def once(table: pd.DataFrame, key: list[str], what: str) -> pd.DataFrame:
@@ -228,7 +228,10 @@ def ppe_table(results: Path, protocol: str, csv: str) -> str:
     """A PPE page's table: ``bench_methods.published_lines``, the combined z, provenance."""
     rows, spec, bench, summarize = ppe_rows(results, protocol)
     z, p = combined(rows, spec, summarize)
-    return "\n".join([*bench.published_lines(rows, spec, summarize), "",
+    lines = bench.published_lines(rows, spec, summarize)
+    lines[0] = lines[0][0].upper() + lines[0][1:]  # "beside ..." opens a sentence here
+    lines[-1] = lines[-1][0].upper() + lines[-1][1:]  # "ordering, ..."
+    return "\n".join([*lines, "",
                       f"All methods together (Stouffer's combined z of the one-sided Welch "
                       f"tests): z {z:.2f}, one-sided p {p:.3f}.", "", provenance(rows, csv)])
 
@@ -236,29 +239,37 @@ def ppe_table(results: Path, protocol: str, csv: str) -> str:
 METHOD_NAMES = {"pebble": "PEBBLE", "surf": "SURF", "rune": "RUNE", "qpa": "QPA"}
 
 
-def ppe_walker_walk_summary(results: Path) -> str:
-    """The README's PPE cell: each method's mean ± SE, seeds, Welch p and verdict, the
-    combined z, and plain SAC."""
-    rows, spec, _, summarize = ppe_rows(results, "ppe")
+def ppe_summary(results: Path, protocol: str) -> str:
+    """A PPE front-page cell: each method's mean ± SE, seeds, Welch p and verdict against the
+    paper's mean ± SE, the ordering, the combined z, and plain SAC."""
+    rows, spec, _, summarize = ppe_rows(results, protocol)
+    scale, unit = spec.get("scale", 1.0), " %" if spec.get("scale", 1.0) != 1.0 else ""
+    digits = 1 if scale != 1.0 else 0
     parts, means = [], {}
     for method, (mean, std) in spec["published"].items():
-        runs = rows[rows["method"] == method]["final"].to_numpy(float)
+        runs = rows[rows["method"] == method]["final"].to_numpy(float) * scale
+        if not len(runs):
+            continue
         c = summarize.compare_with_published(runs, mean, std, spec["published_seeds"],
                                              spec.get("published_ddof", 0))
-        verdict = "inside" if c.inside else "outside"
         means[method] = c.mean
-        parts.append(f"{METHOD_NAMES[method]} {mean_se(runs)} ({c.n} seeds; Welch p "
-                     f"{c.p:.3f}, {verdict})")
+        test = "no test" if c.inside is None else \
+            f"Welch p {c.p:.3f}, {'inside' if c.inside else 'outside'}"
+        value = mean_se(runs, digits, unit) if c.n > 1 else f"{runs[0]:.{digits}f}{unit}"
+        parts.append(f"{METHOD_NAMES[method]} {value} ({c.n} seed{'s' if c.n > 1 else ''}; "
+                     f"{test})")
     z, p = combined(rows, spec, summarize)
-    sac = rows[rows["method"] == "sac"]["final"].to_numpy(float)
+    sac = rows[rows["method"] == "sac"]["final"].to_numpy(float) * scale
     ours = sorted(means, key=lambda m: -means[m])
-    paper = sorted(spec["published"], key=lambda m: -spec["published"][m][0])
+    paper = [m for m in sorted(spec["published"], key=lambda m: -spec["published"][m][0])
+             if m in means]
     order = "the paper's order" if ours == paper else \
-        f"order {' > '.join(METHOD_NAMES[m] for m in ours)}"
+        f"order {' > '.join(METHOD_NAMES[m] for m in ours)} (the paper's " \
+        f"{' > '.join(METHOD_NAMES[m] for m in paper)})"
     return ("; ".join(parts) + f" (mean ± SE), against the paper's "
             f"{', '.join(str(spec['published'][m][0]) for m in spec['published'])}; {order}; "
-            f"all four together: combined z {z:.2f} (one-sided p {p:.3f}); SAC on the true "
-            f"reward {mean_se(sac)}")
+            f"all together: combined z {z:.2f} (one-sided p {p:.3f}); SAC on the true "
+            f"reward {mean_se(sac, digits, unit)}")
 
 
 DOT_LABELS = {"random": "random policy", "ppo_true": "PPO on the true reward (`ppo_true`)",
@@ -482,8 +493,9 @@ def wrapper_cost(results: Path) -> str:
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "main_job": main_job, "main_job_table": main_job_table,
     "ppe_walker_walk": lambda r: ppe_table(r, "ppe", "ppe_walker_walk.csv"),
-    "ppe_walker_walk_summary": ppe_walker_walk_summary,
+    "ppe_walker_walk_summary": lambda r: ppe_summary(r, "ppe"),
     "ppe_window_open": lambda r: ppe_table(r, "ppe_window_open", "ppe_window_open.csv"),
+    "ppe_window_open_summary": lambda r: ppe_summary(r, "ppe_window_open"),
     "drlhp_dot": drlhp_dot, "drlhp_dot_table": drlhp_dot_table,
     "ceiling": ceiling, "ceiling_table": ceiling_table,
     "throughput": throughput, "throughput_table": throughput_table,
