@@ -332,7 +332,9 @@ def dot_table(out: Path, variants: list[str], seeds: list[int], steps: int,
                 val = pd.read_csv(rounds) if rounds.is_file() else pd.DataFrame()
                 row["val_accuracy"] = float(val["val_accuracy"].iloc[-1]) \
                     if "val_accuracy" in val and len(val) else np.nan
-                rows.append({**row, "seed": seed})
+                prov = run / "provenance.json"
+                rows.append({**row, "seed": seed, "provenance":
+                             json.loads(prov.read_text()) if prov.is_file() else None})
         if not rows:
             print(f"| {variant} | 0 | - | - | - | - | - |")
             continue
@@ -357,19 +359,25 @@ def mean_std(values: pd.Series, fmt: str = ".1f") -> str:
 def record_dot(path: Path, variant: str, runs: pd.DataFrame, steps: int) -> None:
     """Keep one row per (variant, seed) of the MovingDot table in the CSV ``path``: final
     distance (px), true return, last validation accuracy, wall-clock and CPU seconds, the
-    date, commit, machine and command; a row of the same (variant, seed, steps) is replaced."""
+    date, commit, machine and command; a row of the same (variant, seed, steps) is replaced.
+    The provenance is the run's own (its ``provenance.json``, in a ``provenance`` column of
+    ``runs``: the date it started, each commit it ran under, its machine and command); a row
+    without one (the random policy, evaluated here) gets this invocation's."""
     import datetime
 
-    commit = _commit()
+    here = {"date": datetime.date.today().isoformat(), "commits": [_commit()],
+            "machine": records.machine(),
+            "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
+    own = [p if isinstance(p, dict) else here for p in runs.get(
+        "provenance", pd.Series([None] * len(runs), index=runs.index))]
     rows = pd.DataFrame({
         "variant": variant, "seed": runs["seed"], "steps": steps,
         "final_distance": runs["final_distance"].round(2),
         "true_return": runs["true_return"].round(2),
         "val_accuracy": runs["val_accuracy"].round(3),
         "wall_s": runs["wall_s"].round(0), "cpu_s": runs["cpu_s"].round(0),
-        "date": datetime.date.today().isoformat(), "commit": commit,
-        "machine": records.machine(),
-        "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])})
+        "date": [p["date"] for p in own], "commit": [" ".join(p["commits"]) for p in own],
+        "machine": [p["machine"] for p in own], "command": [p["command"] for p in own]})
     records.merge_rows(path, rows.to_dict("records"), ["variant", "seed", "steps"])
 
 

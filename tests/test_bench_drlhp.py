@@ -45,6 +45,25 @@ def test_recorded_rows_add_up_across_sessions_and_a_rerun_replaces_its_row(tmp_p
     assert {"date", "commit", "machine", "command"} <= set(table.columns)
 
 
+def test_a_dot_record_has_each_run_s_own_provenance(tmp_path):
+    """A run's row names the date, commits, machine and command the run itself had (its
+    ``provenance.json``), not the tabling invocation's (issue 84, provenance)."""
+    bench = _bench()
+    path = tmp_path / "dot.csv"
+    ran = {"date": "2026-12-03", "commits": ["4d54841", "5224cd4"], "machine": "AMD EPYC, 2 cores",
+           "command": "python benchmarks/bench_drlhp.py dot --seeds 0"}
+    runs = pd.DataFrame({"seed": [0, 1], "final_distance": [3.0, 5.0], "true_return": [60.0, 50.0],
+                         "val_accuracy": [0.8, 0.7], "wall_s": [1200.0, 1300.0],
+                         "cpu_s": [1100.0, 1250.0], "provenance": [ran, None]})
+    bench.record_dot(path, "drlhp", runs, 150_000)
+    table = pd.read_csv(path)
+    first, second = table.iloc[0], table.iloc[1]
+    assert (first["date"], first["commit"], first["machine"], first["command"]) == (
+        "2026-12-03", "4d54841 5224cd4", "AMD EPYC, 2 cores", ran["command"])
+    assert second["date"] != "2026-12-03" and second["command"].startswith(
+        "python benchmarks/bench_drlhp.py")
+
+
 def test_the_paper_scale_pong_command_keeps_the_papers_decay_time(compose):
     """T₀ is 5·10⁶ frames in the paper (Sec. 2.2.4: labels "roughly proportional to
     5·10⁶/(T + 5·10⁶)"): 1.25·10⁶ agent steps at Atari's frame skip of 4 (issue 84 item 2)."""
