@@ -91,6 +91,12 @@ def test_a_minari_folder_is_read_with_actions_rescaled(tmp_path, monkeypatch):
         np.testing.assert_allclose(data.rewards[:20], raw["rewards"], rtol=1e-6)
     with pytest.raises(DatasetError, match="not on this machine"):
         load_offline_dataset("minari:test/pendulum/other-v0")
+    import h5py
+
+    with h5py.File(folder / "data" / "main_data.hdf5", "a") as f:  # an episode announcing 12 TB
+        f["episode_1"].create_dataset("huge", shape=(10**12, 3), dtype="f4", chunks=(1000, 3))
+    with pytest.raises(DatasetError, match="announces"):
+        load_offline_dataset(folder)
     (folder / "data" / "main_data.hdf5").write_bytes(b"not hdf5")
     with pytest.raises(DatasetError, match="not a readable Minari dataset"):
         load_offline_dataset(folder)

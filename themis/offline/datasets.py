@@ -317,7 +317,12 @@ def load_minari(folder: str | Path, source: str | None = None) -> OfflineDataset
         storage = MinariStorage.read(data_dir)
         metadata = storage.metadata
         action_space = metadata["action_space"]
+        if (data_dir / "main_data.hdf5").is_file():  # what its arrays announce, before reading
+            check_memory(f"the arrays {where} announces",
+                         _hdf5_announced_bytes(data_dir / "main_data.hdf5"))
         raw_episodes = list(storage.get_episodes(range(storage.total_episodes)))
+    except MemoryError as e:
+        raise DatasetError(f"dataset={where}: {e}") from None
     except Exception as e:  # h5py, JSON and Minari's own errors: unreadable data
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"dataset={where} is not a readable Minari dataset ({first})"
@@ -349,6 +354,23 @@ def load_minari(folder: str | Path, source: str | None = None) -> OfflineDataset
                          meta=meta)
 
 
+def _hdf5_announced_bytes(path: Path) -> int:
+    """The bytes every dataset of an HDF5 file would take once read (shape × item size, from
+    the file's metadata: nothing is read)."""
+    import h5py
+
+    total = 0
+
+    def count(_: str, node: Any) -> None:
+        nonlocal total
+        if isinstance(node, h5py.Dataset):
+            total += int(np.prod(node.shape, dtype=np.int64)) * node.dtype.itemsize
+
+    with h5py.File(path, "r") as f:
+        f.visititems(count)
+    return total
+
+
 def load_d4rl_hdf5(path: str | Path, env_id: str | None = None) -> OfflineDataset:
     """A D4RL dataset file (its flat HDF5 arrays ``observations``, ``actions``, ``rewards``,
     ``terminals``, ``timeouts``), in the order of D4RL's ``qlearning_dataset``: every step but
@@ -367,14 +389,12 @@ def load_d4rl_hdf5(path: str | Path, env_id: str | None = None) -> OfflineDatase
                            "pip install 'themis[offline]'") from None
     keys = ("observations", "actions", "rewards", "terminals", "timeouts")
     try:
+        check_memory(f"the arrays {path} announces", _hdf5_announced_bytes(path))
         with h5py.File(path, "r") as f:
             missing = [k for k in keys if not isinstance(f.get(k), h5py.Dataset)]
             if missing:
                 raise DatasetError(f"dataset={path} is not a D4RL dataset file (no "
                                    f"{', '.join(missing)})")
-            announced = sum(int(np.prod(f[k].shape, dtype=np.int64)) * f[k].dtype.itemsize
-                            for k in keys)
-            check_memory(f"the arrays {path} announces", announced)
             obs, acts, rews, terms, touts = (np.asarray(f[k][()]) for k in keys)
     except DatasetError:
         raise
