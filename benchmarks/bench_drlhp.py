@@ -172,21 +172,9 @@ def finished(run: Path, steps: int) -> bool:
 
 def note_provenance(run: Path) -> None:
     """``<run>/provenance.json``: the date, commit, machine and command a run started with, and
-    the commit of each later resume (a record names the run's own, not the tabling's)."""
-    import datetime
-
-    path = run / "provenance.json"
-    commit = _commit()
-    if path.is_file():
-        prov = json.loads(path.read_text())
-        if commit not in prov["commits"]:
-            prov["commits"].append(commit)
-    else:
-        prov = {"date": datetime.date.today().isoformat(), "commits": [commit],
-                "machine": records.machine(),
-                "command": "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:])}
-    run.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(prov))
+    the commit of each later resume (a record names the run's own, not the tabling's;
+    :func:`records.note_run`)."""
+    records.note_run(run, "python benchmarks/bench_drlhp.py " + " ".join(sys.argv[1:]))
 
 
 def run_one(run: Path, overrides: list[str], threads: int) -> int:
@@ -206,12 +194,7 @@ def run_one(run: Path, overrides: list[str], threads: int) -> int:
                                 env={**os.environ, "THEMIS_THREADS": str(threads)})
         _, status, usage = os.wait4(proc.pid, 0)  # this run's own CPU time
         proc.returncode = os.waitstatus_to_exitcode(status)
-    timing = run / "timing.json"
-    spent = json.loads(timing.read_text()) if timing.is_file() else {"wall_s": 0.0, "cpu_s": 0.0}
-    spent["wall_s"] += time.time() - start
-    spent["cpu_s"] += usage.ru_utime + usage.ru_stime
-    if run.is_dir():
-        timing.write_text(json.dumps(spent))
+    records.add_wall(run, time.time() - start, usage.ru_utime + usage.ru_stime)
     return proc.returncode
 
 

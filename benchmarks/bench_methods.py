@@ -70,6 +70,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -227,16 +228,23 @@ def write_record(path: Path, record: pd.DataFrame, rows: list[dict]) -> None:
 
 def run_one(run: Path, args: list[str], log: Path, threads: int) -> int:
     """One run; an interrupted one continues from its last checkpoint (or starts again
-    when it stopped before the first)."""
+    when it stopped before the first). Its provenance (the date, commit, machine and command
+    it started with, the commit of each resume) and its wall seconds over all starts go into
+    the run folder (``records.note_run``, ``records.add_wall``) for its record row."""
     run.parent.mkdir(parents=True, exist_ok=True)
     if (run / "checkpoints" / "state.pt").is_file():
         args = [*args, "resume=true"]
     else:
         shutil.rmtree(run, ignore_errors=True)
+    start, date, sha = time.time(), records.utc_now(), records.commit()
     with log.open("w") as out:
-        return subprocess.call([str(ROOT / "themis_train.sh"), *args, f"hydra.run.dir={run}"],
+        code = subprocess.call([str(ROOT / "themis_train.sh"), *args, f"hydra.run.dir={run}"],
                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                env={**os.environ, "THEMIS_THREADS": str(threads)})
+    if run.is_dir():  # noted after the start: a launcher that never began leaves no folder
+        records.note_run(run, records.command(__file__), date, sha)
+        records.add_wall(run, time.time() - start)
+    return code
 
 
 def published_table(table: pd.DataFrame, protocol: dict, summarize) -> None:
@@ -394,10 +402,13 @@ def main(argv: list[str] | None = None) -> int:
                          "discarded": rewards["rime_discarded_clean"].iloc[-1]
                          if "rime_discarded_clean" in rewards else np.nan})
             points = zip(curve["step"], curve[args.metric], strict=True)
+            prov = records.run_provenance(run) or {"machine": host, "commits": [],
+                                                   "wall_s": np.nan}
             local.append({**rows[-1], "steps": args.steps, "curve": " ".join(
                 f"{int(st)}:{v:.1f}" for st, v in points),
                 "recorded": datetime.date.fromtimestamp((run / "eval.csv").stat().st_mtime)
-                .isoformat(), "machine": host,
+                .isoformat(), "machine": prov["machine"],
+                "commit": " ".join(prov["commits"]) or np.nan, "wall_s": prov["wall_s"],
                 "command": ran_command(run, command)})
             continue
         same = record[(record["env"] == env) & (record["budget"] == budget)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -85,6 +86,49 @@ def provenance(wall_s: float, ran: str, checkout: Path = ROOT) -> dict[str, Any]
     (rounded to 0.1 s)."""
     return {"date": utc_now(), "commit": commit(checkout), "machine": machine(),
             "command": ran, "wall_s": round(float(wall_s), 1)}
+
+
+def note_run(run: Path, ran: str, date: str | None = None, sha: str | None = None) -> None:
+    """Write or extend ``<run>/provenance.json`` for a start of a run: the date (UTC) and command
+    it first started with, this machine, and the commit of each start (a resumed run appends
+    its commit), so that a later record names the run's own provenance, not the tabling
+    invocation's. ``date`` and ``sha``: the start's, when noted after it (default: now, and
+    :func:`commit` of this checkout)."""
+    path = run / "provenance.json"
+    sha = sha or commit()
+    if path.is_file():
+        prov = json.loads(path.read_text())
+        if sha not in prov["commits"]:
+            prov["commits"].append(sha)
+    else:
+        prov = {"date": date or utc_now(), "commits": [sha], "machine": machine(),
+                "command": ran}
+    run.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prov))
+
+
+def run_provenance(run: Path) -> dict[str, Any] | None:
+    """``<run>/provenance.json`` (:func:`note_run`) with the run's wall seconds over all its
+    starts (``<run>/timing.json``, :func:`add_wall`) as ``wall_s``; ``None`` without one."""
+    path = run / "provenance.json"
+    if not path.is_file():
+        return None
+    prov = json.loads(path.read_text())
+    timing = run / "timing.json"
+    prov["wall_s"] = json.loads(timing.read_text())["wall_s"] if timing.is_file() \
+        else float("nan")
+    return prov
+
+
+def add_wall(run: Path, wall_s: float, cpu_s: float = 0.0) -> None:
+    """Add one start's wall (and CPU) seconds to ``<run>/timing.json`` (a run resumed
+    several times sums them)."""
+    path = run / "timing.json"
+    spent = json.loads(path.read_text()) if path.is_file() else {"wall_s": 0.0, "cpu_s": 0.0}
+    spent["wall_s"] += wall_s
+    spent["cpu_s"] += cpu_s
+    if run.is_dir():
+        path.write_text(json.dumps(spent))
 
 
 def curve_text(points: dict[int, float] | list[tuple[int, float]], digits: int = 1) -> str:

@@ -139,3 +139,17 @@ def test_simulate_crowd_records_a_mode_with_its_run_s_seed_and_crowd(tmp_path):
     assert row["seed"] == 3 and row["agreement"] == 0.8341 and row["training_labels"] == 415
     assert row["crowd"].startswith("careful=6 random=2 adversaries=1") and "seed=3" in row["crowd"]
     assert row["wall_s"] == 540.0
+
+
+def test_a_run_folder_keeps_its_own_provenance_across_resumes(tmp_path):
+    run = tmp_path / "run"
+    assert records.run_provenance(run) is None
+    records.note_run(run, "python benchmarks/x.py --seeds 0")
+    records.add_wall(run, 100.0, 90.0)
+    first = records.run_provenance(run)
+    records.note_run(run, "python benchmarks/x.py --seeds 0 1")  # resumed by another command
+    records.add_wall(run, 50.0)
+    again = records.run_provenance(run)
+    assert again["command"] == "python benchmarks/x.py --seeds 0"  # the one it started with
+    assert again["date"] == first["date"] and again["commits"] == first["commits"]
+    assert again["wall_s"] == 150.0 and again["machine"].endswith(" cores")
