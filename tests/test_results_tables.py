@@ -117,3 +117,30 @@ def test_the_wrapper_cost_cell_gives_the_range_of_the_measurements(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "wrapper_cost.csv", index=False)
     assert tables.BLOCKS["wrapper_cost"](tmp_path) == (
         "59–130 µs a step, SB3 SAC at 0.86–0.95× its steps/s on the bare env (2 measurements)")
+
+
+def test_the_crowd_cell_reads_the_rows_simulate_crowd_records(tmp_path):
+    crowd = load_file("scripts/simulate_crowd.py")
+    args = crowd.main.__globals__["argparse"].Namespace(
+        careful=6, random=2, adversaries=1, careful_mistakes=0.1, labels_per_query=3,
+        gold_fraction=0.1, min_gold_answers=5, extra=[])
+    printed = {  # simulate_crowd's report rows of 2026-11-24 (docs/results/people.md)
+        "none": ("labeler7 (random), labeler9 (adversary)", "labeler7: 18, labeler9: 5", 540,
+                 0.683),
+        "filter": ("labeler7 (random), labeler9 (adversary)", "labeler7: 5, labeler9: 6", 415,
+                   0.834),
+        "model": ("labeler9 (adversary)", "labeler9: 5", 180, 0.972)}
+    rows = [crowd.record_row(tmp_path, {"mode": mode, "flagged": flagged,
+                                        "gold answers when flagged": gold,
+                                        "training labels": labels,
+                                        "agreement with true returns": agreement,
+                                        "held-out accuracy": 0.8, "final true return": -120.0},
+                             args, 500.0, "python scripts/simulate_crowd.py --record")
+            for mode, (flagged, gold, labels, agreement) in printed.items()]
+    pd.DataFrame(rows).to_csv(tmp_path / "crowd.csv", index=False)
+    assert tables.BLOCKS["crowd"](tmp_path) == (
+        "adversary flagged after 5–6 gold answers; Dawid–Skene labels agree 97 % with the true "
+        "returns (1 run)")
+    table = tables.BLOCKS["crowd_table"](tmp_path)
+    assert "| `filter` | 0 | labeler7 (random), labeler9 (adversary) | labeler7: 5, labeler9: 6 " \
+           "| 415 | 0.834 | 0.800 | -120 |" in table
