@@ -339,10 +339,10 @@ class WebChannel:
 
 class VLMGold:
     """``vlm_gold_from=oracle``: a few queries of each round answered by the env's reward (the
-    trusted labels of PRIMT and PrefVLM, here from the oracle) score the VLM, and its labels
-    are left out of training while its accuracy on them is below ``min_accuracy`` (after
-    ``min_answers`` gold answers; a *can't tell* is not counted): the crowd's
-    ``label_quality=filter`` rule applied to one labeler.
+    trusted labels of PRIMT and PrefVLM, here from the oracle; the clearest pairs of the round,
+    :meth:`pick`) score the VLM, and its labels are left out of training while its accuracy on
+    them is below ``min_accuracy`` (after ``min_answers`` gold answers; a *can't tell* is not
+    counted): the crowd's ``label_quality=filter`` rule applied to one labeler.
 
     Args:
         fraction: gold queries per query asked (``gold_fraction``; at least one a round).
@@ -357,12 +357,19 @@ class VLMGold:
         self.answers = 0
         self.agreed = 0
 
-    def pick(self, n: int) -> np.ndarray:
-        """``(n,)`` bool: which of a round's ``n`` queries are gold."""
+    def pick(self, true_rewards: np.ndarray) -> np.ndarray:
+        """``(n,)`` bool: which of a round's ``n`` queries (true rewards ``(n, 2, H)``) are
+        gold: the ``fraction`` (at least one) whose true returns differ most, as the crowd's
+        gold queries (:meth:`~themis.feedback.learner.PreferenceLearner.gold_queries`); never
+        a pair of equal returns, whose answer is not known; ties broken at random."""
+        n = len(true_rewards)
         gold = np.zeros(n, bool)
         if n:
-            gold[self.rng.choice(n, size=min(n, max(1, round(self.fraction * n))),
-                                 replace=False)] = True
+            true = np.asarray(true_rewards, np.float64).sum(-1)
+            gap = np.abs(true[:, 1] - true[:, 0])
+            order = np.lexsort((self.rng.random(n), -gap))
+            chosen = order[:min(n, max(1, round(self.fraction * n)))]
+            gold[chosen[gap[chosen] > 0]] = True
         return gold
 
     def score(self, vlm: np.ndarray, known: np.ndarray) -> None:
@@ -434,7 +441,7 @@ class VLMChannel(AnswersAtOnce):
 
     def post(self, queries: SegmentPairs) -> int:
         stats = VLMStats()
-        gold = self.vlm_gold.pick(len(queries)) if self.vlm_gold is not None \
+        gold = self.vlm_gold.pick(queries.true_rewards) if self.vlm_gold is not None \
             else np.zeros(len(queries), bool)
         known = true_preference(queries.true_rewards)  # the training label of a gold query
         labelers = [GOLD_LABELER if g else self.labeler for g in gold]
