@@ -268,6 +268,11 @@ def test_a_vlm_labeler_in_a_crowd_has_a_gold_score_beside_people(server, tmp_pat
     assert scores["vlm:fake-vlm"]["gold_accuracy"] == 1.0
     assert scores["vlm:fake-vlm"]["oracle_agreement"] == pytest.approx(5 / 6)
     assert scores["labeler1"]["oracle_agreement"] == 1.0
+    from themis.crowd.audit import labeler_table, load_answers
+
+    audit = labeler_table(load_answers(tmp_path / "labels.sqlite"), min_gold_answers=1)
+    assert audit.loc["vlm:fake-vlm", "gold_answers"] == 2  # the audit shows it as a person
+    assert "kappa_labeler1" in audit.columns
     got = channel.gather(pairs)  # Dawid–Skene over the person and the VLM
     assert len(got.labels) == 4
     columns = channel.columns()  # 6 queries (2 gold) whose 2 gold ones look like 2 others:
