@@ -8,7 +8,7 @@
 
 A fixed set of segment pairs (the same for every model and every run: seeded) is cut from
 HalfCheetah-v5 episodes rendered ``--size`` px square (or another continuous-action env whose
-goal themis/feedback/vlm.py ``TASKS`` knows: ``--domain DMC --env walker_walk``, ``--domain
+goal themis/feedback/vlm_prompt.py ``TASKS`` knows: ``--domain DMC --env walker_walk``, ``--domain
 MetaWorld --env door-open-v3``), each episode driven by its own random bias plus noise so that
 the segments' true returns spread; pairs whose true returns are equal are left out. Each
 pair's frames go to the endpoint as a run would send them
@@ -157,15 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--episode-steps {args.episode_steps} is shorter than --segment")
 
     from themis.feedback.channels import oracle_agreement
-    from themis.feedback.vlm import (
-        CACHE_FILE,
-        AnswerCache,
-        VLMStats,
-        VLMTeacher,
-        load_prompt,
-        make_client,
-        task_description,
-    )
+    from themis.feedback.vlm import VLMStats, VLMTeacher, make_client
+    from themis.feedback.vlm_cache import CACHE_FILE, AnswerCache
+    from themis.feedback.vlm_prompt import load_prompt, task_description
     from themis.reward.preference_models import true_preference
 
     start = time.time()

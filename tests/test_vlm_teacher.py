@@ -19,16 +19,9 @@ from tests.conftest import TINY_PENDULUM, launch
 from tests.fake_openai_server import FakeOpenAIServer, decode_image
 from themis.agents.buffers import SegmentPairs
 from themis.feedback.channels import CrowdVLMChannel, VLMChannel, VLMGold
-from themis.feedback.vlm import (
-    CACHE_FILE,
-    AnswerCache,
-    VLMStats,
-    VLMTeacher,
-    load_prompt,
-    make_client,
-    parse_label,
-    task_description,
-)
+from themis.feedback.vlm import VLMStats, VLMTeacher, make_client
+from themis.feedback.vlm_cache import CACHE_FILE, AnswerCache
+from themis.feedback.vlm_prompt import load_prompt, parse_label, task_description
 from themis.utils import ConfigError
 
 KEY = "sk-test-do-not-write-me-0123456789"

@@ -2,8 +2,9 @@
 
 - :class:`QuerySelector` (``selector.py``): query pool → candidates → sampler (``feed_type``);
 - channels (``channels.py``): ``post(queries)`` / ``gather()`` for synthetic, terminal and web
-  teachers, and a vision-language model alone or in the web crowd (``vlm.py``: RL-VLM-F's
-  prompt, the endpoint, the answer cache);
+  teachers, and a vision-language model alone or in the web crowd (``vlm.py``: the endpoint
+  and RL-VLM-F's two stages; ``vlm_prompt.py``: the prompt, the tasks' goals, the label of an
+  answer; ``vlm_cache.py``: the answers kept by content);
 - :class:`PreferenceLearner` (``learner.py``): dataset, Bradley–Terry trainer, teacher
   statistics; one call per feedback round, :meth:`~PreferenceLearner.round` →
   :class:`RoundReport` (the ``reward.csv`` row);

@@ -38,14 +38,9 @@ from themis.feedback.teachers import (
     SyntheticTeacher,
     TeacherPreset,
 )
-from themis.feedback.vlm import (
-    CACHE_FILE,
-    AnswerCache,
-    VLMTeacher,
-    load_prompt,
-    make_client,
-    task_description,
-)
+from themis.feedback.vlm import VLMTeacher, make_client
+from themis.feedback.vlm_cache import CACHE_FILE, AnswerCache
+from themis.feedback.vlm_prompt import load_prompt, task_description
 from themis.methods.base import MethodContext, choose_augmentation, overrides
 from themis.methods.registry import build_methods, method_title
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer

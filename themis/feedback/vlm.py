@@ -10,12 +10,12 @@ second text-only request that quotes the analysis, a *label*: ``0`` (image 1 clo
 (vLLM, Ollama, LM Studio, llama.cpp's server, OpenAI, Gemini's compatible endpoint) with the
 official ``openai`` client:
 
-- the prompt is a text file (:data:`DEFAULT_PROMPT`, replaceable with ``vlm_prompt=PATH``,
-  :func:`load_prompt`); the goal comes from ``vlm_task`` or :data:`TASKS`;
-- every answer is paid once: :class:`AnswerCache` keeps each one under the hash of its images,
-  prompt, task and model in ``RUN_DIR/vlm_answers.jsonl``, appended and fsynced as it arrives
-  (after its caller has recorded the label), so a crash mid-round loses no answer and a
-  repeated question is not sent again;
+- the prompt is a text file, the goal ``vlm_task`` or the env's entry of a table
+  (:mod:`themis.feedback.vlm_prompt`);
+- every answer is paid once: an answer cache keyed by the images, prompt, task and model
+  (:mod:`themis.feedback.vlm_cache`), appended and fsynced as each answer arrives (after its
+  caller has recorded the label), so a crash mid-round loses no answer and a repeated
+  question is not sent again;
 - requests run in parallel (``vlm_max_concurrency`` threads); the ``openai`` client's own
   timeout and retries (exponential backoff with jitter on 408/409/429/5xx and connection
   errors, ``Retry-After`` honoured) are used as they are;
@@ -31,25 +31,20 @@ config, and is never written anywhere.
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
-import json
 import os
-import re
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from themis.feedback.vlm_cache import Answer, AnswerCache, answer_key
+from themis.feedback.vlm_prompt import PromptTemplate, load_prompt, parse_label, task_description
 from themis.utils import ConfigError
-
-DEFAULT_PROMPT = Path(__file__).with_name("vlm_prompt.txt")
-"""The default template: RL-VLM-F's two stages, in our words (analysis, then a label line)."""
 
 API_KEY_VARIABLES = ("THEMIS_VLM_API_KEY", "OPENAI_API_KEY")
 """Environment variables the endpoint's API key is read from, the first one set. Local servers
@@ -65,56 +60,6 @@ VLM_FRAMES = ("last", "key")
 VLM_GOLD_FROM = ("none", "oracle")
 """``vlm_gold_from``: ``oracle``: a few queries per round answered by the env's reward score
 the VLM (PRIMT/PrefVLM's trusted labels; :class:`VLMChannel`)."""
-
-CACHE_FILE = "vlm_answers.jsonl"
-"""The run folder's answer cache (:class:`AnswerCache`)."""
-
-TASKS: dict[str, str] = {
-    # Gymnasium MuJoCo (domain=Control) and classic control
-    "halfcheetah": "to make the two-legged cheetah robot run forward (to the right) as fast as "
-                   "possible without flipping over",
-    "hopper": "to make the one-legged robot hop forward (to the right) while staying upright",
-    "walker2d": "to make the two-legged robot walk forward (to the right) while staying upright",
-    "ant": "to make the four-legged ant robot walk forward",
-    "humanoid": "to make the humanoid robot walk forward without falling",
-    "swimmer": "to make the three-segment swimmer move forward (to the right)",
-    "reacher": "to move the tip of the two-joint robot arm onto the red target",
-    "invertedpendulum": "to keep the pole balanced upright on the cart",
-    "inverteddoublependulum": "to keep the two-link pole balanced upright on the cart",
-    "pendulum": "to swing the pendulum up and hold it upright",
-    # RL-VLM-F's own goals (prompt.py)
-    "cartpole": "to balance the brown pole on the black cart to be upright",
-    "drawer-open": "to open the drawer",
-    "door-open": "to open the safe door",
-    "sweep-into": "to minimize the distance between the green cube and the hole",
-    "soccer": "to move the soccer ball into the goal",
-    # DeepMind Control (domain=DMC)
-    "walker_walk": "to make the two-legged robot walk forward (to the right) while staying "
-                   "upright",
-    "walker_run": "to make the two-legged robot run forward (to the right) while staying upright",
-    "cheetah_run": "to make the cheetah robot run forward (to the right) as fast as possible",
-    "quadruped_walk": "to make the four-legged robot walk forward",
-    "cartpole_swingup": "to swing the pole up and keep it balanced upright on the cart",
-}
-"""``vlm_task`` of the envs where the goal is plain from the reward's definition, by env name
-without its version (lower case; ``HalfCheetah-v5`` -> ``halfcheetah``)."""
-
-
-def task_description(task: str, env: str) -> str:
-    """The goal the prompt names: ``task`` (``vlm_task``) when set, else :data:`TASKS`'s.
-
-    Raises:
-        ConfigError: no ``vlm_task`` and no entry for ``env``.
-    """
-    if str(task or "").strip():
-        return str(task).strip()
-    name = re.sub(r"-v\d+$", "", str(env).split("/")[-1].split(":")[-1]).lower()
-    if name in TASKS:
-        return TASKS[name]
-    raise ConfigError(f"teacher=vlm: no task description for env={env}; say what the agent "
-                      "should do with vlm_task='to ...' (the prompt reads 'The goal is "
-                      "<vlm_task>.')")
-
 
 VLM_KEYS = ("vlm_base_url", "vlm_model", "vlm_task", "vlm_prompt", "vlm_cache")
 """Keys that only ``teacher=vlm`` reads (a value without it is refused)."""
@@ -175,56 +120,6 @@ def check_vlm(cfg: Any) -> None:
                               "gold_fraction (e.g. 0.1)")
 
 
-# ------------------------------------------------------------------ the prompt
-@dataclass(frozen=True)
-class PromptTemplate:
-    """A VLM prompt in two stages (RL-VLM-F's "analysis, then label").
-
-    Attributes:
-        analysis: the first request's text; ``{images_1}`` and ``{images_2}`` mark where the
-            two segments' images go, ``{task}`` the goal.
-        label: the second, text-only request (``{analysis}``: the first answer; ``{task}``),
-            or ``""`` for one stage (the first answer holds the label line).
-        text: the whole file, as hashed into the cache key.
-    """
-
-    analysis: str
-    label: str
-    text: str
-
-
-ANALYSIS, LABEL = "### analysis", "### label"
-
-
-def load_prompt(path: str | Path | None = None) -> PromptTemplate:
-    """Read a prompt file (default :data:`DEFAULT_PROMPT`): a ``### analysis`` section and,
-    optionally, a ``### label`` section (the format of ``themis/feedback/vlm_prompt.txt``).
-
-    Raises:
-        ConfigError: the file cannot be read, has no analysis section, or lacks a placeholder
-            (``{images_1}``, ``{images_2}`` in the analysis, ``{analysis}`` in the label).
-    """
-    where = Path(path).expanduser() if path else DEFAULT_PROMPT
-    try:
-        text = where.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
-        raise ConfigError(f"vlm_prompt={path}: cannot read it ({reason})") from None
-    if ANALYSIS not in text:
-        raise ConfigError(f"vlm_prompt={path}: no '{ANALYSIS}' line (the first request's "
-                          f"text follows it; see {DEFAULT_PROMPT.name} in themis/feedback/)")
-    body = text.split(ANALYSIS, 1)[1]
-    analysis, _, label = body.partition(LABEL)
-    for name in ("{images_1}", "{images_2}"):
-        if name not in analysis:
-            raise ConfigError(f"vlm_prompt={path}: the analysis has no {name} (where the "
-                              "segment's images go)")
-    if label.strip() and "{analysis}" not in label:
-        raise ConfigError(f"vlm_prompt={path}: the label section has no {{analysis}} (where "
-                          "the first answer is quoted)")
-    return PromptTemplate(analysis.strip("\n"), label.strip("\n"), text)
-
-
 # ------------------------------------------------------------------ images
 def segment_images(frames: np.ndarray, mode: str, key_frames: int = 4) -> np.ndarray:
     """The frames shown of each segment: ``(n, 2, H, h, w, 3) -> (n, 2, k, h, w, 3)`` uint8,
@@ -252,131 +147,6 @@ def png_data_url(image: np.ndarray) -> str:
     buffer = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(image)).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-# ------------------------------------------------------------------ answers
-LABELS = {"0": 0.0, "1": 1.0, "-1": None, "0.5": 0.5, "equal": 0.5}
-"""A label line's text -> the label: 0 = segment 1 better, 1 = segment 2, 0.5 = equal (for
-templates that ask for ties), ``None`` = can't tell (RL-VLM-F's ``-1``)."""
-
-
-def parse_label(text: str) -> tuple[float | None, str]:
-    """The label of an answer: its last line that holds only a label of :data:`LABELS`
-    (markdown, quotes, a trailing full stop and an ``Answer:`` prefix allowed).
-
-    Returns:
-        ``(label, reason)``: ``label`` 0, 0.5, 1 or ``None`` (can't tell); ``reason`` ``""``
-        for a label, ``"unsure"`` for ``-1``, ``"malformed: ..."`` when no line holds one.
-    """
-    for line in reversed(str(text or "").strip().splitlines()):
-        word = re.sub(r"^(final\s+)?(answer|label)\s*[:=]\s*", "",
-                      line.strip().strip("*`'\" ").lower()).strip("*`'\" .")
-        if word in LABELS:
-            label = LABELS[word]
-            return label, "" if label is not None else "unsure"
-    shown = " ".join(str(text or "").split())[:80]
-    return None, f"malformed: no label line (0, 1 or -1) in {shown!r}"
-
-
-@dataclass
-class Answer:
-    """One query's answer.
-
-    Attributes:
-        label: 0, 0.5, 1, or ``None`` (can't tell).
-        reason: why there is no label (``unsure``, ``malformed: ...``, ``error: ...``), or ``""``.
-        texts: the answers of the two stages (one for a one-stage prompt).
-        prompt_tokens, completion_tokens: as the endpoint reported them (0 if it did not).
-        cost: the cost the endpoint reported (``usage.cost``, e.g. OpenRouter), else NaN.
-        seconds: wall time of the requests.
-        requests: requests sent (0 when the answer came from the cache).
-        cached: the answer came from :class:`AnswerCache`.
-    """
-
-    label: float | None
-    reason: str = ""
-    texts: list[str] = field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = float("nan")
-    seconds: float = 0.0
-    requests: int = 0
-    cached: bool = False
-
-
-class AnswerCache:
-    """Every answer a VLM gave, by content: one JSON object a line in ``path``, appended and
-    fsynced as the answer is taken, so a crash loses none and no answer is paid twice.
-
-    A line is ``{"key": ..., "model": ..., "label": 0|0.5|1|null, "reason": ..., "texts": [...],
-    "prompt_tokens": ..., "completion_tokens": ..., "cost": ..., "seconds": ..., "time": ...}``;
-    a torn last line (a crash while writing) is skipped on reading.
-
-    Args:
-        path: the JSON-lines file (created on the first answer).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-        self.answers: dict[str, Answer] = {}
-        if path.is_file():
-            with path.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                        key = str(row["key"])
-                        label = row["label"]
-                        answer = Answer(
-                            None if label is None else float(label), str(row.get("reason", "")),
-                            [str(t) for t in row.get("texts", [])],
-                            int(row.get("prompt_tokens", 0)),
-                            int(row.get("completion_tokens", 0)),
-                            float(row.get("cost") if row.get("cost") is not None else "nan"),
-                            float(row.get("seconds", 0.0)))
-                    except (ValueError, KeyError, TypeError):  # a torn or foreign line
-                        continue
-                    if answer.label in (None, 0.0, 0.5, 1.0):
-                        self.answers[key] = answer
-
-    def get(self, key: str) -> Answer | None:
-        """The answer stored under ``key`` (``cached`` set, no request counted), or ``None``."""
-        with self.lock:
-            found = self.answers.get(key)
-        if found is None:
-            return None
-        return Answer(found.label, found.reason, list(found.texts), found.prompt_tokens,
-                      found.completion_tokens, found.cost, found.seconds, 0, True)
-
-    def put(self, key: str, model: str, answer: Answer) -> None:
-        """Append ``answer`` under ``key`` and fsync before returning."""
-        row = {"key": key, "model": model, **asdict(answer), "time": time.time()}
-        row.pop("cached")
-        row.pop("requests")
-        if not np.isfinite(row["cost"]):
-            row["cost"] = None
-        line = json.dumps(row, ensure_ascii=False) + "\n"
-        with self.lock:
-            new = not self.path.exists()
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-            if new:
-                from themis.utils import fsync_dir
-
-                fsync_dir(self.path.parent)
-            self.answers[key] = answer
-
-
-def answer_key(images: np.ndarray, template: PromptTemplate, task: str, model: str) -> str:
-    """SHA-256 of what decides an answer: the model, the prompt file, the task and the images
-    (``(2, k, h, w, 3)`` uint8: their shape and bytes)."""
-    digest = hashlib.sha256()
-    for part in (model, template.text, task, str(images.shape)):
-        digest.update(part.encode("utf-8") + b"\0")
-    digest.update(np.ascontiguousarray(images, dtype=np.uint8).tobytes())
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------ the endpoint
@@ -663,24 +433,5 @@ class VLMTeacher:
         return answer.texts[-1]
 
 
-__all__ = [
-    "API_KEY_VARIABLES",
-    "CACHE_FILE",
-    "DEFAULT_PROMPT",
-    "TASKS",
-    "VLM_FRAMES",
-    "Answer",
-    "AnswerCache",
-    "PromptTemplate",
-    "VLMStats",
-    "VLMTeacher",
-    "answer_key",
-    "check_vlm",
-    "load_prompt",
-    "make_client",
-    "parse_label",
-    "png_data_url",
-    "segment_images",
-    "task_description",
-]
-
+__all__ = ["API_KEY_VARIABLES", "FATAL_STATUS", "VLM_FRAMES", "VLM_GOLD_FROM", "VLMStats",
+           "VLMTeacher", "api_key", "check_vlm", "make_client", "png_data_url", "segment_images"]

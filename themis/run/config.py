@@ -202,7 +202,7 @@ class BaseTrainConfig:
     """teacher=vlm: the model name the endpoint serves (one that reads images)."""
     vlm_task: str = ""
     """teacher=vlm: the goal the prompt names ("to ..."); default: the env's entry in
-    themis/feedback/vlm.py TASKS (refused when it has none)."""
+    themis/feedback/vlm_prompt.py TASKS (refused when it has none)."""
     vlm_prompt: str = ""
     """teacher=vlm: a prompt file replacing themis/feedback/vlm_prompt.txt (sections
     ### analysis with {images_1} {images_2} {task}, and optionally ### label with {analysis})."""
