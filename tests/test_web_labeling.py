@@ -432,6 +432,53 @@ def test_labels_csv_and_query_segments_are_readable_by_their_owner_only(tmp_path
     assert {p.name: p.stat().st_mode & 0o777 for p in private} == {p.name: 0o600 for p in private}
 
 
+def test_uvicorn_still_has_what_the_connection_guard_uses():
+    """lib/http_guard.py's guarded_h11 subclasses uvicorn's H11Protocol, which is not public
+    API (pyproject pins uvicorn's minor version): a release that moves what it overrides or
+    reads fails here by name, not as a labeling page that silently stops limiting clients."""
+    import asyncio
+
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.server import ServerState
+
+    for method in ("connection_made", "connection_lost", "on_response_complete",
+                   "timeout_keep_alive_handler"):
+        assert callable(getattr(H11Protocol, method, None)), \
+            f"uvicorn {uvicorn.__version__}: H11Protocol.{method} is gone (lib/http_guard.py)"
+
+    async def made() -> H11Protocol:
+        async def app(scope: object, receive: object, send: object) -> None: ...
+
+        config = uvicorn.Config(app, lifespan="off", log_config=None)
+        config.load()
+        return H11Protocol(config, ServerState(), app_state={})
+
+    protocol = asyncio.run(made())
+    for attribute in ("connections", "loop", "timeout_keep_alive", "timeout_keep_alive_task",
+                      "cycle", "transport"):
+        assert hasattr(protocol, attribute), \
+            f"uvicorn {uvicorn.__version__}: H11Protocol().{attribute} is gone (lib/http_guard.py)"
+    # the response cycle's flag the guard reads to tell an idle connection from an answered one
+    from uvicorn.protocols.http.h11_impl import RequestResponseCycle
+    assert "response_complete" in RequestResponseCycle.__init__.__code__.co_names, \
+        f"uvicorn {uvicorn.__version__}: RequestResponseCycle.response_complete is gone"
+
+
+def test_the_pages_are_package_files_served_as_they_are(tmp_path):
+    """The labeling and status pages live in lib/pages/ (not Python strings) and are served
+    byte for byte."""
+    from lib.label_server import LABEL_PAGE, STATUS_PAGE
+
+    store = LabelStore(tmp_path / "labels.sqlite")
+    with TestClient(create_app(store), base_url="http://127.0.0.1") as client:
+        for url, page in (("/", LABEL_PAGE), ("/status", STATUS_PAGE)):
+            response = client.get(url)
+            assert response.status_code == 200
+            assert response.text == page.read_text(encoding="utf-8")
+            assert "<!doctype html>" in response.text.lower()
+
+
 def test_loopback_server_refuses_other_host_names(tmp_path):
     """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
     store, _ = posted_store(tmp_path)  # anonymous loopback mode: no tokens
