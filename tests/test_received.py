@@ -856,12 +856,14 @@ def test_any_received_config_yaml_is_read_or_refused_in_one_line_within_5_s():
     import tempfile
     import time
 
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, example, given, settings
 
     import themis
 
     @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
     @given(_yaml_documents())
+    @example("0\n").via("a lone scalar: OmegaConf raised OSError")
+    @example("x\n").via("a lone word: read as {x: None}")
     def check(text: str) -> None:
         with tempfile.TemporaryDirectory() as folder:
             run = Path(folder)

@@ -245,6 +245,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     except (YAMLError, OmegaConfBaseException, UnicodeDecodeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{run / 'config.yaml'} is not a readable config ({first})") from None
+    except (OSError, TypeError):  # OmegaConf's refusal of a lone scalar (`0`, `x`) at the top
+        raise ValueError(f"{run / 'config.yaml'} is not a Themis config (no key: value "
+                         "mapping)") from None
     if not isinstance(config, dict):
         raise ValueError(f"{run / 'config.yaml'} is not a Themis config (no key: value mapping)")
 
