@@ -143,8 +143,11 @@ class FakeOpenAIServer:
     def start(self) -> FakeOpenAIServer:
         import uvicorn
 
+        # log_config=None: uvicorn's default logging config would bind handlers to this
+        # moment's (a test's captured) stderr and stop the uvicorn loggers propagating, for
+        # every later test of the process (test_web_labeling checks the label server's)
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="error",
-                                lifespan="off")
+                                lifespan="off", log_config=None)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
