@@ -40,6 +40,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # records: a recorded row's provenance
+import records  # noqa: E402  # isort: skip
 
 PIECES = ("sac", "pebble", "ppo_pixels", "drlhp_reward_train", "drlhp_reward_score")
 UNITS = {"sac": "agent steps/s", "pebble": "agent steps/s", "ppo_pixels": "agent steps/s",
@@ -136,20 +138,9 @@ def reward_rates(device: str, reps: int) -> tuple[float, float, float]:
     return train, score, time.perf_counter() - began
 
 
-def sibling(name: str) -> Any:
-    """Another benchmark of this folder as a module (they are files, not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def machine(device: str) -> str:
     """The CPU (model, cores: ``records.machine``), and the GPU's name on CUDA."""
-    cpu = sibling("records").machine()
+    cpu = records.machine()
     if device.startswith("cuda"):
         import torch
 
@@ -203,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.devices, args.pieces, args.quick)
     if args.record is not None:
         rows = rows.assign(
-            date=datetime.date.today().isoformat(), commit=sibling("bench_drlhp")._commit(),
+            date=datetime.date.today().isoformat(), commit=records.commit(),
             machine=[machine(d) for d in rows["device"]], quick=args.quick,
             command="python benchmarks/bench_cuda.py " + " ".join(
                 sys.argv[1:] if argv is None else argv))

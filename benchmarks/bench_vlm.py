@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import subprocess
 import sys
 import time
@@ -41,16 +40,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-
-def sibling(name: str) -> Any:
-    """Another benchmark of this folder as a module (for its provenance helpers)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(ROOT / "benchmarks"))  # records: a recorded row's provenance
+import records  # noqa: E402  # isort: skip
 
 
 def clips(domain: str, name: str, episodes: int, steps: int, size: int,
@@ -176,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     said = np.array([np.nan if a.label is None else a.label for a in answers])
     row: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
-        "commit": sibling("bench_drlhp")._commit(), "machine": sibling("bench_methods").machine(),
+        "commit": records.commit(), "machine": records.machine(),
         "command": " ".join(["python", "benchmarks/bench_vlm.py", *(argv or sys.argv[1:])]),
         "model": args.model, "env": args.env, "frames": args.frames, "size": args.size,
         "pairs": args.pairs, "agreement": oracle_agreement(said, pair_rewards),
