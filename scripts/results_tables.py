@@ -34,6 +34,7 @@ from pathlib import Path as _Path  # isort: skip
 _sys.path.insert(0, str(_Path(__file__).resolve().parent))  # scripts/: venv_check
 import venv_check  # noqa: F401  # isort: skip  (Themis's Python first)
 import argparse
+import functools
 import importlib.util
 import re
 import sys
@@ -57,8 +58,10 @@ class NoRecord(Exception):
     """The block's CSV does not exist (yet): the block is pending."""
 
 
+@functools.cache
 def load(relative: str) -> Any:
-    """A script or benchmark of the repository as a module (they are files, not a package)."""
+    """A script or benchmark of the repository as a module (they are files, not a package),
+    run once per process however many blocks use it."""
     path = ROOT / relative
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
