@@ -466,6 +466,64 @@ def test_the_name_scan_counts_each_workspace_name_once(tmp_path):
     assert workspace_names(source) == {"step", "cfg", "run", "env"}
 
 
+def learner_branches(path: Path) -> list[str]:
+    """Where a module asks which learner it has: a ``cast(PreferenceLearner, ...)``, a
+    ``remote`` name or attribute, or an ``isinstance`` against a learner class."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name) and node.id == "remote" or \
+                isinstance(node, ast.Attribute) and node.attr == "remote":
+            found.append(f"{node.lineno}: remote")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("cast", "isinstance") and any(
+                    isinstance(a, ast.Name) and a.id.endswith("Learner") for a in node.args):
+            found.append(f"{node.lineno}: {node.func.id}")
+    return found
+
+
+LEARNER_USERS = ("loops/pebble.py", "loops/prefppo.py", "run/workspace.py", "run/closing.py",
+                 "run/plan.py")
+
+
+def test_the_loops_and_the_workspace_see_one_learner_protocol():
+    """Issue 86, item 1: the loops and the Workspace call the learner through
+    ``themis.run.protocols.RunLearner`` and never ask which one they have."""
+    found = {name: learner_branches(PACKAGE / name) for name in LEARNER_USERS}
+    assert not any(found.values()), found
+
+
+def test_the_learner_branch_scan_sees_each_kind(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("remote = ws.remote\nx = cast(PreferenceLearner, y)\n"
+                      "isinstance(a, AsyncLearner)\ncast(int, y)\nlearner.round()\n")
+    assert learner_branches(source) == ["1: remote", "1: remote", "2: cast", "3: isinstance"]
+
+
+@pytest.mark.parametrize("learner", ["themis.feedback.learner:PreferenceLearner",
+                                     "themis.online.loop:AsyncLearner"])
+def test_both_learners_answer_every_call_of_the_protocol_with_its_signature(learner):
+    """mypy checks the same where the builder and the Workspace hand a learner over; this
+    names the call that drifted."""
+    import importlib
+    import inspect
+
+    from themis.run.protocols import RunLearner
+
+    module, name = learner.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    members = [m for m in vars(RunLearner) if not m.startswith("_")]
+    members += list(RunLearner.__annotations__)
+    assert {"observe", "feedback_round", "round_due", "first_model_pending"} <= set(members)
+    for member in members:
+        proto = getattr(RunLearner, member, None)
+        if callable(proto):
+            ours = getattr(cls, member, None)
+            assert callable(ours), f"{name}.{member} is missing"
+            assert list(inspect.signature(ours).parameters)[:len(
+                inspect.signature(proto).parameters)] == list(
+                inspect.signature(proto).parameters), f"{name}.{member}: its parameters differ"
+
+
 def module_map_gaps(doc: str, root: Path = ROOT) -> list[str]:
     """Modules of ``themis/`` and ``lib/`` that the module map (a table of ``| `pkg/` | ... |``
     rows in docs/developing/how-it-works.md) does not name in their package's row."""

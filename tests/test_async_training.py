@@ -53,7 +53,7 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
         want = ws.learner.reward(buffer.obs[:n], buffer.actions[:n])
         np.testing.assert_allclose(buffer.rewards[:n].reshape(-1), want.reshape(-1),
                                    rtol=1e-5, atol=1e-6)  # r̂ of the version in use
-        seen.append((ws.remote.version, flat(ws.learner.model)))
+        seen.append((ws.learner.version, flat(ws.learner.model)))
 
     monkeypatch.setattr(pebble, "relabel", relabel)
     ws.run()
@@ -69,7 +69,7 @@ def test_async_sac_trains_the_reward_model_and_relabels_with_the_newest_version(
     assert torch.equal(flat(mine), flat(newest))
     assert (tmp_path / "preferences" / "meta.json").is_file()
     assert len(pd.read_csv(tmp_path / "train.csv"))  # the loop's own rows, one writer
-    assert not ws.remote.channel.process.is_alive()  # no learner process left
+    assert not ws.learner.channel.process.is_alive()  # no learner process left
     assert (tmp_path / "checkpoints" / "state.pt").exists()  # resumable: the loop's checkpoint
     assert (tmp_path / "checkpoints" / "learner" / "state.pt").exists()  # and the learner's
 
@@ -84,7 +84,7 @@ def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp
     real = prefppo.learned_rewards
 
     def learned_rewards(ws_: object, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        used.append(ws.remote.version)
+        used.append(ws.learner.version)
         time.sleep(0.05)  # a slower agent: later versions come inside the run on a busy machine
         return real(ws, obs, actions)
 
@@ -93,7 +93,7 @@ def test_async_ppo_rewards_the_next_rollout_with_the_newest_version(compose, tmp
     finish(ws)
     assert used[0] == 1 and max(used) >= 2 and used == sorted(used)
     assert len(pd.read_csv(tmp_path / "reward.csv")) >= 2
-    assert not ws.remote.channel.process.is_alive()
+    assert not ws.learner.channel.process.is_alive()
 
 
 @pytest.mark.parametrize("override, words", [
@@ -146,15 +146,15 @@ def test_with_reward_max_lag_the_agent_waits_for_the_learners_label_passes(compo
                                      "reward_passes_per_step=0.5", "eval_frequency=1200",
                                      f"reward_max_lag={lag}"]), tmp_path / f"lag{lag}")
         seen: list[int] = []
-        stepped = ws.remote.stepped
+        stepped = ws.learner.stepped
 
         def watch(n: int, stepped=stepped, ws=ws, seen=seen) -> None:
             stepped(n)
-            if ws.remote.version > 0:  # after the first model
-                channel = ws.remote.channel
+            if ws.learner.version > 0:  # after the first model
+                channel = ws.learner.channel
                 seen.append(channel.total_steps - channel.shared.trained_steps.value)
 
-        ws.remote.stepped = watch
+        ws.learner.stepped = watch
         ws.run()
         finish(ws)
         lags[lag] = max(seen)
@@ -269,7 +269,7 @@ def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path
         ws.run()
     assert "\n" not in str(error.value) and "learner_error.log" in str(error.value)
     assert "before the first checkpoint" in stop(ws, "./themis_train.sh")  # resumable
-    assert not ws.remote.channel.process.is_alive()
+    assert not ws.learner.channel.process.is_alive()
 
 
 @pytest.mark.slow

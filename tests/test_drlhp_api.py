@@ -333,7 +333,7 @@ def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_l
     import torch
 
     from themis.online.keys import online_config
-    from themis.online.learner_process import EnvSpec, OnlineLearner
+    from themis.online.learner_process import EnvSpec, LearnerProcessState
     from themis.online.segments import StepRecorder
     from themis.online.weights import SharedWeights, flat_size
     from themis.reward import RewardEnsemble
@@ -344,8 +344,8 @@ def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_l
                            cfg.reward_hidden_depth)
     shared = SharedWeights(torch.multiprocessing.get_context("spawn"), flat_size(model))
     spec = EnvSpec("Toy-v0", (3,), "float32", 1, False, 50, 10_000)
-    learner = OnlineLearner(cfg, {"resume": False, "reward_model": None}, spec, tmp_path,
-                            shared)
+    learner = LearnerProcessState(cfg, {"resume": False, "reward_model": None}, spec, tmp_path,
+                                  shared)
     recorder = StepRecorder(1, cfg.segment, (3,), np.float32, 1, 5000)
     rng = np.random.default_rng(0)
     total, turns = 0, 0
@@ -463,7 +463,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     def watch() -> None:  # nobody answers until the loop is well past pretraining
         while ws.step < ws.cfg.pretrain_end + 400:
             time.sleep(0.01)
-        without_model.append(ws.remote.version)
+        without_model.append(ws.learner.version)
         start.set()
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -477,7 +477,7 @@ def test_an_async_web_run_with_nobody_answering_keeps_stepping_and_switches_late
     assert without_model == [0]  # it kept stepping with no model at all
     assert any("no reward model yet" in line and "pretraining reward" in line
                for line in lines)
-    assert ws.remote.version >= 1 and ws.pretraining_done  # switched when answers came
+    assert ws.learner.version >= 1 and ws.pretraining_done  # switched when answers came
     assert bot.answered >= 4
 
 

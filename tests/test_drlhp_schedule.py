@@ -307,7 +307,7 @@ def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_proces
     finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["epochs"].iloc[0] == 4 and rounds["label_passes"].iloc[-1] > 0
-    assert ws.remote.version > len(rounds)  # published between the rounds too (every 128)
+    assert ws.learner.version > len(rounds)  # published between the rounds too (every 128)
     # the adaptive L2 goes on adapting in the learner process, 8 minibatches per 64 steps
     # received (issue 84: before, only the pretraining epochs moved it)
     assert rounds["reward_l2"].iloc[1:].nunique() > 1

@@ -425,7 +425,7 @@ def test_the_learner_is_built_from_a_frozen_spec_in_both_processes(compose, tmp_
     import dataclasses
 
     from themis.feedback.factory import LearnerSpec
-    from themis.online.learner_process import EnvSpec, LearnerSpace
+    from themis.online.learner_process import EnvSpec, ProcessWorkspace
 
     ws = make_workspace(compose([*TINY_PENDULUM]), tmp_path / "run")
     spec = ws.learner_spec()
@@ -437,7 +437,7 @@ def test_the_learner_is_built_from_a_frozen_spec_in_both_processes(compose, tmp_
     assert spec.clock() == 123  # a method's clock reads the run's step when it asks
     ws.logger.close()
 
-    space = LearnerSpace(ws.cfg, EnvSpec("Pendulum-v1", (3,), "float32", 1, False, 200,
+    space = ProcessWorkspace(ws.cfg, EnvSpec("Pendulum-v1", (3,), "float32", 1, False, 200,
                                          capacity=1000), tmp_path / "learner", ws.logger)
     other = space.spec()
     assert isinstance(other, LearnerSpec) and other.store is space.buffer

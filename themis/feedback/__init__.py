@@ -20,8 +20,9 @@ from themis.feedback.channels import (
     VLMChannel,
     WebChannel,
 )
-from themis.feedback.learner import PreferenceLearner, RoundReport
+from themis.feedback.learner import PreferenceLearner, QueryPool, RoundReport
 from themis.feedback.selector import QuerySelector
 
-__all__ = ["Channel", "CrowdVLMChannel", "Gathered", "PreferenceLearner", "QuerySelector",
-           "RoundReport", "SyntheticChannel", "TerminalChannel", "VLMChannel", "WebChannel"]
+__all__ = ["Channel", "CrowdVLMChannel", "Gathered", "PreferenceLearner", "QueryPool",
+           "QuerySelector", "RoundReport", "SyntheticChannel", "TerminalChannel", "VLMChannel",
+           "WebChannel"]

@@ -28,7 +28,7 @@ from themis.feedback.channels import (
     VLMGold,
     WebChannel,
 )
-from themis.feedback.learner import PreferenceLearner
+from themis.feedback.learner import PreferenceLearner, RoundReport
 from themis.feedback.rating import RatingLearner, SyntheticRatingChannel
 from themis.feedback.sampling import resolve_feed_type
 from themis.feedback.selector import DecayingSchedule, QuerySelector, round_grid
@@ -80,6 +80,8 @@ class LearnerSpec:
         label_store: the run's SQLite label store (``teacher_ui=web``), or ``None``.
         agent, env: the run's agent and env, for explained clips (``None`` where there are
             none, e.g. the async learner process).
+        on_round: called with each round's :class:`~themis.feedback.RoundReport` by
+            :meth:`PreferenceLearner.feedback_round` (the run logs it), or ``None``.
     """
 
     env_id: str
@@ -102,6 +104,7 @@ class LearnerSpec:
     label_store: LabelStore | None = None
     agent: Any = None
     env: Any = None
+    on_round: Callable[[RoundReport], None] | None = None
 
     @property
     def obs_dim(self) -> int:
@@ -306,6 +309,7 @@ def make_learner(cfg: Any, spec: LearnerSpec) -> PreferenceLearner:
         spec.max_episode_steps, cfg.min_labels_before_training, spec.info,
         bpref_thresholds=cfg.teacher_thres_schedule == "bpref")
     learner.channel = make_channel(cfg, spec, learner)
+    learner.on_round = spec.on_round
     learner.methods = methods
     if cfg.query_schedule == "decay":  # DRLHP's decaying labelling rate
         learner.schedule = decaying_schedule(cfg, "ppo" if spec.on_policy else "sac")

@@ -72,6 +72,27 @@ class RoundReport(NamedTuple):
     method_stats: dict[str, float] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
 
 
+@dataclasses.dataclass(frozen=True)
+class QueryPool:
+    """Where a feedback round's queries come from, as the run sees it (the arguments of
+    :meth:`PreferenceLearner.round` the run gives every round).
+
+    Attributes:
+        store: the replay buffer or episode store segments are cut from.
+        step: the environment step (for the report).
+        min_episode: the oldest episode of the query pool (``query_pool_episodes``).
+        recent_returns, recent_lengths: the last training episodes (the teacher's margin).
+        usable: ``steps -> bool mask`` of the store slots a query may use, or ``None``.
+    """
+
+    store: Any
+    step: int
+    min_episode: int
+    recent_returns: Sequence[float]
+    recent_lengths: Sequence[int]
+    usable: Callable[[np.ndarray], np.ndarray] | None = None
+
+
 PRETRAIN_CHUNK_EPOCHS = 5
 """``reward_schedule=passes``: pretraining epochs run between two pauses
 (:attr:`PreferenceLearner.pretraining_pause`)."""
@@ -132,6 +153,9 @@ class PreferenceLearner:
         """Called between chunks of :data:`PRETRAIN_CHUNK_EPOCHS` pretraining epochs (the
         learner process checkpoints there: DRLHP's pretraining takes hours on a CPU)."""
         self.stats = TeacherStats()
+        self.on_round: Callable[[RoundReport], None] | None = None
+        """Called with each round's report by :meth:`feedback_round` (the run's
+        ``reward.csv`` row and console line)."""
 
     @property
     def methods(self) -> list[Method]:
@@ -213,6 +237,48 @@ class PreferenceLearner:
         if changed:
             self.model_changed()
         return changed
+
+    # ------------------------------------------------------------------ the run's view
+    # (themis.run.protocols.RunLearner: what the loops call; the learner process's end,
+    # themis.online.loop.AsyncLearner, answers the same calls)
+    def observe(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+                terminated: bool, ended: bool, frame: np.ndarray | None = None) -> None:
+        """Nothing: in the loop's process the learner cuts segments from the loop's store."""
+
+    def stepped(self, n: int) -> None:
+        """Nothing (the steps are in the loop's store)."""
+
+    def first_model_pending(self) -> bool:
+        """``False``: the first round is held when pretraining ends, and waited for."""
+        return False
+
+    def start(self) -> None:
+        """Nothing to start (the label server is the run's)."""
+
+    def checkpoint(self) -> None:
+        """Nothing: :meth:`state_dict` is part of the run's checkpoint."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+    def round_due(self, steps_since_round: int, every: int) -> bool:
+        """A round is due every ``every`` (``num_interact``) agent steps while feedback is
+        open (:meth:`is_open`)."""
+        return steps_since_round >= every and self.is_open()
+
+    def feedback_round(self, pool: QueryPool, first: bool = False, ask: bool = True,
+                       final: bool = False) -> bool:
+        """:meth:`round` on the run's query pool, its report passed to :attr:`on_round`.
+
+        Returns:
+            whether a round was held (r̂ may have changed: the caller relabels).
+        """
+        report = self.round(pool.store, pool.step, first, pool.min_episode,
+                            pool.recent_returns, pool.recent_lengths, pool.usable, ask=ask,
+                            final=final)
+        if report is not None and self.on_round is not None:
+            self.on_round(report)
+        return report is not None
 
     # ------------------------------------------------------------------ rounds
     def is_open(self) -> bool:

@@ -153,7 +153,7 @@ def run(ws: Workspace, until: int) -> None:
     bar = tqdm(total=until, initial=ws.step, unit="step", dynamic_ncols=True, leave=False,
                disable=True if ws.logger.prefix else None)  # a sweep's jobs share a terminal
     modal_actor = mode_dependent(agent.actor)  # SAC's MLP actor: eval mode changes nothing
-    remote = ws.remote  # reward_training=async: the background learner gets every step
+    learner = ws.learner  # sync or async (its process gets every step): one protocol
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step)  # before people are first asked
         # ------------------------------------------------------------ act
@@ -166,25 +166,24 @@ def run(ws: Workspace, until: int) -> None:
         # ------------------------------------------------------------ learn
         if ws.step >= cfg.num_seed_steps:
             if not ws.pretraining_done and ws.step >= cfg.pretrain_end and (
-                    remote is None or not remote.first_model_pending()):  # async: no wait
+                    learner is None or not learner.first_model_pending()):  # people: no wait
                 end_pretraining(ws, agent)
                 ws.maybe_checkpoint(force=True)
             if not ws.pretraining_done:
                 unsupervised_update(ws, agent)
             else:
                 if ws.feedback_due():
-                    if ws.feedback_round() is not None:
+                    if ws.feedback_round():
                         relabel(ws)
                     ws.maybe_checkpoint(force=True)
-                elif remote is None and ws.learner is not None and \
-                        ws.step % PASSES_EVERY == 0 and \
-                        ws.learner.keep_training(PASSES_EVERY):  # reward_schedule=passes
+                elif learner is not None and ws.step % PASSES_EVERY == 0 and \
+                        learner.keep_training(PASSES_EVERY):  # reward_schedule=passes
                     relabel(ws)
                 if cfg.collect_prefs_only:  # the agent keeps exploring, labels are not used
                     unsupervised_update(ws, agent)
                 else:
-                    if ws.learner is not None and ws.step > cfg.pretrain_end and \
-                            ws.learner.update_between_rounds(agent, ws.step, lambda: buffer.sample(
+                    if learner is not None and ws.step > cfg.pretrain_end and \
+                            learner.update_between_rounds(agent, ws.step, lambda: buffer.sample(
                                 cfg.sac.batch_size, ws.rng)):
                         relabel(ws)  # r̂ changed between rounds (a method's hook)
                     agent.update(batches.sample(cfg.sac.batch_size, ws.rng), ws.step)
@@ -196,11 +195,10 @@ def run(ws: Workspace, until: int) -> None:
         # first feedback round relabels the buffer (pretraining uses the intrinsic reward),
         # and the reward model labels every later transition (lazily, in batches).
         stored_reward = 0.0 if cfg.learn_reward else true_reward
-        if remote is not None:
-            remote.record(0, obs, action, true_reward, terminated, frame)
-            if terminated or truncated:
-                remote.end_episode(0)
-            remote.stepped(1)
+        if learner is not None:  # async: to the learner process (sync: nothing)
+            learner.observe(0, obs, action, true_reward, terminated, terminated or truncated,
+                            frame)
+            learner.stepped(1)
         if ws.frames is not None:  # the frame shows `obs`, the state the action was taken in
             small = ws.frames.add(buffer.ptr, frame)
             if ws.episode_clips is not None:  # the last full episode, beside the pair

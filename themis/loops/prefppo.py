@@ -201,7 +201,7 @@ def run(ws: Workspace, until: int) -> None:
     true_rewards = np.zeros((horizon, n_envs), dtype=np.float32)
     dones = np.zeros((horizon, n_envs), dtype=np.float32)
     bootstrap = np.zeros((horizon, n_envs), dtype=np.float32)  # V(final_obs) on truncation
-    remote = ws.remote  # reward_training=async: the background learner gets every step
+    learner = ws.learner  # sync or async (its process gets every step): one protocol
     while ws.step < until:
         ws.checkpoint_before_people(round_at=ws.step + n_envs * horizon)  # before people
         # ------------------------------------------------------------ collect a rollout
@@ -219,11 +219,10 @@ def run(ws: Workspace, until: int) -> None:
                 bootstrap[t, cut] = agent.value(final)
             for i in range(n_envs):
                 staging[i].append(obs[i], eye[act[i]], float(reward[i]), frames[i])
-                if remote is not None:
-                    remote.record(i, obs[i], eye[act[i]], float(reward[i]),
-                                  bool(terminated[i]), frames[i])
-                    if terminated[i] or truncated[i]:
-                        remote.end_episode(i)
+                if learner is not None:  # async: to the learner process (sync: nothing)
+                    learner.observe(i, obs[i], eye[act[i]], float(reward[i]),
+                                    bool(terminated[i]), bool(terminated[i] or truncated[i]),
+                                    frames[i])
                 if terminated[i] or truncated[i]:
                     staging[i].flush(buffer, bool(terminated[i]), ws.frames, ws.episode_clips,
                                      ends=True)
@@ -233,8 +232,8 @@ def run(ws: Workspace, until: int) -> None:
             if ws.frames is not None:  # after an autoreset: the new episode's first frame
                 frames = envs.call("render")
             ws.step += n_envs
-            if remote is not None:
-                remote.stepped(n_envs)
+            if learner is not None:
+                learner.stepped(n_envs)
         for stage in staging:  # unfinished episodes: their staged steps to the store
             if len(stage.obs) >= piece:
                 stage.flush(buffer, frames=ws.frames, episode_clips=ws.episode_clips)
@@ -261,14 +260,14 @@ def run(ws: Workspace, until: int) -> None:
         checkpoint_now = False
         if ws.step >= cfg.num_seed_steps and not ws.pretraining_done and \
                 ws.step >= cfg.pretrain_end and (  # async never waits for people
-                    remote is None or not remote.first_model_pending()):
+                    learner is None or not learner.first_model_pending()):
             end_pretraining(ws)
             checkpoint_now = True
         elif ws.pretraining_done and ws.feedback_due():
             ws.feedback_round()
             checkpoint_now = True
-        if remote is None and ws.learner is not None and phase == "reward":
-            ws.learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)
+        if learner is not None and phase == "reward":
+            learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)
 
         # ------------------------------------------------------------ logs, eval, checkpoint
         ws.after_steps(n_envs * horizon, evaluate=ws.step >= until, checkpoint=checkpoint_now)

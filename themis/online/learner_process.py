@@ -87,11 +87,12 @@ class EnvSpec:
     """Steps of the store of recent steps."""
 
 
-class LearnerSpace:
-    """The learner process's side of a run: its config, the store of the steps it receives,
-    the frame ring, the label store and the step counter; :meth:`spec` is the
-    :class:`~themis.feedback.factory.LearnerSpec` :func:`~themis.feedback.factory.make_learner`
-    builds the learner from (the same kind of spec the Workspace gives in a sync run)."""
+class ProcessWorkspace:
+    """The learner process's side of a run (what the Workspace is to the loop's side): its
+    config, the store of the steps it receives, the frame ring, the label store and the step
+    counter; :meth:`spec` is the :class:`~themis.feedback.factory.LearnerSpec`
+    :func:`~themis.feedback.factory.make_learner` builds the learner from (the same kind of
+    spec the Workspace gives in a sync run)."""
 
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, run_dir: Path, logger: Any) -> None:
         from themis.agents.encoders import observation_kind
@@ -141,8 +142,12 @@ class LearnerSpace:
         self.logger.info(message, colour or None)
 
 
-class OnlineLearner:
-    """The learner process's state and its feedback rounds (see the module docstring).
+class LearnerProcessState:
+    """The learner process's state — its :class:`ProcessWorkspace`, the
+    :class:`~themis.feedback.PreferenceLearner` inside it, the published versions — and its
+    feedback rounds (see the module docstring). The loop's end of the process is
+    :class:`themis.online.loop.AsyncLearner`, the wrappers' is
+    :class:`~themis.online.online_reward.OnlineReward`.
 
     Args:
         cfg: the validated run config.
@@ -171,7 +176,7 @@ class OnlineLearner:
         set_seed_everywhere(cfg.seed)
         self.logger = Logger(run_dir, backends=("csv", "tensorboard") if cfg.logger.tensorboard
                              else ("csv",))
-        self.space = LearnerSpace(cfg, spec, run_dir, self.logger)
+        self.space = ProcessWorkspace(cfg, spec, run_dir, self.logger)
         self.learner: PreferenceLearner = make_learner(cfg, self.space.spec())
         # the schedule as a target over the agent's steps (themis/online/stream.py): a round
         # asks what is due and not asked yet, so rounds the learner was too busy for are
@@ -589,7 +594,7 @@ class OnlineLearner:
 
 # ---------------------------------------------------------------------- the process
 class Service:
-    """The threads of the learner process around an :class:`OnlineLearner`."""
+    """The threads of the learner process around a :class:`LearnerProcessState`."""
 
     def __init__(self, steps: Any, control: Any, parent_pid: int, capacity: int) -> None:
         self.steps_queue, self.control, self.parent_pid = steps, control, parent_pid
@@ -680,7 +685,7 @@ class Service:
                 _, runs, ended, total = self.inbox.popleft()
                 self.inbox.appendleft(("steps", runs, [*first, *ended], total))
 
-    def drain(self, learner: OnlineLearner) -> None:
+    def drain(self, learner: LearnerProcessState) -> None:
         while True:
             with self.inbox_lock:
                 if not self.inbox:
@@ -689,7 +694,7 @@ class Service:
                 self.inbox_steps -= sum(len(run) for run in message[1])
             learner.take(message)
 
-    def pause(self, learner: OnlineLearner) -> None:
+    def pause(self, learner: LearnerProcessState) -> None:
         """Between chunks of DRLHP's pretraining (hours on a CPU): take the steps that arrived,
         and checkpoint when the loop asked for it (Themis's loop: its checkpoint and the
         learner's then hold the same steps) or, in a wrapper, every ``checkpoint_minutes``."""
@@ -701,7 +706,7 @@ class Service:
                 >= 60 * learner.cfg.checkpoint_minutes:
             learner.checkpoint()
 
-    def run(self, learner: OnlineLearner) -> None:
+    def run(self, learner: LearnerProcessState) -> None:
         """The main thread's loop (see the module docstring)."""
         web = learner.space.label_store is not None
         next_gather = time.monotonic() + GATHER_EVERY
@@ -758,7 +763,7 @@ def main(cfg: TrainConfig, online: dict[str, Any], spec: EnvSpec, run_dir: str,
     service = Service(steps, control, parent_pid, spec.capacity)
     path = Path(run_dir)
     try:
-        learner = OnlineLearner(cfg, online, spec, path, shared)
+        learner = LearnerProcessState(cfg, online, spec, path, shared)
         learner.status = status
         learner.banner()
     except ConfigError as e:
@@ -805,4 +810,4 @@ def _crash_line(error: BaseException, run_dir: Path) -> str:
         f"{type(error).__name__}{where}"
 
 
-__all__ = ["EnvSpec", "LearnerSpace", "OnlineLearner", "main"]
+__all__ = ["EnvSpec", "LearnerProcessState", "ProcessWorkspace", "main"]

@@ -10,15 +10,15 @@ when a new reward-model version is published, the loop loads its weights into it
 the reward model and relabels the replay buffer with it (SAC) or uses it for the next rollout
 (PPO).
 
-:class:`AsyncLearner` takes the place of the workspace's
-:class:`~themis.feedback.PreferenceLearner` (``ws.learner``) for what the loops ask of it:
-r̂ of a batch, the counters for the logs, and :meth:`AsyncLearner.take`, the new version if one
-is there. With a synthetic teacher the first version is waited for at the end of pretraining
-(the learner's first round comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that
-the critic reset and the ``reset_update`` updates see a learned reward, as in PEBBLE. With a
-person (web or terminal) the loop never waits: pretraining goes on, on its own reward, until
-the first version arrives (:meth:`AsyncLearner.first_model_pending`). Later versions are taken
-when they come.
+:class:`AsyncLearner` is the workspace's learner (``ws.learner``) in an async run: it answers
+what the loops ask of any learner (:class:`themis.run.protocols.RunLearner`) — r̂ of a batch,
+the counters for the logs, each step sent on (:meth:`AsyncLearner.observe`) and, as its
+feedback round, the new version if one is there (:meth:`AsyncLearner.take`). With a synthetic
+teacher the first version is waited for at the end of pretraining (the learner's first round
+comes at ``num_seed_steps + num_unsup_steps``, as in sync), so that the critic reset and the
+``reset_update`` updates see a learned reward, as in PEBBLE. With a person (web or terminal)
+the loop never waits: pretraining goes on, on its own reward, until the first version arrives
+(:meth:`AsyncLearner.first_model_pending`). Later versions are taken when they come.
 
 What the learner writes: ``reward.csv``, ``preferences/`` (as a sync run), and its own
 checkpoints in ``checkpoints/learner/``; the loop writes ``train.csv``, ``eval.csv`` and
@@ -53,6 +53,7 @@ from themis.reward.ensemble import RewardEnsemble, reward_model_from
 from themis.utils import eval_mode
 
 if TYPE_CHECKING:
+    from themis.feedback.learner import QueryPool
     from themis.run.workspace import Workspace
 
 WAIT_LINE_AFTER = 10.0
@@ -148,8 +149,10 @@ class NoStats:
 
 
 class AsyncLearner:
-    """``ws.learner`` with ``reward_training=async``: the loop's copy of the reward model,
-    fed by the background learner's published versions (see the module docstring).
+    """``ws.learner`` with ``reward_training=async`` (a :class:`themis.run.protocols.RunLearner`,
+    as the synchronous :class:`themis.feedback.PreferenceLearner`): the loop's end of the
+    learner process — its client (:class:`LoopChannel`) and the loop's copy of the reward
+    model, fed by the published versions (see the module docstring).
 
     Args:
         ws: the workspace (its shapes, device and config; the process starts in
@@ -248,19 +251,17 @@ class AsyncLearner:
             self.take()
 
     # ------------------------------------------------------------------ steps
-    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
-               terminated: bool, frame: np.ndarray | None = None) -> None:
-        """Sub-env ``i``'s step: ``obs`` the observation the action was taken in,
-        ``action`` ``(action_dim,)`` (one-hot for discrete actions), the env's reward,
-        termination, the frame of ``obs`` (people watch clips)."""
+    def observe(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+                terminated: bool, ended: bool, frame: np.ndarray | None = None) -> None:
+        """Sub-env ``i``'s step, for the learner process: ``obs`` the observation the action
+        was taken in, ``action`` ``(action_dim,)`` (one-hot for discrete actions), the env's
+        reward, termination, whether the episode ended with it (terminated or truncated),
+        the frame of ``obs`` (people watch clips)."""
         assert self.channel is not None
         self.channel.record(i, obs, np.asarray(action, np.float32).reshape(-1), true_reward,
                             terminated, frame)
-
-    def end_episode(self, i: int) -> None:
-        """Sub-env ``i``'s episode ended after its last recorded step."""
-        assert self.channel is not None
-        self.channel.end_episode(i)
+        if ended:
+            self.channel.end_episode(i)
 
     def stepped(self, n: int) -> None:
         """``n`` env steps were recorded (sent to the learner when due).
@@ -286,6 +287,26 @@ class AsyncLearner:
     def newer(self) -> bool:
         """A newer version than the one in use is published (a few ns: one shared read)."""
         return self.channel is not None and self.channel.shared.version.value != self.version
+
+    def round_due(self, steps_since_round: int, every: int) -> bool:
+        """The loop's "round": a newer version is published (:meth:`newer`); the learner
+        process keeps its own schedule of queries."""
+        return self.newer()
+
+    def feedback_round(self, pool: QueryPool, first: bool = False, ask: bool = True,
+                       final: bool = False) -> bool:
+        """The loop's side of a round: the newest published version is loaded (:meth:`take`;
+        ``first``: the end of pretraining, waited for) and a console line says so. The
+        learner process asks, labels, trains and writes ``reward.csv`` itself.
+
+        Returns:
+            whether r̂ changed (a newer version was loaded: the caller relabels).
+        """
+        version = self.take(wait=first)
+        if version is not None:
+            self.ws.logger_info(f"step {pool.step}: reward model version {version} in use "
+                                f"({len(self.dataset)} labels)", "cyan")
+        return version is not None
 
     def take(self, wait: bool = False) -> int | None:
         """Load the newest published version into :attr:`model`; ``wait``: the end of
@@ -387,6 +408,10 @@ class AsyncLearner:
 
     def update_between_rounds(self, agent: Any, step: int, sample: Any) -> bool:
         """Nothing (a method inside the agent is refused with async)."""
+        return False
+
+    def keep_training(self, steps: int) -> bool:
+        """Nothing: ``reward_schedule=passes`` runs in the learner process."""
         return False
 
     def state_dict(self) -> dict[str, Any]:

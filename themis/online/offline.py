@@ -53,7 +53,7 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
 
     from themis.feedback.factory import make_learner
     from themis.online.keys import online_config
-    from themis.online.learner_process import EnvSpec, LearnerSpace
+    from themis.online.learner_process import EnvSpec, ProcessWorkspace
     from themis.reward.ensemble import save_reward_model
 
     try:
@@ -80,7 +80,7 @@ def train_reward_model(prefs_dir: str | os.PathLike[str], out_dir: str | os.Path
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a file there, or no permission
         raise ConfigError(f"{out} cannot be the output folder ({e.strerror or e})") from None
-    space = LearnerSpace(cfg, spec, out, _Console())
+    space = ProcessWorkspace(cfg, spec, out, _Console())
     learner = make_learner(cfg, space.spec())
     learner.fit_saved_labels(str(prefs_dir))
     (out / "checkpoints").mkdir(exist_ok=True)

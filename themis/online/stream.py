@@ -21,7 +21,7 @@ Three shapes (``query_schedule``):
 - ``continuous``: DRLHP's preference interface, which asks as fast as the teacher answers while
   segments wait: everything is due, a round of ``reward_batch`` comes whenever no posted query
   waits for an answer and new steps came since the last one (the learner decides when, see
-  :meth:`themis.online.learner_process.OnlineLearner.due`).
+  :meth:`themis.online.learner_process.LearnerProcessState.due`).
 """
 
 from __future__ import annotations

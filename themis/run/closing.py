@@ -22,8 +22,8 @@ def stop(ws: Workspace, launcher: str) -> str:
 
     Nothing is saved here (the interrupted step may be half done); a person's answers are
     saved as given, and web answers wait in the label store for ``resume=``."""
-    if ws.remote is not None:  # the background learner saves its labels and stops
-        ws.remote.close()
+    if ws.learner is not None:  # async: the learner process saves its labels and stops
+        ws.learner.close()
     if ws.label_server is not None:
         ws.label_server.stop()
         ws.label_server = None
@@ -50,10 +50,10 @@ def finish(ws: Workspace) -> None:
         ws.label_server = None
         ws.logger.info("labeling server stopped; keep labeling this run with "
                        f"scripts/label_server.py {ws.run_dir}", "cyan")
-    if ws.remote is not None:  # its last gather and save; its last version is taken
-        ws.remote.close()
-    if ws.learner is not None and ws.learner.unsaved_answers():
-        ws.feedback_round(ask=False, final=True)
+    if ws.learner is not None:  # async: the process's last gather and save; its last
+        ws.learner.close()  # version is taken (sync: nothing)
+        if ws.learner.unsaved_answers():  # sync, web
+            ws.feedback_round(ask=False, final=True)
     ws.maybe_checkpoint(force=True)
     ws.save_checkpoints(finished=True)  # last: a kill before it resumes and ends again
     ws.logger.close()

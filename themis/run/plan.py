@@ -129,11 +129,12 @@ def stop_line(ws: Any, launcher: str) -> str:
     continues from the last checkpoint (``launcher resume=RUN_DIR``), that there is none yet,
     or, for ``reward_training=async`` runs with people (which cannot be resumed), where the
     labels are."""
-    if ws.remote is not None and (ws.run_dir / "labels.sqlite").is_file():  # web
+    run_async = ws.cfg.reward_training == "async"
+    if run_async and (ws.run_dir / "labels.sqlite").is_file():  # web
         return (f"stopped at step {ws.step}; an async run cannot be resumed: every answer is "
                 f"in its labels.sqlite: python scripts/store_to_prefs.py {ws.run_dir} DIR "
                 "writes them all (a new run with prefs_path=DIR keeps them)")
-    if ws.remote is not None and ws.cfg.human_teacher:
+    if run_async and ws.cfg.human_teacher:
         return (f"stopped at step {ws.step}; an async run with people cannot be resumed: its "
                 f"labels are in {ws.run_dir / 'preferences'} (a new run with prefs_path= keeps "
                 "them)")

@@ -1,12 +1,12 @@
-"""What the Workspace is handed and does not import: the training loop (:class:`Driver`, a
-module of :mod:`themis.loops`) and, with ``reward_training=async``, the background learner
-(:class:`RemoteLearner`, :class:`themis.online.loop.AsyncLearner`). Both sit on a higher floor
-than :mod:`themis.run` and read the workspace; these protocols say what the workspace asks of
-them."""
+"""What the Workspace holds and the loops call without knowing the class: the training loop
+(:class:`Driver`, a module of :mod:`themis.loops`, on a higher floor: it reads the workspace)
+and the preference learner (:class:`RunLearner`: the synchronous
+:class:`themis.feedback.PreferenceLearner` or the loop's end of the learner process,
+:class:`themis.online.loop.AsyncLearner`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -14,6 +14,7 @@ import numpy as np
 if TYPE_CHECKING:
     from themis.agents import Agent
     from themis.agents.buffers import EpisodeStore
+    from themis.feedback.learner import QueryPool
 
 
 class Driver(Protocol):
@@ -31,23 +32,63 @@ class Driver(Protocol):
     def resumed(self, ws: Any) -> None: ...
 
 
-class RemoteLearner(Protocol):
-    """The background learner of ``reward_training=async`` as the workspace uses it
-    (:class:`themis.online.loop.AsyncLearner`; it also answers what the loops ask of a
-    :class:`themis.feedback.PreferenceLearner`)."""
+class RunLearner(Protocol):
+    """The preference learner as the loops and the Workspace use it, whatever its nature:
+    :class:`themis.feedback.PreferenceLearner` (``reward_training=sync``: feedback rounds in
+    the loop's process, the loop waits) or :class:`themis.online.loop.AsyncLearner`
+    (``reward_training=async``: the loop's end of the learner process, which asks, labels and
+    trains beside the loop and publishes reward-model versions). Calls that only one of them
+    needs are no-ops on the other (marked below), so no loop asks which one it has.
+    """
+
+    model: Any
+    """The reward ensemble r̂ the agent's rewards come from."""
+    schedule: Any
+    """``query_schedule=decay``: queries per round by step (the banner reads it), else ``None``."""
 
     @property
-    def dataset(self) -> Sized:
-        """``len()``: the labels of the version in use."""
+    def dataset(self) -> Any:
+        """The labels so far (``len()``; ``save(folder)``; async: the learner's count)."""
+    @property
+    def stats(self) -> Any:
+        """``as_dict()``: the label statistics of an ``eval.csv`` row."""
+    @property
+    def total_feedback(self) -> int: ...
+    @property
+    def labeled_feedback(self) -> int: ...
+    @property
+    def reward_accuracy(self) -> float: ...
 
+    # the agent's reward: r̂ of a batch, ``(n, *obs_shape), (n, action_dim) -> (n,)``
+    def reward(self, obs: np.ndarray, action: np.ndarray) -> np.ndarray: ...
+    def fit_normaliser(self, store: Any, most: int = 10_000) -> None: ...
+
+    # the run's steps (async: sent to the learner process; sync: no-ops, the loop's store is
+    # the learner's)
+    def observe(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
+                terminated: bool, ended: bool, frame: np.ndarray | None = None) -> None: ...
+    def stepped(self, n: int) -> None: ...
+
+    # feedback rounds
+    def round_due(self, steps_since_round: int, every: int) -> bool: ...
+    def feedback_round(self, pool: QueryPool, first: bool = False, ask: bool = True,
+                       final: bool = False) -> bool: ...
+    def first_model_pending(self) -> bool: ...
+    def is_open(self) -> bool: ...
+    def pending(self) -> int: ...
+    def unsaved_answers(self) -> bool: ...
+    def fit_saved_labels(self, source: str) -> None: ...
+
+    # the methods' hooks (async: no-ops; the methods that need them are refused there)
+    def warm_start(self, draw: Callable[[], Any]) -> None: ...
+    def replay(self, buffer: Any) -> Any: ...
+    def update_between_rounds(self, agent: Any, step: int, sample: Callable[[], Any]) -> bool:
+        ...
+    def keep_training(self, steps: int) -> bool: ...
+
+    # its life beside the run (sync: no-ops; its state is in the run's checkpoint)
     def start(self) -> None: ...
     def checkpoint(self) -> None: ...
-    def newer(self) -> bool: ...
-    def take(self, wait: bool = False) -> int | None: ...
-    def first_model_pending(self) -> bool: ...
     def close(self) -> None: ...
-    # the agent side (the loops): each step of sub-env ``i`` goes to the learner process
-    def record(self, i: int, obs: np.ndarray, action: np.ndarray, true_reward: float,
-               terminated: bool, frame: np.ndarray | None = None) -> None: ...
-    def end_episode(self, i: int) -> None: ...
-    def stepped(self, n: int) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...

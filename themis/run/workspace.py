@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.core.precision import flush_denormals, resolve_precision
 from themis.crowd.label_store import LabelStore
-from themis.feedback import PreferenceLearner, RoundReport
+from themis.feedback import QueryPool, RoundReport
 from themis.feedback.factory import (
     LearnerSpec,
     make_episode_clips,
@@ -36,6 +36,7 @@ from themis.feedback.factory import (
     start_label_server,
 )
 from themis.reward import RewardEnsemble
+from themis.run import plan
 from themis.run.checkpoint import (
     resume_state,
     rng_states,
@@ -47,8 +48,7 @@ from themis.run.config import TrainConfig, job_prefix
 from themis.run.envs import make_envs, make_frame_store, renders_frames
 from themis.run.evaluation import evaluation_row
 from themis.run.logger import Logger
-from themis.run.plan import log_round
-from themis.run.protocols import Driver, RemoteLearner
+from themis.run.protocols import Driver, RunLearner
 from themis.run.snapshot import SNAPSHOT_VERSION, start_from
 from themis.run.threads import run_threads
 from themis.tracking import start_tracking
@@ -63,10 +63,11 @@ class Workspace:
             access in the hot loop costs nanoseconds; :func:`themis.builder.make_workspace`).
         run_dir: where CSVs, checkpoints and plots go (created if missing).
         driver: the training loop that fits the env's action space.
-        async_learner: builds the background learner of ``reward_training=async`` from the
-            workspace (:class:`themis.online.loop.AsyncLearner`, passed by
+        async_learner: builds the learner of ``reward_training=async`` from the workspace
+            (:class:`themis.online.loop.AsyncLearner`, passed by
             :func:`themis.builder.make_workspace`, so the workspace and the learner that
-            reads it do not import each other).
+            reads it do not import each other); either learner is a
+            :class:`themis.run.protocols.RunLearner` to the loops.
 
     Raises:
         ConfigError: invalid configuration, unknown domain/env, missing snapshot, a checkpoint
@@ -75,7 +76,7 @@ class Workspace:
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, driver: Driver,
-                 async_learner: Callable[[Workspace], RemoteLearner] | None = None) -> None:
+                 async_learner: Callable[[Workspace], RunLearner] | None = None) -> None:
         self.cfg, self.driver = cfg, driver
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +110,6 @@ class Workspace:
         # --- preference learning: frames for clips, label store, learner (channel inside)
         self.frames = make_frame_store(cfg, self.buffer.capacity) if renders_frames(cfg) \
             else None
-        self.remote: RemoteLearner | None = None  # reward_training=async: the background learner
         # the last full episode, beside the pair a person labels (DRLHP's second window; in
         # async runs the learner process writes it)
         self.episode_clips: Any = make_episode_clips(self) \
@@ -122,9 +122,7 @@ class Workspace:
             if async_learner is None:
                 raise ValueError("reward_training=async needs async_learner "
                                  "(themis.builder.make_workspace passes it)")
-            self.remote = async_learner(self)
-            # it answers what the loops ask of a PreferenceLearner (themis/online/loop.py)
-            self.learner: PreferenceLearner | None = cast(PreferenceLearner, self.remote)
+            self.learner: RunLearner | None = async_learner(self)
         else:
             self.learner = make_learner(cfg, self.learner_spec()) if cfg.learn_reward else None
         self.reward_model: RewardEnsemble | None = \
@@ -168,15 +166,15 @@ class Workspace:
             f.max_episode_steps, self.device, self.precision, self.rng,
             self.run_dir, self.driver.NAME == "ppo", self.buffer, lambda: int(self.step),
             self.logger_info, self.feature_encoder, self.frames, self.label_store, self.agent,
-            self.env)
+            self.env, self.log_round)
 
     # ------------------------------------------------------------------ running
     def run(self, until: int | None = None) -> None:
         """Train from the current step up to ``until`` (default: the end) with the driver."""
         if self.label_store is not None and self.label_server is None:
             self.label_server = start_label_server(self)
-        if self.remote is not None:
-            self.remote.start()
+        if self.learner is not None:
+            self.learner.start()  # async: the learner process
         self.until = until  # the plan line of a pretraining run asks nothing
         self.running_episodes = []  # the driver starts its episodes afresh
         self.log_time, self.log_step = time.time(), self.step  # the progress line's steps/s
@@ -216,36 +214,29 @@ class Workspace:
     def feedback_due(self) -> bool:
         """A feedback round is due: every ``num_interact`` steps while feedback is open
         (``reward_training=async``: a new reward-model version is published)."""
-        if self.remote is not None:
-            return self.remote.newer()
         return self.learner is not None and \
-            self.step - self.round_step >= self.cfg.num_interact and self.learner.is_open()
+            self.learner.round_due(self.step - self.round_step, self.cfg.num_interact)
 
     def feedback_round(self, first: bool = False, ask: bool = True,
-                       final: bool = False) -> RoundReport | int | None:
+                       final: bool = False) -> bool:
         """One round of the learner (queries from the last ``query_pool_episodes`` finished
         episodes; ``ask=False``: only gather the answers that exist; ``final``: the run ends,
-        see :meth:`PreferenceLearner.round`), logged. ``reward_training=async``: the newest
-        published version is loaded instead (``first``: waited for), and returned (``None``
-        when there is none newer)."""
-        if self.remote is not None:
-            self.round_step = self.step
-            version = self.remote.take(wait=first)
-            if version is not None:
-                self.logger.info(f"step {self.step}: reward model version {version} in use "
-                                 f"({len(self.remote.dataset)} labels)", "cyan")
-            return version
+        see :meth:`themis.feedback.PreferenceLearner.round`; ``reward_training=async``: the
+        newest published version, ``first``: waited for). Returns whether r̂ changed."""
         assert self.learner is not None
-        pool = max(0, self.episodes_started - self.cfg.query_pool_episodes
-                   - len(self.running_episodes))
-        report = self.learner.round(self.buffer, self.step, first, pool, self.recent_returns,
-                                    self.recent_lengths, self.query_slots, ask=ask,
-                                    final=final)
-        if report is not None:
-            log_round(self.logger, report,
-                      self.learner.pending() if self.label_store is not None else None)
+        oldest = max(0, self.episodes_started - self.cfg.query_pool_episodes
+                     - len(self.running_episodes))
+        changed = self.learner.feedback_round(QueryPool(
+            self.buffer, self.step, oldest, self.recent_returns, self.recent_lengths,
+            self.query_slots), first, ask=ask, final=final)
         self.round_step = self.step
-        return report
+        return changed
+
+    def log_round(self, report: RoundReport) -> None:
+        """A round's ``reward.csv`` row and console line (web: with the queries pending)."""
+        assert self.learner is not None
+        plan.log_round(self.logger, report,
+                       self.learner.pending() if self.label_store is not None else None)
 
     def query_slots(self, steps: np.ndarray) -> np.ndarray:
         """Which store slots ``steps`` (any shape) a query may use: steps of finished episodes
@@ -336,8 +327,8 @@ class Workspace:
         ``reward_training=async``: the learner process checkpoints after the same steps."""
         if force or self.step - self.last_checkpoint_step >= self.cfg.checkpoint_frequency \
                 or time.monotonic() - self.last_checkpoint_time >= 60 * self.cfg.checkpoint_minutes:
-            if self.remote is not None:
-                self.remote.checkpoint()
+            if self.learner is not None:
+                self.learner.checkpoint()  # async: the learner process after these steps
             save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
             self.last_checkpoint_step = self.step
             self.last_checkpoint_time = time.monotonic()
