@@ -11,8 +11,9 @@ from themis.agents.a2c import A2C, A2CConfig
 from themis.agents.ppo import PPO, PPOConfig
 from themis.agents.sac import SAC, SACConfig
 
-__all__ = ["A2C", "ON_POLICY", "PPO", "SAC", "A2CConfig", "Agent", "PPOConfig", "SACConfig",
-           "agent_of", "on_policy_config", "resolve_agent", "rollout_steps", "select_agent"]
+__all__ = ["A2C", "ON_POLICY", "PPO", "SAC", "A2CConfig", "Agent", "AgentKeys", "PPOConfig",
+           "SACConfig", "agent_of", "on_policy_config", "resolve_agent", "rollout_steps",
+           "select_agent"]
 
 ON_POLICY = ("ppo", "a2c")
 """The agents of the on-policy loop (:mod:`themis.loops.prefppo`), for ``Discrete`` actions."""
@@ -53,19 +54,33 @@ def select_agent(action_space: gym.Space) -> str:
                      "a Box action space, PPO a Discrete one")
 
 
-def on_policy_config(cfg: Any) -> PPOConfig | A2CConfig:
+class AgentKeys(Protocol):
+    """A run config's keys of its agent: ``agent`` and the on-policy groups ``ppo.*`` and
+    ``a2c.*`` (:class:`themis.run.config.TrainConfig` has them)."""
+
+    @property
+    def agent(self) -> str: ...
+
+    @property
+    def ppo(self) -> PPOConfig: ...
+
+    @property
+    def a2c(self) -> A2CConfig: ...
+
+
+def on_policy_config(cfg: AgentKeys) -> PPOConfig | A2CConfig:
     """The rollout settings (``num_envs``, ``num_steps``, ``gamma``, ...) of a run's on-policy
     agent: ``cfg.a2c`` with ``agent=a2c``, else ``cfg.ppo``."""
     return cfg.a2c if cfg.agent == "a2c" else cfg.ppo
 
 
-def agent_of(cfg: Any, loop: str) -> str:
+def agent_of(cfg: AgentKeys, loop: str) -> str:
     """The agent a run's loop (``sac`` or ``ppo``: :mod:`themis.loops`) runs: ``sac``, ``ppo``
     or ``a2c`` (the on-policy loop runs A2C with ``agent=a2c``)."""
     return "a2c" if loop in ON_POLICY and cfg.agent == "a2c" else loop
 
 
-def rollout_steps(cfg: Any, agent: str) -> int:
+def rollout_steps(cfg: AgentKeys, agent: str) -> int:
     """Agent steps between two updates of a run's agent, over all envs: ``num_envs ×
     num_steps`` of PPO's or A2C's rollout (feedback rounds come between rollouts), 1 for SAC."""
     if agent not in ON_POLICY:

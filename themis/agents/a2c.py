@@ -98,7 +98,7 @@ class RMSpropTF(torch.optim.Optimizer):
                 p.addcdiv_(p.grad, square_avg.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
-class A2C(ActorCriticAgent):
+class A2C(ActorCriticAgent[A2CConfig]):
     """A2C agent for a ``Discrete(n_actions)`` action space, with PPO's interface (``step``,
     ``value``, ``act``, ``update(Rollout)``), so that :mod:`themis.loops.prefppo` runs it.
 

@@ -12,8 +12,8 @@ learned reward or the true one), as in B-Pref's PrefPPO.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import Field, dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -81,8 +81,10 @@ def _head(in_dim: int, hidden_dim: int, depth: int, out_dim: int, out_std: float
 
 
 class HeadSizes(Protocol):
-    """The head sizes :class:`ActorCritic` reads (:class:`PPOConfig`, ``A2CConfig``)."""
+    """The head sizes :class:`ActorCritic` reads (the dataclasses :class:`PPOConfig`,
+    ``A2CConfig``)."""
 
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
     hidden_dim: int
     hidden_depth: int | None
 
@@ -174,7 +176,11 @@ def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, next_values:
     return advantages, advantages + values
 
 
-class ActorCriticAgent:
+SettingsT = TypeVar("SettingsT", bound=HeadSizes)
+"""An on-policy agent's settings (:class:`PPOConfig`, ``A2CConfig``)."""
+
+
+class ActorCriticAgent(Generic[SettingsT]):
     """What PPO and A2C share: acting with :class:`ActorCritic` (``self.net``) and the
     checkpointed state (network, optimiser, updates made)."""
 
@@ -184,7 +190,7 @@ class ActorCriticAgent:
     num_updates: int
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, device: torch.device,
-                 cfg: Any, total_updates: int) -> None:
+                 cfg: SettingsT, total_updates: int) -> None:
         """The settings with the heads' depth resolved (:func:`head_depth`), the network on
         ``device`` and the update counters; the subclass adds its optimiser."""
         self.cfg = replace(cfg, hidden_depth=head_depth(obs_shape, cfg.hidden_depth))
@@ -239,7 +245,7 @@ class ActorCriticAgent:
         self.num_updates = int(state.get("num_updates", 0))
 
 
-class PPO(ActorCriticAgent):
+class PPO(ActorCriticAgent[PPOConfig]):
     """PPO agent for a ``Discrete(n_actions)`` action space.
 
     Args:

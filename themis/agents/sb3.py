@@ -215,7 +215,7 @@ def _sac_state(model: SB3Model, agent: SAC) -> tuple[dict[str, torch.Tensor],
     obs_dim = int(hidden[0][0].shape[1] if hidden else mu_w.shape[1])
     action_dim = int(mu_w.shape[0])
     widths = _widths(hidden)
-    themis = [agent.cfg.hidden_dim] * agent.cfg.hidden_depth
+    themis = [agent.cfg.hidden_dim] * (agent.cfg.hidden_depth or 0)  # resolved: an int
     n_critics = len({k.split(".")[1] for k in state if k.startswith("critic.qf")})
     critics = [_chain(state, f"critic.qf{i}.") for i in range(n_critics)]
     critic_widths = _widths(critics[0][:-1]) if critics and critics[0] else []
@@ -302,7 +302,7 @@ def _ppo_state(model: SB3Model, agent: PPO) -> dict[str, torch.Tensor]:
     policy = _chain(state, "mlp_extractor.policy_net.")
     value = _chain(state, "mlp_extractor.value_net.")
     pi_w, vf_w = _widths(policy), _widths(value)
-    themis = [agent.cfg.hidden_dim] * agent.cfg.hidden_depth
+    themis = [agent.cfg.hidden_dim] * (agent.cfg.hidden_depth or 0)  # resolved: an int
     n_actions = int(state["action_net.weight"].shape[0])
     features = int((policy[0][0] if policy else state["action_net.weight"]).shape[1])
     themis_features = net.encoder.feature_dim

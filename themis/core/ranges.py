@@ -65,3 +65,11 @@ POSITIVE_REAL = Range(0, lo_open=True)
 """Learning rates, temperatures, sharpness: > 0 and finite."""
 UNIT = Range(0, 1)
 """Probabilities, fractions, discounts."""
+WIDTH = Range(1, cap=16_384)
+"""Hidden widths: a billion units would allocate until killed (issue 85 item 8)."""
+DEPTH = Range(0, cap=64)
+"""Hidden layers."""
+BATCH = Range(1, cap=1_000_000)
+"""Minibatch sizes."""
+ENVS = Range(1, cap=1024)
+"""Parallel environments."""

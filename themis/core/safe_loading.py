@@ -304,14 +304,14 @@ def resolver_calls(text: str) -> list[str]:
     return names
 
 
-def check_no_resolvers(cfg: Any, where: str | Path) -> None:
+def check_no_resolvers(cfg: object, where: str | Path) -> None:
     """Refuse a received config (a run's ``config.yaml`` from someone else) whose values call
     resolvers: ``${oc.env:SECRET}``, or any resolver registered in this process, could read
     this machine's environment or files into the run (and its saved config). Configs Themis
     writes hold resolved values only.
 
     Args:
-        cfg: the config as loaded, unresolved (``OmegaConf.load``).
+        cfg: the config as loaded, unresolved (``OmegaConf.load``), or plain containers.
         where: the file, for the message.
 
     Raises:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from themis.core.run_keys import RunKeys
 from themis.utils import ConfigError
 
 CLASSES = {0.0: "left", 0.5: "equal", 1.0: "right"}
@@ -127,7 +128,7 @@ def flagged(store: Any, min_gold_answers: int = 5, min_gold_accuracy: float = 0.
             if s["flagged"]}
 
 
-def check_crowd(cfg: Any) -> None:
+def check_crowd(cfg: RunKeys) -> None:
     """The crowd keys (``label_quality``, gold, aggregation) of a run config.
 
     Raises:

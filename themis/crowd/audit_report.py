@@ -176,7 +176,7 @@ def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
         themis.utils.ConfigError: the file calls resolvers (``${oc.env:...}``; a received run
             folder holds values only) or its values are not numbers.
     """
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from themis.core.safe_loading import check_no_resolvers, check_yaml_file
 
@@ -187,8 +187,10 @@ def gold_thresholds(run_dir: str | Path) -> tuple[int, float]:
                 check_yaml_file(path)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-            cfg: Any = OmegaConf.load(path)
+            cfg = OmegaConf.load(path)
             check_no_resolvers(cfg, path)
+            if not isinstance(cfg, DictConfig):
+                raise ConfigError(f"{path} is not a Themis config (no key: value mapping)")
             try:
                 return int(cfg.get("min_gold_answers", 5)), \
                     float(cfg.get("min_gold_accuracy", 0.7))

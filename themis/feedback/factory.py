@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from themis.agents import rollout_steps
 from themis.agents.encoders import observation_kind
+from themis.core.run_keys import RunKeys
 from themis.crowd.label_store import OWNER, LabelStore, UnsafeStoreError
 from themis.feedback.channels import (
     Channel,
@@ -82,6 +82,9 @@ class LearnerSpec:
             none, e.g. the async learner process).
         on_round: called with each round's :class:`~themis.feedback.RoundReport` by
             :meth:`PreferenceLearner.feedback_round` (the run logs it), or ``None``.
+        rollout: agent steps between two updates of the agent, over all envs (PPO and A2C:
+            a rollout, :func:`themis.agents.rollout_steps`; 1 for SAC): rounds come between
+            them (DRLHP's decaying schedule).
     """
 
     env_id: str
@@ -105,6 +108,7 @@ class LearnerSpec:
     agent: Any = None
     env: Any = None
     on_round: Callable[[RoundReport], None] | None = None
+    rollout: int = 1
 
     @property
     def obs_dim(self) -> int:
@@ -121,7 +125,7 @@ EPOCH_HOOKS = ("select_labels", "start_epoch", "end_epoch", "round_epochs", "sto
 """Method hooks that act on a round's epochs (``reward_schedule=passes`` has none)."""
 
 
-def teacher_description(cfg: Any) -> str:
+def teacher_description(cfg: RunKeys) -> str:
     """Who labels the queries, as stored with each label (``labeler`` column): ``human:NAME``
     for a person, ``vlm:MODEL`` for a vision-language model (alone), ``synthetic(...)`` with
     the B-Pref parameters otherwise."""
@@ -134,7 +138,7 @@ def teacher_description(cfg: Any) -> str:
             f"eps_equal={cfg.teacher_eps_equal})")
 
 
-def vlm_labeler(cfg: Any) -> str:
+def vlm_labeler(cfg: RunKeys) -> str:
     """A VLM's labeler name: ``vlm:MODEL`` (a ``:`` or ``,`` of the model name written ``_``:
     labeler names are read up to their last ``:``)."""
     return "vlm:" + str(cfg.vlm_model).replace(":", "_").replace(",", "_")
@@ -144,7 +148,7 @@ INSTRUCTIONS_LIMIT = 8000
 """Most characters of ``label_instructions`` (a page of text)."""
 
 
-def label_instructions(cfg: Any) -> str:
+def label_instructions(cfg: RunKeys) -> str:
     """What "better" means for this run (``label_instructions``): the text itself, or the
     text of the ``.md`` / ``.txt`` file it names; ``""`` when unset.
 
@@ -171,7 +175,7 @@ def label_instructions(cfg: Any) -> str:
     return text.strip()
 
 
-def teacher_name(cfg: Any) -> str:
+def teacher_name(cfg: RunKeys) -> str:
     """Who answers, in a few words, for the banner, plot titles and the run report: the preset
     (``oracle``, ``skip``, ...) or ``synthetic(...)`` for a synthetic teacher; for people the
     labeler names their labels are stored under (``human:ann``; on the web ``human:local``
@@ -194,7 +198,7 @@ def teacher_name(cfg: Any) -> str:
                 teacher_description(cfg))
 
 
-def run_title(cfg: Any, agent: str) -> str:
+def run_title(cfg: RunKeys, agent: str) -> str:
     """What a run is, for the banner, ``learning_curve.png`` and the run report: the method
     (``PEBBLE``, the methods' titles joined by ``+``; ``PrefPPO`` or ``… on PrefPPO`` for
     PPO), the sampler and the teacher — or the agent on the true reward (``learn_reward=false``)."""
@@ -208,12 +212,12 @@ def run_title(cfg: Any, agent: str) -> str:
     return f"{method} · sampler {resolve_feed_type(cfg.feed_type)} · teacher {teacher_name(cfg)}"
 
 
-def explaining(cfg: Any) -> bool:
+def explaining(cfg: RunKeys) -> bool:
     """Whether Captum explanations go under the clips (``xplain_action`` or ``xplain_state``)."""
     return bool(cfg.xplain_action or cfg.xplain_state)
 
 
-def make_dataset(cfg: Any, spec: LearnerSpec) -> PreferenceDataset:
+def make_dataset(cfg: RunKeys, spec: LearnerSpec) -> PreferenceDataset:
     """An empty preference dataset, or the one at ``prefs_path`` with room to grow.
 
     Raises:
@@ -258,16 +262,16 @@ def make_dataset(cfg: Any, spec: LearnerSpec) -> PreferenceDataset:
     return data
 
 
-def decaying_schedule(cfg: Any, agent: str) -> DecayingSchedule:
+def decaying_schedule(cfg: RunKeys, rollout: int) -> DecayingSchedule:
     """``query_schedule=decay``: DRLHP's decaying labelling rate over the run's rounds
-    (``agent`` ``ppo`` rounds up to whole rollouts)."""
-    rollout = rollout_steps(cfg, agent)
+    (``rollout``: agent steps between the agent's updates, to which rounds are rounded up;
+    :func:`themis.agents.rollout_steps`)."""
     _, every, last = round_grid(cfg.num_train_steps, cfg.num_seed_steps + cfg.num_unsup_steps,
                                 cfg.num_interact, rollout)
     return DecayingSchedule(cfg.query_decay_steps, every, last)
 
 
-def make_learner(cfg: Any, spec: LearnerSpec) -> PreferenceLearner:
+def make_learner(cfg: RunKeys, spec: LearnerSpec) -> PreferenceLearner:
     """The preference learner of a run (``cfg``, the resolved config; ``spec``, what it needs of
     the run: :class:`LearnerSpec`),
     with DRLHP's query schedule (``query_schedule=decay``) and reward normaliser
@@ -312,7 +316,7 @@ def make_learner(cfg: Any, spec: LearnerSpec) -> PreferenceLearner:
     learner.on_round = spec.on_round
     learner.methods = methods
     if cfg.query_schedule == "decay":  # DRLHP's decaying labelling rate
-        learner.schedule = decaying_schedule(cfg, "ppo" if spec.on_policy else "sac")
+        learner.schedule = decaying_schedule(cfg, spec.rollout)
     if cfg.reward_norm_std:  # DRLHP's per-member normalisation of the policy's reward
         learner.normaliser = RewardNormaliser(cfg.ensemble_size, cfg.reward_norm_std)
     learner.first_round_queries = cfg.first_round_queries
@@ -341,7 +345,7 @@ def make_learner(cfg: Any, spec: LearnerSpec) -> PreferenceLearner:
     return learner
 
 
-def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Channel:
+def make_channel(cfg: RunKeys, spec: LearnerSpec, learner: PreferenceLearner) -> Channel:
     """Who answers: a synthetic teacher, a person in the terminal, or people on the web."""
     clips = make_clips(cfg, spec, learner.model) if spec.frames is not None else None
     labeler = teacher_description(cfg)
@@ -351,12 +355,12 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
         aggregate = "model" if cfg.label_quality == "model" else cfg.label_aggregate
         web_args = (spec.label_store, clips, cfg.labels_per_query, aggregate,
                     spec.info, lambda: learner.rounds + 1)
-        web_kwargs = dict(gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
-                          min_gold_answers=cfg.min_gold_answers,
-                          min_gold_accuracy=cfg.min_gold_accuracy,
-                          gold_answers=max(1, cfg.labelers) + int(vlm is not None),
-                          rng=np.random.default_rng(cfg.seed + 3),
-                          rating_classes=cfg.rating_classes if cfg.feedback == "rating" else 0)
+        web_kwargs: dict[str, Any] = dict(
+            gold_fraction=cfg.gold_fraction, label_quality=cfg.label_quality,
+            min_gold_answers=cfg.min_gold_answers, min_gold_accuracy=cfg.min_gold_accuracy,
+            gold_answers=max(1, cfg.labelers) + int(vlm is not None),
+            rng=np.random.default_rng(cfg.seed + 3),
+            rating_classes=cfg.rating_classes if cfg.feedback == "rating" else 0)
         if vlm is not None:  # the VLM answers every posted query into the store
             return CrowdVLMChannel(vlm, vlm_labeler(cfg), *web_args, **web_kwargs)
         return WebChannel(*web_args, **web_kwargs)
@@ -397,7 +401,7 @@ def make_channel(cfg: Any, spec: LearnerSpec, learner: PreferenceLearner) -> Cha
                             cfg.xplain_clips_per_round if explaining(cfg) else 0)
 
 
-def make_vlm_teacher(cfg: Any, spec: LearnerSpec) -> VLMTeacher:
+def make_vlm_teacher(cfg: RunKeys, spec: LearnerSpec) -> VLMTeacher:
     """``teacher=vlm``: the VLM teacher of a run (:mod:`themis.feedback.vlm`): the endpoint's
     client (the key from the environment), the prompt, the env's task and the answer cache
     (``vlm_cache``, default ``RUN_DIR/vlm_answers.jsonl``).
@@ -414,7 +418,7 @@ def make_vlm_teacher(cfg: Any, spec: LearnerSpec) -> VLMTeacher:
                       cfg.vlm_temperature)
 
 
-def make_clips(cfg: Any, spec: LearnerSpec, reward_model: RewardEnsemble) -> Any:
+def make_clips(cfg: RunKeys, spec: LearnerSpec, reward_model: RewardEnsemble) -> Any:
     """A ``lib.clips.ClipMaker`` over the run's frame ring, with Captum panels when
     ``xplain_*`` is on (an explainer built each round from the current agent and model).
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from themis.agents.buffers import SegmentPairs
+from themis.core.run_keys import RunKeys
 from themis.feedback.channels import AnswersAtOnce, Gathered
 from themis.feedback.learner import PreferenceLearner
 from themis.feedback.teachers import SyntheticRatingTeacher
@@ -91,7 +92,7 @@ class SyntheticRatingChannel(AnswersAtOnce):
         return len(queries)
 
 
-def check_rating(cfg: Any) -> None:
+def check_rating(cfg: RunKeys) -> None:
     """``feedback`` and the rating keys of a run config, and what rating feedback cannot do.
 
     Raises:

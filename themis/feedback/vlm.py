@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from themis.core.run_keys import RunKeys
 from themis.feedback.vlm_cache import Answer, AnswerCache, answer_key
 from themis.feedback.vlm_prompt import PromptTemplate, load_prompt, parse_label, task_description
 from themis.utils import ConfigError
@@ -65,7 +66,7 @@ VLM_KEYS = ("vlm_base_url", "vlm_model", "vlm_task", "vlm_prompt", "vlm_cache")
 """Keys that only ``teacher=vlm`` reads (a value without it is refused)."""
 
 
-def check_vlm(cfg: Any) -> None:
+def check_vlm(cfg: RunKeys) -> None:
     """The ``vlm_*`` keys of a run config: what ``teacher=vlm`` needs, and what it cannot do.
 
     Raises:

@@ -329,11 +329,15 @@ def inspect_run(run_dir: str | Path, episodes: int = 2, max_steps: int = 1000,
     scratch = tempfile.TemporaryDirectory()  # the rebuilt workspace's own files go nowhere
     ws = load_run(run, Path(scratch.name))
     env_id = ws.facts.env_id
+    from omegaconf import OmegaConf
+
     from themis.agents import agent_of
     from themis.feedback.factory import run_title
+    from themis.run.config import TrainConfig
     from themis.run.received_config import load_received_config
 
-    saved = load_received_config(run / "config.yaml")  # the run's, not the rebuild's
+    saved = OmegaConf.to_object(load_received_config(run / "config.yaml"))  # not the rebuild's
+    assert isinstance(saved, TrainConfig)
     title = run_title(saved, agent_of(saved, ws.driver.NAME))
     lines = [f"# Themis run report: {env_id}", "", title, "",
              f"Run dir: `{run.resolve()}`", ""]

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
 from themis.core.ranges import Range
+from themis.core.run_keys import RunKeys
 
 
 @dataclass
@@ -76,7 +77,11 @@ the background learner (``reward_training=async``), or :class:`themis.Preference
 around another library's agent (``wrapper``)."""
 
 
-class Method:
+ConfigT = TypeVar("ConfigT")
+"""A method's :attr:`Method.Config` (``class SURF(Method[SURFConfig])``)."""
+
+
+class Method(Generic[ConfigT]):
     """A preference-learning method: its keys and its hooks (module docstring).
 
     Class attributes (set by each method):
@@ -103,16 +108,23 @@ class Method:
     ratings: ClassVar[bool] = False
     inside_agent: ClassVar[str] = ""
 
-    def __init__(self, cfg: Any, context: MethodContext) -> None:
+    def __init__(self, cfg: ConfigT, context: MethodContext) -> None:
         self.cfg, self.context = cfg, context
 
     # ------------------------------------------------------------------ configuration
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def own_keys(cls, run_cfg: RunKeys) -> ConfigT:
+        """This method's keys in a run's config: its ``<name>.*`` group (an instance of
+        :attr:`Config`), which :class:`themis.run.config.TrainConfig` adds to the flat keys."""
+        keys: ConfigT = getattr(run_cfg, cls.name)
+        return keys
+
+    @classmethod
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """Refuse what cannot run with this method, as one line.
 
         Args:
-            run_cfg: the whole run config (this method's keys at ``run_cfg.<name>``).
+            run_cfg: the whole run config (this method's keys: :meth:`own_keys`).
             agent: ``sac`` or ``ppo``, or ``None`` when not known yet.
             where: one of :data:`WHERE`.
 

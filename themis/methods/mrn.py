@@ -37,6 +37,7 @@ from torch.func import functional_call
 
 from themis.agents.buffers import ReplayBufferSamples
 from themis.core.ranges import NON_NEGATIVE, POSITIVE, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.reward.dataset import PreferenceDataset
 from themis.reward.trainer import bradley_terry_loss
@@ -160,7 +161,7 @@ class MetaRewardUpdate:
         self.updates, self.outer_loss = int(state["updates"]), float(state["outer_loss"])
 
 
-class MRN(Method):
+class MRN(Method[MRNConfig]):
     """MRN as a method (module docstring): the bilevel update between feedback rounds."""
 
     name, title, published = "mrn", "MRN", "2022-10"
@@ -174,7 +175,7 @@ class MRN(Method):
         self.update: MetaRewardUpdate | None = None
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """SAC only: the inner step is one of SAC's critic."""
         if agent in ("ppo", "a2c"):
             raise ConfigError("method=mrn trains the reward model through one step of SAC's "

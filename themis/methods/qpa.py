@@ -46,6 +46,7 @@ import numpy as np
 
 from themis.agents.buffers import ReplayBuffer, ReplayBufferSamples
 from themis.core.ranges import NON_NEGATIVE, POSITIVE, UNIT, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
 from themis.utils import ConfigError
@@ -120,7 +121,7 @@ class HybridReplay:
         return b.samples(idx)
 
 
-class QPA(Method):
+class QPA(Method[QPAConfig]):
     """QPA as a method (module docstring): hybrid experience replay and ``data_aug_ratio``
     crops of every pair (its query pool is ``query_pool_episodes``, set by its config file)."""
 
@@ -138,12 +139,12 @@ class QPA(Method):
                                          cfg.data_aug_ratio) if cfg.data_aug_ratio else None
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """SAC only (PPO has no replay buffer); crops need segments of 16 steps or more."""
         if agent in ("ppo", "a2c"):
             raise ConfigError("method=qpa mixes recent episodes into SAC's replay batches; PPO "
                               "trains on fresh rollouts only: use it with SAC (Box actions)")
-        if run_cfg.qpa.data_aug_ratio and run_cfg.segment <= 15:
+        if cls.own_keys(run_cfg).data_aug_ratio and run_cfg.segment <= 15:
             raise ConfigError(f"method=qpa crops segments to segment-15..segment-5 steps: "
                               f"segment={run_cfg.segment} is too short (at least 16)")
 

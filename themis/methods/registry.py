@@ -19,6 +19,7 @@ from typing import Any
 
 import themis.methods as package
 from themis.core.ranges import Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import WHERE, Method, MethodContext
 from themis.utils import ConfigError
 
@@ -54,17 +55,17 @@ def method_names() -> list[str]:
     return list(REGISTRY)
 
 
-def active(cfg: Any) -> list[type[Method]]:
+def active(cfg: RunKeys) -> list[type[Method]]:
     """The method classes a config switches on (``<name>.enabled``)."""
-    return [cls for name, cls in REGISTRY.items() if getattr(cfg, name).enabled]
+    return [cls for name, cls in REGISTRY.items() if cls.own_keys(cfg).enabled]
 
 
-def active_methods(cfg: Any) -> list[str]:
+def active_methods(cfg: RunKeys) -> list[str]:
     """The names of the methods a config switches on, or ``["pebble"]``."""
     return [cls.name for cls in active(cfg)] or [BASE]
 
 
-def method_title(cfg: Any) -> str:
+def method_title(cfg: RunKeys) -> str:
     """``PEBBLE``, ``SURF``, ``SURF+RUNE`` ... for banners and plot titles."""
     return "+".join(cls.title for cls in active(cfg)) or BASE.upper()
 
@@ -108,7 +109,7 @@ def refuse_inside_agent(names: list[str], where: str) -> None:
                           "the agent; use reward_training=sync")
 
 
-def check_methods(cfg: Any, agent: str | None = None, where: str = "loop") -> None:
+def check_methods(cfg: RunKeys, agent: str | None = None, where: str = "loop") -> None:
     """What the switched-on methods cannot run with, as one line: the rules every method
     shares, then each method's own :meth:`Method.check`.
 
@@ -134,7 +135,7 @@ def check_methods(cfg: Any, agent: str | None = None, where: str = "loop") -> No
                           f"which needs ensemble_size >= 2 (got {cfg.ensemble_size})")
 
 
-def check_ratings(cfg: Any) -> None:
+def check_ratings(cfg: RunKeys) -> None:
     """``feedback=rating``: only methods that take ratings.
 
     Raises:
@@ -149,17 +150,17 @@ def check_ratings(cfg: Any) -> None:
             + (f"; {' and '.join(takes)} work with ratings" if takes else ""))
 
 
-def rating_method_on(cfg: Any) -> bool:
+def rating_method_on(cfg: RunKeys) -> bool:
     """Whether a switched-on method takes ratings (its config file may set ``feed_type``,
     which ratings ignore)."""
     return any(cls.ratings for cls in active(cfg))
 
 
-def build_methods(cfg: Any, context: MethodContext, only: tuple[str, ...] = ()) -> list[Method]:
+def build_methods(cfg: RunKeys, context: MethodContext, only: tuple[str, ...] = ()) -> list[Method]:
     """The switched-on methods of a run, built (in :data:`REGISTRY` order); with ``only``, just
     those with one of these hooks of their own (e.g. ``("reward_bonus",)`` where only the
     agent's reward is computed)."""
-    return [cls(getattr(cfg, cls.name), context) for cls in active(cfg)
+    return [cls(cls.own_keys(cfg), context) for cls in active(cfg)
             if not only or any(getattr(cls, h) is not getattr(Method, h) for h in only)]
 
 

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from themis.core.ranges import NON_NEGATIVE, POSITIVE, UNIT, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.utils import ConfigError
 
@@ -211,7 +212,7 @@ class WarmStart:
         self.loss = float(loss.detach())
 
 
-class RIME(Method):
+class RIME(Method[RIMEConfig]):
     """RIME as a method (module docstring): the label filter each epoch, its stop rule, the
     warm start during pretraining."""
 
@@ -228,9 +229,9 @@ class RIME(Method):
         self.warm: WarmStart | None = None
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """The warm start needs pretraining in the learner's reach."""
-        warm = run_cfg.rime.warm_start_steps
+        warm = cls.own_keys(run_cfg).warm_start_steps
         if run_cfg.pretrained_snapshot and warm:
             raise ConfigError("method=rime warm-starts the reward model during pretraining, and "
                               "a pretraining snapshot keeps no reward model: drop "

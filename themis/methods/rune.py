@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from themis.core.ranges import NON_NEGATIVE, UNIT, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.utils import ConfigError
 
@@ -77,7 +78,7 @@ class UncertaintyBonus:
         return (member_rewards.mean(axis=0) + self.bonus(member_rewards)).astype(np.float32)
 
 
-class RUNE(Method):
+class RUNE(Method[RUNEConfig]):
     """RUNE as a method (module docstring): β_t × the ensemble's std added to r̂."""
 
     name, title, published = "rune", "RUNE", "2022-05"
@@ -91,7 +92,7 @@ class RUNE(Method):
         self.uncertainty = UncertaintyBonus(cfg, context.clock, on_policy=context.on_policy)
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """The std needs two members or more."""
         if run_cfg.ensemble_size < 2:
             raise ConfigError("method=rune adds beta * the ensemble's std of r̂: it needs "

@@ -59,6 +59,7 @@ import numpy as np
 import torch
 
 from themis.core.ranges import POSITIVE_REAL, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.utils import ConfigError
 
@@ -117,7 +118,7 @@ def top(scores: np.ndarray, k: int, mirrored: bool) -> np.ndarray:
     return np.argsort(-ranked, kind="stable")[:k]
 
 
-class SENIOR(Method):
+class SENIOR(Method[SENIORConfig]):
     """SENIOR's motion-distinction-based query selection (module docstring)."""
 
     name, title, published = "senior", "SENIOR", "2025-06"
@@ -133,9 +134,9 @@ class SENIOR(Method):
                               f"observation dims in [0, {context.obs_dim - 1}]")
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """Positions are dims of a vector observation: at least one, none negative."""
-        dims = list(run_cfg.senior.position_dims)
+        dims = list(cls.own_keys(run_cfg).position_dims)
         if not dims or min(dims) < 0 or len(set(dims)) < len(dims):
             raise ConfigError(f"senior.position_dims={dims} must be distinct observation dims "
                               "(e.g. [0,1,2], Meta-World's hand position)")

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from themis.agents.buffers import SegmentPairs
 from themis.core.ranges import NON_NEGATIVE, POSITIVE, Range
+from themis.core.run_keys import RunKeys
 from themis.methods.base import Method, MethodContext
 from themis.methods.crop import TemporalCrop
 from themis.utils import ConfigError
@@ -191,7 +192,7 @@ class PseudoLabeler:
         return self.cfg.lambda_u * (ce * mask).mean(-1).sum()
 
 
-class SURF(Method):
+class SURF(Method[SURFConfig]):
     """SURF as a method (module docstring): unlabelled pairs after each round's queries, a
     pseudo-label loss per training batch, one temporal crop of every pair."""
 
@@ -209,9 +210,9 @@ class SURF(Method):
                                          context.segment) if cfg.crop_range else None
 
     @classmethod
-    def check(cls, run_cfg: Any, agent: str | None, where: str) -> None:
+    def check(cls, run_cfg: RunKeys, agent: str | None, where: str) -> None:
         """Crops must leave segments of at least one step."""
-        crop = run_cfg.surf.crop_range
+        crop = cls.own_keys(run_cfg).crop_range
         if crop < 0 or 2 * crop >= run_cfg.segment:
             raise ConfigError(f"surf.crop_range={crop} must be >= 0 and leave segments of at "
                               f"least one step (segment={run_cfg.segment})")

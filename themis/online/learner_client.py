@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from themis.online.segments import StepRecorder
 from themis.online.weights import SharedWeights, flat_size
 from themis.reward.ensemble import RewardEnsemble
 from themis.utils import ConfigError
+
+if TYPE_CHECKING:
+    from themis.run.config import TrainConfig
 
 START_TIMEOUT = 600.0
 """Seconds the constructor waits for the learner process to be ready (imports, a resumed
@@ -56,7 +59,7 @@ class LearnerClient:
         error: the learner's crash line, ``None`` while it runs.
     """
 
-    cfg: Any
+    cfg: TrainConfig
     online: OnlineKeys
     run_dir: Path
     frame_height: int | None

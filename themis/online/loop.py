@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from themis.agents import on_policy_config
+from themis.agents import on_policy_config, rollout_steps
 from themis.agents.buffers import EpisodeStore
 from themis.methods.base import MethodContext, reward_with_bonus
 from themis.methods.registry import build_methods
@@ -181,7 +181,7 @@ class AsyncLearner:
         from themis.feedback.factory import decaying_schedule
         from themis.reward.recipe import RewardNormaliser
 
-        self.schedule: Any = decaying_schedule(cfg, ws.driver.NAME) \
+        self.schedule: Any = decaying_schedule(cfg, rollout_steps(cfg, ws.driver.NAME)) \
             if cfg.query_schedule == "decay" else None
         self.normaliser: RewardNormaliser | None = RewardNormaliser(
             cfg.ensemble_size, cfg.reward_norm_std) if cfg.reward_norm_std else None

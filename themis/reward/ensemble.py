@@ -20,6 +20,7 @@ from torch import nn
 from themis.agents.encoders import Encoder, make_encoder, observation_kind
 from themis.agents.networks import EnsembleMLP
 from themis.core.precision import autocast
+from themis.core.run_keys import RunKeys
 from themis.core.safe_loading import MALFORMED, check_finite_tensors, describe, safe_load
 from themis.reward.networks import (
     DOT_NETS,
@@ -286,7 +287,7 @@ class RewardEnsemble(nn.Module):
         return config
 
 
-def reward_model_from(cfg: Any, obs_dim: int, action_dim: int,
+def reward_model_from(cfg: RunKeys, obs_dim: int, action_dim: int,
                       obs_shape: tuple[int, ...]) -> RewardEnsemble:
     """The reward ensemble a run's config describes (``ensemble_size``, ``reward_hidden_dim``,
     ``reward_hidden_depth``, ``reward_dropout``, ``reward_batchnorm``, ``reward_net``,

@@ -25,6 +25,7 @@ from torch import nn
 
 from themis.agents.intrinsic import RunningMeanStd
 from themis.agents.networks import EnsembleLinear
+from themis.core.run_keys import RunKeys
 from themis.utils import eval_mode
 
 BLOCK = 1024
@@ -209,7 +210,7 @@ class AdaptiveL2:
         self.pass_steps = int(state.get("pass_steps", 0))  # type: ignore[call-overload]
 
 
-def trainer_kwargs(cfg: Any) -> dict[str, Any]:
+def trainer_kwargs(cfg: RunKeys) -> dict[str, Any]:
     """The :class:`themis.reward.RewardTrainer` arguments of a run's DRLHP keys
     (``reward_random_response``, ``reward_val_fraction``, ``reward_bootstrap``, ``reward_l2``,
     ``reward_adaptive_l2``); empty when none is set (the trainer as before)."""

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from themis.agents.a2c import A2CConfig
 from themis.agents.ppo import PPOConfig
 from themis.agents.sac import SACConfig
+from themis.core.run_keys import RunKeys
 from themis.methods.registry import BASE, config_groups, method_names
 from themis.run.config import BaseTrainConfig
 from themis.tracking.settings import LoggerConfig
@@ -22,9 +23,12 @@ GROUPS: dict[str, type] = {"sac": SACConfig, "ppo": PPOConfig, "a2c": A2CConfig,
 
 def key_descriptions() -> dict[str, str]:
     """Each config key's one-line description, read from the docstrings under the fields of
-    :class:`~themis.run.config.BaseTrainConfig` and of each of :data:`GROUPS` (``sac.*`` ...)."""
+    :class:`~themis.core.run_keys.RunKeys` (the flat keys), of
+    :class:`~themis.run.config.BaseTrainConfig` (the groups) and of each of :data:`GROUPS`
+    (``sac.*`` ...)."""
     out: dict[str, str] = {}
-    for prefix, cls in [("", BaseTrainConfig), *((f"{k}.", c) for k, c in GROUPS.items())]:
+    for prefix, cls in [("", RunKeys), ("", BaseTrainConfig),
+                        *((f"{k}.", c) for k, c in GROUPS.items())]:
         out.update(field_descriptions(cls, prefix))
     return out
 

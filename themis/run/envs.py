@@ -17,10 +17,11 @@ import numpy as np
 
 from themis.agents import on_policy_config
 from themis.agents.encoders import observation_kind
+from themis.core.run_keys import RunKeys
 from themis.environments.domains import episode_limit, frame_stack_size, get_domain, make_env
 from themis.environments.frames import FrameStore
 from themis.environments.observations import unsupported
-from themis.run.config import frame_capacity, frame_size
+from themis.run.config import TrainConfig, frame_capacity, frame_size
 from themis.utils import ConfigError, check_memory
 
 
@@ -76,14 +77,14 @@ def env_facts(env_id: str, env: gym.Env) -> EnvFacts:
                     discrete, action_dim, episode_limit(env))
 
 
-def renders_frames(cfg: Any) -> bool:
+def renders_frames(cfg: RunKeys) -> bool:
     """Whether the training env renders a frame per step: a person watches clips
     (``human_teacher``), a VLM looks at them (``teacher=vlm``) or clips are explained
     (``xplain_action``, ``xplain_state``)."""
     return bool(cfg.human_teacher or cfg.vlm_teacher or cfg.xplain_action or cfg.xplain_state)
 
 
-def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
+def make_envs(cfg: RunKeys) -> tuple[gym.Env, gym.Env, EnvFacts]:
     """The run's training env (rendering frames when a person watches clips or clips are
     explained), its evaluation env (seeded 10,000 further, the same task) and their facts.
 
@@ -110,7 +111,7 @@ def make_envs(cfg: Any) -> tuple[gym.Env, gym.Env, EnvFacts]:
     return env, eval_env, facts
 
 
-def make_vector_env(cfg: Any) -> gym.vector.SyncVectorEnv:
+def make_vector_env(cfg: TrainConfig) -> gym.vector.SyncVectorEnv:
     """The on-policy agent's ``ppo.num_envs`` (``a2c.num_envs``) training envs side by side
     (env ``i`` seeded ``seed + i``, all on the task of ``seed``; rendering frames as
     :func:`make_envs`'s), in a gymnasium ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``:
@@ -125,7 +126,7 @@ def make_vector_env(cfg: Any) -> gym.vector.SyncVectorEnv:
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
-def make_frame_store(cfg: Any, slots: int) -> FrameStore:
+def make_frame_store(cfg: RunKeys, slots: int) -> FrameStore:
     """The ring of ``frame_capacity(cfg)`` rendered frames (square, ``frame_size(cfg)`` px)
     for clips, indexed by the store's ``slots``.
 

@@ -7,12 +7,15 @@ a stopped run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from themis.agents import agent_of, rollout_steps
 from themis.feedback.factory import decaying_schedule, teacher_description, teacher_name
 from themis.feedback.selector import feedback_rounds, round_grid
 from themis.run.checkpoint import STATE_FILE
+
+if TYPE_CHECKING:
+    from themis.run.config import TrainConfig
 
 ROUND_CONSOLE = {"total_feedback": "queries_total", "labeled_feedback": "labels_total",
                  "skipped": "round_skipped", "equal": "round_equal",
@@ -26,7 +29,7 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def query_rounds(cfg: Any, agent: str) -> int:
+def query_rounds(cfg: TrainConfig, agent: str) -> int:
     """Feedback rounds the run's schedule holds for its agent (``sac`` checks before every
     step, ``ppo`` after every rollout; :func:`themis.feedback.selector.feedback_rounds`)."""
     rollout = rollout_steps(cfg, agent)
@@ -80,7 +83,7 @@ def query_plan(ws: Any) -> tuple[str, str] | None:
     spacing = f"every {every} steps" + (f" (whole rollouts of {rollout})" if rollout > 1
                                         else "")
     if ws.learner.schedule is not None:  # query_schedule=decay
-        plan = decaying_schedule(cfg, ws.driver.NAME).plan(first, cfg.max_feedback,
+        plan = decaying_schedule(cfg, rollout).plan(first, cfg.max_feedback,
                                                              cfg.first_round_queries)
         return (f"queries: {sum(plan)} of max_feedback={cfg.max_feedback}, in "
                 f"{plural(len(plan), 'round')} {spacing} from step {first}, decaying as "

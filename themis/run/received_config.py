@@ -7,18 +7,19 @@ import; :func:`load_received_config` reads it as the schema does and refuses the
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from themis.core.run_keys import RunKeys
 from themis.core.safe_loading import UnsafeFileError, check_no_resolvers, check_yaml_file
 from themis.run.config import REMOVED_KEYS, TrainConfig
 from themis.utils import ConfigError
 
 
-def named_code(cfg: Any) -> dict[str, str]:
+def named_code(cfg: DictConfig | Mapping[str, Any] | RunKeys) -> dict[str, str]:
     """Config values that name code for this process to import and call:
     ``obs_transform=module:function`` and ``env=module:EnvId`` (``domain=Gym`` imports the
     module). Keys with such values -> the values."""
@@ -30,7 +31,8 @@ def named_code(cfg: Any) -> dict[str, str]:
     return found
 
 
-def check_named_code(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
+def check_named_code(cfg: DictConfig | Mapping[str, Any] | RunKeys, where: str | Path,
+                     given: Collection[str] = ()) -> None:
     """Refuse a received config (another person's run folder) that names code to import
     (:func:`named_code`): a run folder can carry a Python module of its own, and importing
     it would run it. A key the command line sets (``given``) is the user's own choice.
@@ -148,7 +150,8 @@ def _inside(value: str, run: Path) -> bool:
         os.path.realpath(run))
 
 
-def check_received_settings(cfg: Any, where: str | Path, given: Collection[str] = ()) -> None:
+def check_received_settings(cfg: DictConfig, where: str | Path,
+                            given: Collection[str] = ()) -> None:
     """Refuse the :data:`RECEIVED_SETTINGS` of a received run's ``config.yaml`` (``where``):
     a copied web run that says ``label_host: 0.0.0.0`` and ``label_instructions: ~/notes.txt``
     would open your labeling page to the network and show your file; ``logger: {mlflow: true,

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from themis.agents import on_policy_config
+
+if TYPE_CHECKING:
+    from themis.run.config import TrainConfig
 from themis.utils import ConfigError
 
 WIDE_WORK = 256 * 128 * 128
@@ -172,19 +175,21 @@ def choose_threads(value: object, *, agent: str, obs_kind: str, device: str, hid
     return ThreadChoice(n, f"torch_threads={n}" if n else "torch_threads=0: PyTorch's default")
 
 
-def run_threads(cfg: Any, agent: str, obs_kind: str, device: str) -> ThreadChoice:
+def run_threads(cfg: TrainConfig, agent: str, obs_kind: str, device: str) -> ThreadChoice:
     """The :class:`ThreadChoice` of a run's config (:func:`choose_threads` with its agent's
     hidden width and update batch: SAC's ``batch_size``, PPO's minibatch), applied.
 
     Raises:
         ConfigError: ``torch_threads`` or ``THEMIS_THREADS`` is not ``auto`` or a count.
     """
-    net = cfg.sac if agent == "sac" else on_policy_config(cfg)
-    batch = cfg.sac.batch_size if agent == "sac" else \
-        net.num_envs * net.num_steps // net.num_minibatches
+    if agent == "sac":
+        hidden_dim, batch = cfg.sac.hidden_dim, cfg.sac.batch_size
+    else:
+        net = on_policy_config(cfg)
+        hidden_dim, batch = net.hidden_dim, net.num_envs * net.num_steps // net.num_minibatches
     try:
         choice = choose_threads(cfg.torch_threads, agent=agent, obs_kind=obs_kind, device=device,
-                                hidden_dim=net.hidden_dim, batch_size=batch)
+                                hidden_dim=hidden_dim, batch_size=batch)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     apply_threads(choice)

@@ -12,7 +12,18 @@ from typing import Any
 
 from themis.agents.intrinsic import SCALES
 from themis.core.precision import PRECISIONS
-from themis.core.ranges import NON_NEGATIVE, POSITIVE, POSITIVE_REAL, UNIT, Range
+from themis.core.ranges import (
+    BATCH,
+    DEPTH,
+    ENVS,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_REAL,
+    UNIT,
+    WIDTH,
+    Range,
+)
+from themis.core.run_keys import RANGES
 from themis.crowd.aggregation import check_crowd
 from themis.feedback.rating import check_rating
 from themis.feedback.sampling import resolve_feed_type
@@ -22,7 +33,7 @@ from themis.feedback.vlm import check_vlm
 from themis.methods.registry import check_methods, numeric_keys
 from themis.reward.networks import REWARD_NETS
 from themis.reward.schedule import REWARD_SCHEDULES
-from themis.run.config import frame_capacity, resume_target
+from themis.run.config import TrainConfig, frame_capacity, resume_target
 from themis.run.threads import parse_threads
 from themis.utils import ConfigError
 
@@ -30,52 +41,8 @@ AGENTS = ("auto", "sac", "ppo", "a2c")
 
 
 # ---------------------------------------------------------------- numeric keys: one table
-WIDTH = Range(1, cap=16_384)
-"""Hidden widths: a billion units would allocate until killed (issue 85 item 8)."""
-DEPTH = Range(0, cap=64)
-BATCH = Range(1, cap=1_000_000)
-ENVS = Range(1, cap=1024)
-
 NUMERIC_KEYS: dict[str, Range] = {
-    # experiment
-    "seed": Range(0, 2**31 - 1),  # np.random.seed takes < 2**32; evaluation adds 10000
-    # torch_threads: auto or a count (themis.run.threads.parse_threads, checked in validate)
-    # schedule
-    "num_train_steps": POSITIVE, "replay_buffer_capacity": NON_NEGATIVE,
-    "num_seed_steps": NON_NEGATIVE, "num_unsup_steps": NON_NEGATIVE, "topK": POSITIVE,
-    "entropy_pool_size": POSITIVE, "reset_update": NON_NEGATIVE,
-    # preference learning
-    "num_interact": POSITIVE, "max_feedback": NON_NEGATIVE, "reward_batch": POSITIVE,
-    "segment": POSITIVE, "large_batch": POSITIVE, "query_pool_episodes": POSITIVE,
-    "ensemble_size": Range(1, cap=64),
-    "reward_lr": POSITIVE_REAL, "reward_update": POSITIVE,
-    "reward_train_batch": BATCH, "reward_hidden_dim": WIDTH,
-    "reward_hidden_depth": DEPTH,
-    "reward_val_fraction": Range(0, 1, hi_open=True),
-    "reward_random_response": Range(0, 1, hi_open=True),
-    "reward_dropout": Range(0, 1, hi_open=True), "reward_l2": Range(0),
-    "reward_norm_std": Range(0), "query_decay_steps": POSITIVE,
-    "first_round_queries": NON_NEGATIVE, "reward_pretrain_epochs": NON_NEGATIVE,
-    "reward_passes_per_step": Range(0), "reward_label_buffer": NON_NEGATIVE,
-    # teacher
-    "teacher_beta": Range(-1, text="must be -1 (perfectly rational) or a finite number > 0"),
-    "teacher_gamma": Range(0, 1, lo_open=True), "teacher_eps_mistake": UNIT,
-    "teacher_eps_skip": UNIT, "teacher_eps_equal": UNIT,
-    "label_port": Range(0, 65535, text="is not a TCP port; use 1-65535, or 0 for any free port"),
-    "labelers": Range(0, cap=1000),
-    "labels_per_query": POSITIVE, "rating_classes": Range(2, 9),
-    "rating_k": POSITIVE_REAL, "min_labels_before_training": NON_NEGATIVE,
-    "gold_fraction": UNIT, "min_gold_accuracy": UNIT, "min_gold_answers": POSITIVE,
-    "human_frame_size": Range(16, 4096), "human_frame_capacity": POSITIVE,
-    "clip_fps": Range(1, 240), "xplain_action_dim": Range(-1), "xplain_top_k": POSITIVE,
-    "xplain_clips_per_round": NON_NEGATIVE,
-    "vlm_key_frames": Range(1, 16), "vlm_max_concurrency": Range(1, 64),
-    "vlm_timeout": POSITIVE_REAL, "vlm_max_retries": Range(0, 20),
-    "vlm_max_tokens": Range(1, 100_000), "vlm_temperature": Range(0, 2),
-    # evaluation, logging, snapshots
-    "eval_frequency": POSITIVE, "num_eval_episodes": POSITIVE, "log_frequency": POSITIVE,
-    "checkpoint_frequency": POSITIVE, "checkpoint_minutes": POSITIVE_REAL,
-    "reward_max_lag": NON_NEGATIVE,
+    **RANGES,  # the flat keys' (themis.core.run_keys)
     "logger.clips": NON_NEGATIVE, "logger.finish_timeout": POSITIVE,
     # agents
     "sac.hidden_dim": WIDTH, "sac.hidden_depth": DEPTH, "sac.batch_size": BATCH,
@@ -103,7 +70,7 @@ NUMERIC_KEYS.update(numeric_keys())  # each method's own keys (its RANGES)
 
 
 
-def check_numbers(cfg: Any, resolved: dict[str, Any] | None = None) -> None:
+def check_numbers(cfg: TrainConfig, resolved: dict[str, Any] | None = None) -> None:
     """Every key of :data:`NUMERIC_KEYS`: finite (no NaN, no inf) and inside its range, and the
     numeric combinations that must hold (``sac.log_std_min < sac.log_std_max``, a PPO rollout
     that fills its minibatches). ``resolved``: values to check instead of ``cfg``'s (the
@@ -131,7 +98,7 @@ def check_numbers(cfg: Any, resolved: dict[str, Any] | None = None) -> None:
 QUERY_SCHEDULES = ("constant", "decay", "continuous")
 
 
-def check_recipe(cfg: Any) -> None:
+def check_recipe(cfg: TrainConfig) -> None:
     """DRLHP's keys (``reward_val_fraction`` ... ``query_schedule``): combinations that do
     something.
 
@@ -168,7 +135,7 @@ def check_recipe(cfg: Any) -> None:
 REWARD_TRAININGS = ("sync", "async")
 
 
-def check_reward_training(cfg: Any) -> None:
+def check_reward_training(cfg: TrainConfig) -> None:
     """``reward_training``: sync or async; what async cannot do is refused.
 
     Raises:
@@ -204,7 +171,7 @@ def check_reward_training(cfg: Any) -> None:
     check_methods(cfg, where="async")  # a method inside the agent, or its own async rule
 
 
-def check_idle_keys(cfg: Any) -> None:
+def check_idle_keys(cfg: TrainConfig) -> None:
     """Keys that do nothing without the key they serve, refused as ``prefs_path`` without
     ``learn_reward`` is: ``teacher_ui=web`` without ``human_teacher=true`` (the synthetic
     teacher answers; no page is served), ``xplain_action_dim`` without ``xplain_action=true``
@@ -223,7 +190,7 @@ def check_idle_keys(cfg: Any) -> None:
                           "or drop xplain_action_dim")
 
 
-def validate(cfg: Any) -> None:
+def validate(cfg: TrainConfig) -> None:
     """Check values and combinations Hydra's type checks cannot see.
 
     Args:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from themis.agents import agent_of
+from themis.agents import agent_of, rollout_steps
 from themis.agents.encoders import random_encoder
 from themis.agents.intrinsic import StateEntropyReward
 from themis.core.precision import flush_denormals, resolve_precision
@@ -154,8 +154,8 @@ class Workspace:
                              prefix=job_prefix())
         start_from(self, resumed)
         # W&B / MLflow (logger=wandb|mlflow): rows queued for their threads, never waited for
-        self.tracking = start_tracking(cfg, self.run_dir, self.facts.env_id, self.title,
-                                       partial(self.logger_info, colour="yellow"))
+        self.tracking = start_tracking(cfg, cfg.logger, self.run_dir, self.facts.env_id,
+                                       self.title, partial(self.logger_info, colour="yellow"))
         self.logger.attach(self.tracking)
 
     def learner_spec(self) -> LearnerSpec:
@@ -166,7 +166,7 @@ class Workspace:
             f.max_episode_steps, self.device, self.precision, self.rng,
             self.run_dir, self.driver.NAME == "ppo", self.buffer, lambda: int(self.step),
             self.logger_info, self.feature_encoder, self.frames, self.label_store, self.agent,
-            self.env, self.log_round)
+            self.env, self.log_round, rollout_steps(self.cfg, self.driver.NAME))
 
     # ------------------------------------------------------------------ running
     def run(self, until: int | None = None) -> None:

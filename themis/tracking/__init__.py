@@ -1,7 +1,7 @@
 """Experiment trackers (``logger=wandb``, ``logger=mlflow``): a run's config, CSV rows and
 files, sent beside the CSV and TensorBoard files the run always writes.
 
-    hub = start_tracking(cfg, run_dir, env_id, title, warn)   # None when no tracker is on
+    hub = start_tracking(cfg, cfg.logger, run_dir, env_id, title, warn)  # None: no tracker
     hub.log_row("eval", row)                                   # (the logger does this)
     hub.close("FINISHED", run_files(cfg.logger, run_dir, warn))
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from themis.core.run_keys import RunKeys
 from themis.tracking.hub import STATE_FILE, RunFiles, RunInfo, Tracker, TrackingHub
 from themis.tracking.settings import TRACKERS, LoggerConfig
 
@@ -37,18 +38,18 @@ def hydra_tags() -> dict[str, str]:
     return tags
 
 
-def start_tracking(cfg: Any, run_dir: Path, env_id: str, title: str,
+def start_tracking(cfg: RunKeys, settings: LoggerConfig, run_dir: Path, env_id: str, title: str,
                    warn: Callable[[str], None]) -> TrackingHub | None:
-    """The trackers ``cfg.logger`` switches on, started (each on its own thread), or None.
+    """The trackers ``settings`` switches on, started (each on its own thread), or None.
 
     Args:
-        cfg: a :class:`themis.run.config.TrainConfig` (its ``logger`` and ``resume`` keys; the whole
-            config becomes the tracked run's parameters).
+        cfg: the run's config, a :class:`themis.run.config.TrainConfig` (its ``resume`` key;
+            the whole config becomes the tracked run's parameters).
+        settings: its ``logger.*`` keys.
         run_dir: the run dir.
         env_id, title: tags (the env and the method · sampler · teacher line).
         warn: one console line (a tracker that fails says so once).
     """
-    settings: LoggerConfig = cfg.logger
     trackers: list[Tracker] = []
     if settings.wandb:
         from themis.tracking.wandb_backend import WandbTracker
