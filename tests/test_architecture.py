@@ -32,7 +32,7 @@ TOP_LEVEL_MODULES = {"__init__.py", "utils.py"}
 # (``themis/__init__.py``, lazy), ``utils`` the ground-floor module ``themis/utils.py``.
 FLOORS: list[set[str]] = [
     {"utils"},  # seeding, devices, durable writes, ConfigError
-    {"core"},  # mixed precision, safe loading of received files, the terminal's progress bars
+    {"core"},  # the run's flat keys, mixed precision, safe loading, the terminal's progress bars
     {"environments", "tracking"},  # envs and suites; W&B / MLflow trackers
     {"agents"},  # SAC, PPO, networks, buffers, state entropy
     {"reward"},  # reward ensemble, preference dataset, Bradley-Terry trainer
@@ -401,9 +401,9 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(compose, tmp_path, monkeyp
 
 
 
-# Where a config is still being written: the wrapper turns its keyword arguments into one
-# before validating it, inspection turns a finished run's config into an inspection run's.
-CONFIG_WRITERS = {"themis.online.keys", "themis.interpret.inspection"}
+# Where a config is still being written: inspection turns a finished run's config into an
+# inspection run's.
+CONFIG_WRITERS = {"themis.interpret.inspection"}
 
 
 def config_assignments(path: Path) -> list[int]:
@@ -443,6 +443,62 @@ def test_the_config_scan_sees_each_kind_of_assignment(tmp_path):
     assert config_assignments(source) == [1, 2, 3, 4, 5]
 
 
+MOST_UNTYPED_CONFIGS = 0
+"""``cfg: Any`` in ``themis/`` and ``lib/`` (issue 86 item 2: 56 before): a config is typed
+where it is read (:class:`themis.core.run_keys.RunKeys` below the run floor,
+:class:`themis.run.config.TrainConfig` on it and above, a group where one is read)."""
+
+
+def untyped_configs(root: Path = ROOT) -> list[str]:
+    """``path:line`` of every ``cfg: Any`` (also ``run_cfg: Any``) in ``themis/`` and ``lib/``."""
+    return [f"{path.relative_to(root)}:{number}"
+            for folder in ("themis", "lib") for path in sorted((root / folder).rglob("*.py"))
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if "cfg: Any" in line]
+
+
+def test_configs_are_typed_where_they_are_read():
+    """A contributor jumps from ``cfg.reward_batch`` to its field, its range and its docstring,
+    and mypy checks the read: ``cfg: Any`` stays at :data:`MOST_UNTYPED_CONFIGS`."""
+    found = untyped_configs()
+    assert len(found) <= MOST_UNTYPED_CONFIGS, \
+        "type these configs (RunKeys, TrainConfig or the group read):\n" + "\n".join(found)
+
+
+def test_the_untyped_config_scan_sees_each_site(tmp_path):
+    (tmp_path / "themis").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "themis" / "a.py").write_text("def f(cfg: Any) -> None: ...\nx: Any = 1\n")
+    (tmp_path / "lib" / "b.py").write_text("def g(run_cfg: Any, cfg: RunKeys) -> None: ...\n")
+    assert untyped_configs(tmp_path) == ["themis/a.py:1", "lib/b.py:1"]
+
+
+def function_callers(name: str, root: Path = ROOT) -> set[str]:
+    """The files of ``themis/`` and ``lib/`` that call a function ``name`` (``name(...)`` or
+    ``module.name(...)``)."""
+    return {str(path.relative_to(root))
+            for folder in ("themis", "lib") for path in sorted((root / folder).rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and name in (
+                getattr(node.func, "id", None), getattr(node.func, "attr", None))}
+
+
+def test_the_methods_are_checked_by_validation_alone():
+    """``check_methods`` (what the switched-on methods cannot run with) is called by
+    ``themis/run/validation.py`` only: the run's resolution and the wrapper's ask validation
+    (issue 86 item 2: it was called from five places)."""
+    assert function_callers("check_methods") == {"themis/run/validation.py"}
+
+
+def test_the_caller_scan_sees_calls_and_not_definitions(tmp_path):
+    (tmp_path / "themis").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "themis" / "a.py").write_text("def check_methods(cfg): ...\n")
+    (tmp_path / "themis" / "b.py").write_text("registry.check_methods(cfg)\n")
+    (tmp_path / "lib" / "c.py").write_text("from x import check_methods\ncheck_methods(c)\n")
+    assert function_callers("check_methods", tmp_path) == {"themis/b.py", "lib/c.py"}
+
+
 def workspace_names(path: Path) -> set[str]:
     """The ``ws.<name>`` attributes a loop module reads or writes."""
     return {node.attr for node in ast.walk(ast.parse(path.read_text()))
@@ -471,8 +527,8 @@ def learner_branches(path: Path) -> list[str]:
     ``remote`` name or attribute, or an ``isinstance`` against a learner class."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Name) and node.id == "remote" or \
-                isinstance(node, ast.Attribute) and node.attr == "remote":
+        if (isinstance(node, ast.Name) and node.id == "remote") or \
+                (isinstance(node, ast.Attribute) and node.attr == "remote"):
             found.append(f"{node.lineno}: remote")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in ("cast", "isinstance") and any(

@@ -4,9 +4,11 @@
 :class:`themis.online.PreferenceLearningWrapper` into a :class:`themis.run.config.TrainConfig`
 (composed from ``config/train_themis.yaml`` like a command line: ``method=``, ``teacher=`` and
 ``domain=`` select their config groups; every other key is a schema key, nested keys dotted or
-as dicts) plus the few keys of the wrapper itself (:class:`OnlineKeys`), and validates both
-with :func:`themis.run.validation.validate`. Bad input is one :class:`themis.utils.ConfigError`
-line.
+as dicts) plus the few keys of the wrapper itself (:class:`OnlineKeys`), resolves it once as
+:func:`themis.run.resolve.resolve` does (what the wrapper derives in one ``dataclasses.replace``;
+nothing assigns to it afterwards) and validates it once with
+:func:`themis.run.validation.validate` (``where="wrapper"``: the methods' rules too). Bad input
+is one :class:`themis.utils.ConfigError` line.
 
 Keys of Themis's own training loop (the agent, its networks, pretraining, evaluation) have no
 meaning around another library's agent and are refused, so that a key never silently does
@@ -28,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from themis.core.foreign_keys import foreign_key
 from themis.core.ranges import NON_NEGATIVE, Range
 from themis.feedback.selector import resolve_reward_batch
-from themis.methods.registry import check_methods, refuse_inside_agent
+from themis.methods.registry import refuse_inside_agent
 from themis.run.config import TrainConfig, compose, removed_key, schema_keys
 from themis.run.validation import validate
 from themis.utils import ConfigError
@@ -221,34 +223,29 @@ def online_config(keys: Mapping[str, Any], discrete: bool,
             raise ConfigError(f"{group}={option} is unknown") from None
         raise ConfigError(text.splitlines()[0]) from None
     assert isinstance(obj, TrainConfig)
-    cfg_obj: TrainConfig = obj
-    if pretrained is not None:  # the pretrained model's architecture
-        cfg_obj.ensemble_size = int(pretrained["ensemble_size"])
-        cfg_obj.reward_hidden_dim = int(pretrained["hidden_dim"])
-        cfg_obj.reward_hidden_depth = int(pretrained["hidden_depth"])
     online = online_keys(own)
-    # the wrapper has no pretraining and no end: the schedule keys it refuses are neutral
-    cfg_obj.num_unsup_steps = 0
-    cfg_obj.num_train_steps = max(cfg_obj.num_train_steps, cfg_obj.num_seed_steps + 1)
-    cfg_obj.resume = None
-    frozen = online.reward_model is not None and cfg_obj.max_feedback == 0
-    if frozen:  # a pretrained model alone: no query budget needed
-        probe = dataclasses.replace(cfg_obj, max_feedback=1, reward_batch=1)
-        validate(probe)
-        cfg_obj.reward_batch = 1
-    elif cfg_obj.query_schedule == "continuous":  # the wrapper's learner is always async
-        validate(dataclasses.replace(cfg_obj, query_schedule="constant"))
-    else:
-        validate(cfg_obj)
-    if cfg_obj.vlm_teacher:  # its frames are the workspace's ring (themis/feedback/vlm.py)
+    # resolved once, as themis.run.resolve does: what the wrapper derives, in one replace
+    frozen = online.reward_model is not None and obj.max_feedback == 0  # r̂ without queries
+    try:  # the queries per round of reward_batch=auto (a pretrained model alone: none)
+        batch = 1 if frozen else resolve_reward_batch(obj.reward_batch, obj.max_feedback)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    changes: dict[str, Any] = {
+        # the wrapper has no pretraining and no end: the schedule keys it refuses are neutral
+        "num_unsup_steps": 0, "num_train_steps": max(obj.num_train_steps,
+                                                     obj.num_seed_steps + 1),
+        "resume": None, "reward_batch": batch}
+    if pretrained is not None:  # the pretrained model's architecture
+        changes.update(ensemble_size=int(pretrained["ensemble_size"]),
+                       reward_hidden_dim=int(pretrained["hidden_dim"]),
+                       reward_hidden_depth=int(pretrained["hidden_depth"]))
+    run_cfg = dataclasses.replace(obj, **changes)
+    validate(run_cfg, agent="ppo" if discrete else None, where="wrapper", frozen_model=frozen)
+    if run_cfg.vlm_teacher:  # its frames are the workspace's ring (themis/feedback/vlm.py)
         raise ConfigError("teacher=vlm runs in Themis's own loops (./themis_train.sh "
                           "teacher=vlm ...); the wrapper's background learner has no frames "
                           "for it yet")
-    if not frozen:  # validate assigns nothing: the queries per round of reward_batch=auto
-        cfg_obj.reward_batch = resolve_reward_batch(cfg_obj.reward_batch, cfg_obj.max_feedback)
-    check_methods(cfg_obj, agent="ppo" if discrete else None,
-                  where="wrapper")
-    return cfg_obj, online
+    return run_cfg, online
 
 
 def online_keys(own: Mapping[str, Any]) -> OnlineKeys:

@@ -48,10 +48,9 @@ def resolve(cfg: DictConfig | TrainConfig, **given: Any) -> Resolved:
     from themis.agents import resolve_agent
     from themis.environments.domains import make_env
     from themis.feedback.selector import resolve_reward_batch
-    from themis.methods.registry import check_methods
     from themis.run.plan import query_rounds
     from themis.run.snapshot import snapshot_schedule
-    from themis.run.validation import validate
+    from themis.run.validation import check_start, validate
 
     typed = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
     assert isinstance(typed, TrainConfig)
@@ -59,7 +58,7 @@ def resolve(cfg: DictConfig | TrainConfig, **given: Any) -> Resolved:
     changes: dict[str, Any] = {**given, "resume": None if resume is None else typed.resume}
     note = None
     if typed.pretrained_snapshot:  # a method that cannot start from a snapshot: say so first
-        check_methods(typed)
+        check_start(typed)
         if resume is None:
             seed, unsup, note = snapshot_schedule(typed)
             changes.update(num_seed_steps=seed, num_unsup_steps=unsup)
@@ -73,7 +72,7 @@ def resolve(cfg: DictConfig | TrainConfig, **given: Any) -> Resolved:
         raise ConfigError(f"{typed.env}: {e}") from None
     finally:
         probe.close()
-    check_methods(typed, agent=agent)
+    check_start(typed, agent=agent)
     # reward_batch=auto: ten rounds, fewer and larger when the schedule holds fewer
     # (docs/guide/configuration.md)
     batch = resolve_reward_batch(typed.reward_batch, typed.max_feedback,

@@ -135,8 +135,9 @@ def check_recipe(cfg: TrainConfig) -> None:
 REWARD_TRAININGS = ("sync", "async")
 
 
-def check_reward_training(cfg: TrainConfig) -> None:
-    """``reward_training``: sync or async; what async cannot do is refused.
+def check_reward_training(cfg: TrainConfig, where: str = "loop") -> None:
+    """``reward_training``: sync or async; what async cannot do is refused (``where``: as
+    :func:`validate`'s; the wrapper's learner is always in the background).
 
     Raises:
         ConfigError: one line: an unknown value, or with async: no learned reward, a resume,
@@ -146,7 +147,7 @@ def check_reward_training(cfg: TrainConfig) -> None:
     if cfg.reward_training not in REWARD_TRAININGS:
         raise ConfigError(f"reward_training={cfg.reward_training} is unknown; use sync or async")
     if cfg.reward_training == "sync":
-        if cfg.query_schedule == "continuous":
+        if cfg.query_schedule == "continuous" and where == "loop":
             raise ConfigError("query_schedule=continuous asks as fast as the teacher answers "
                               "while the agent keeps stepping: use reward_training=async (or "
                               "the wrapper); sync rounds come every num_interact steps")
@@ -190,14 +191,24 @@ def check_idle_keys(cfg: TrainConfig) -> None:
                           "or drop xplain_action_dim")
 
 
-def validate(cfg: TrainConfig) -> None:
+def validate(cfg: TrainConfig, agent: str | None = None, where: str = "loop",
+             frozen_model: bool = False) -> None:
     """Check values and combinations Hydra's type checks cannot see.
 
     Args:
-        cfg: a composed ``DictConfig`` or a :class:`TrainConfig`.
+        cfg: a :class:`TrainConfig` (a composed ``DictConfig`` reads the same).
+        agent: ``sac``, ``ppo`` or ``a2c`` where known before the env is made (the wrapper:
+            from its env's actions); ``None``: from ``cfg.agent`` unless ``auto``
+            (:func:`check_start` checks the agent the env chose).
+        where: ``loop`` (Themis's loops; ``reward_training=async`` is checked as such) or
+            ``wrapper`` (:class:`themis.PreferenceLearningWrapper`, whose learner always runs
+            in the background).
+        frozen_model: the wrapper's pretrained ``reward_model`` with ``max_feedback=0``: r̂
+            without queries, so no query budget is needed.
 
     It assigns nothing: what is derived from the keys is computed once by
-    :func:`themis.run.resolve.resolve`.
+    :func:`themis.run.resolve.resolve` (the wrapper's by
+    :func:`themis.online.keys.online_config`).
 
     Raises:
         ConfigError: with one line naming the key, the problem and the fix.
@@ -218,7 +229,8 @@ def validate(cfg: TrainConfig) -> None:
             f"num_seed_steps + num_unsup_steps ({cfg.num_seed_steps + cfg.num_unsup_steps}) "
             f"must be smaller than num_train_steps ({cfg.num_train_steps})"
         )
-    if cfg.learn_reward and not cfg.prefs_path and cfg.max_feedback < reward_batch:
+    if cfg.learn_reward and not cfg.prefs_path and not frozen_model \
+            and cfg.max_feedback < reward_batch:
         raise ConfigError(f"max_feedback={cfg.max_feedback} is smaller than "
                           f"reward_batch={reward_batch}; raise max_feedback")
     if cfg.pretrained_policy and cfg.pretrained_snapshot:
@@ -232,7 +244,7 @@ def validate(cfg: TrainConfig) -> None:
                                 cfg.teacher_eps_skip, cfg.teacher_eps_equal)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    check_methods(cfg)
+    check_methods(cfg, agent, where)
     if cfg.state_entropy_scale not in SCALES:
         raise ConfigError(f"state_entropy_scale={cfg.state_entropy_scale} is unknown; use "
                           f"{' or '.join(SCALES)}")
@@ -244,7 +256,7 @@ def validate(cfg: TrainConfig) -> None:
     check_crowd(cfg)
     check_vlm(cfg)
     check_rating(cfg)
-    check_reward_training(cfg)
+    check_reward_training(cfg, where)
     check_recipe(cfg)
     if cfg.human_teacher and cfg.teacher_ui == "web":
         from ipaddress import ip_address
@@ -280,3 +292,15 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.agent not in AGENTS:
         raise ConfigError(f"agent={cfg.agent} is unknown; use one of {', '.join(AGENTS)}")
     check_idle_keys(cfg)
+
+
+def check_start(cfg: TrainConfig, agent: str | None = None) -> None:
+    """What the switched-on methods cannot start with, where a run learns it outside
+    :func:`validate` (:func:`themis.run.resolve.resolve`): a ``pretrained_snapshot``, said
+    before the snapshot is read (a method that warm-starts its own reward model), and the
+    agent the env's action space chose (``agent=auto``: ``agent``).
+
+    Raises:
+        ConfigError: one line: what a method refuses.
+    """
+    check_methods(cfg, agent=agent)
