@@ -11,6 +11,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python="python3"
 [ -x .venv/bin/python ] && python=.venv/bin/python
+# The workers share the cores: OpenMP threads sleep at once instead of spinning for a core
+# another worker holds (a two-thread run beside a busy worker ran 4-10x slower; conftest.py)
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa elsewhere, none without either.
 source scripts/gl_backend.sh
 workers=()

@@ -8,6 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+# before PyTorch loads libgomp: pytest-xdist's workers share the cores, so OpenMP threads sleep at
+# once instead of spinning for a core another worker holds (scripts/test.sh sets it too)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 from themis.environments.mujoco import choose_gl_backend

@@ -182,8 +182,11 @@ def test_an_async_run_killed_after_a_checkpoint_resumes_with_its_learner(tmp_pat
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] < 2400, "it ended before the kill"
-    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=600)
+    # the rest of pretraining, shortened on the command line (3000 epochs only keep the first
+    # run inside pretraining until it is killed)
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}",
+                              "reward_pretrain_epochs=40"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "resumed from" in resumed.stdout
     assert "resumed the preference learner" in resumed.stdout
@@ -300,8 +303,11 @@ def test_an_async_run_killed_during_drlhps_pretraining_resumes_inside_it(tmp_pat
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not state["reward_passes"]["pretrained"] and state["first_done"]
-    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=600)
+    # the rest of pretraining, shortened on the command line (3000 epochs only keep the first
+    # run inside pretraining until it is killed)
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}",
+                              "reward_pretrain_epochs=40"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "pretraining finished after the resume" in resumed.stdout
     # the resumed pretraining has the loop's thread too, as the first one had (both cores)
