@@ -153,7 +153,9 @@ def measure(devices: list[str], pieces: list[str], quick: bool) -> pd.DataFrame:
     import torch
 
     torch.set_num_threads(1)
-    steps = {"sac": 300, "pebble": 300, "ppo_pixels": 4096} if quick else \
+    # quick: PPO's rate needs two train.csv rows past the first rollouts (8 envs' 250-step
+    # episodes end together, every 2000 steps)
+    steps = {"sac": 300, "pebble": 300, "ppo_pixels": 2048} if quick else \
         {"sac": 3000, "pebble": 3000, "ppo_pixels": 8192}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,7 +164,7 @@ def measure(devices: list[str], pieces: list[str], quick: bool) -> pd.DataFrame:
                 if piece.startswith("drlhp_reward"):
                     if piece == "drlhp_reward_score":
                         continue  # measured with the training below
-                    train, score, wall = reward_rates(device, 2 if quick else 20)
+                    train, score, wall = reward_rates(device, 1 if quick else 20)
                     rows += [(("drlhp_reward_train"), device, train, wall),
                              ("drlhp_reward_score", device, score, wall)]
                 else:
