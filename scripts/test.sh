@@ -14,6 +14,11 @@ python="python3"
 # The workers share the cores: OpenMP threads sleep at once instead of spinning for a core
 # another worker holds (a two-thread run beside a busy worker ran 4-10x slower; conftest.py)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# Every test that starts a run starts Python: its modules are compiled once, not in each process
+# (with PYTHONDONTWRITEBYTECODE set, a launch compiled ~400 modules from source, 2.4 s of CPU;
+# test_bad_input.py took 207 s of CPU with it and 160 s without). __pycache__ is git-ignored.
+unset PYTHONDONTWRITEBYTECODE
+"$python" -m compileall -q -j 0 themis lib tests scripts benchmarks >/dev/null || true
 # Headless MuJoCo rendering: EGL on NVIDIA machines, OSMesa elsewhere, none without either.
 source scripts/gl_backend.sh
 workers=()
