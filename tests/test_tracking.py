@@ -163,35 +163,6 @@ def check_mlflow_run(client, run_dir: Path) -> str:
     return run_id
 
 
-@pytest.mark.slow
-def test_mlflow_local_store_gets_config_rows_files_and_resume_continues_the_run(
-        tmp_path, isolated_home):
-    uri = f"file:{tmp_path / 'mlruns'}"
-    run_dir = tmp_path / "run"
-    proc = launch("themis_train.sh", *TINY_PENDULUM, *CLIPS, "logger=mlflow",
-                  f"logger.tracking_uri={uri}", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "tracking: MLflow run" in proc.stdout and "failed" not in proc.stdout
-    assert (run_dir / "tensorboard").is_dir()  # TensorBoard stays on
-    client = mlflow_client(uri)
-    run_id = check_mlflow_run(client, run_dir)
-    files = {a.path for a in client.list_artifacts(run_id)}
-    assert {"learning_curve.png", "report", "clips"} <= files
-    assert "report/report.md" in {a.path for a in client.list_artifacts(run_id, "report")}
-    clips = [a.path for a in client.list_artifacts(run_id, "clips")]
-    assert len(clips) == 3 and all(c.endswith(".mp4") for c in clips)
-
-    proc = launch("themis_train.sh", f"resume={run_dir}", "num_train_steps=1800")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert check_mlflow_run(client, run_dir) == run_id  # the same tracked run, continued
-    steps = [m.step for m in client.get_metric_history(run_id, "eval/episode_reward")]
-    assert steps == [600, 1200, 1800]
-    run = client.get_run(run_id)
-    assert run.data.params["num_train_steps"] == "1200"  # MLflow parameters do not change ...
-    assert run.data.tags["themis.resumed_with.num_train_steps"] == "1800"  # ... tags say so
-    assert len(client.search_runs([run.info.experiment_id])) == 1
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -303,16 +274,31 @@ def history(records: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(
+def test_mlflow_and_wandb_get_config_rows_files_and_resume_continues_the_runs(
         tmp_path, isolated_home):
+    """``logger=[mlflow,wandb]``: a local MLflow store and an offline W&B run, each read back
+    through the tracker's own API, get the config, every CSV row at its step, the tags, the
+    learning curve, the report and three clips; a resume continues the same tracked runs."""
+    uri = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "THEMIS_THREADS": "1",
            "WANDB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DATA_DIR": str(tmp_path / "data"),
            "WANDB_CONFIG_DIR": str(tmp_path / "config")}
-    cmd = [str(ROOT / "themis_train.sh"), *TINY_PENDULUM, *CLIPS, "logger=wandb",
-           f"hydra.run.dir={run_dir}"]
+    cmd = [str(ROOT / "themis_train.sh"), *TINY_PENDULUM, *CLIPS, "logger=[mlflow,wandb]",
+           f"logger.tracking_uri={uri}", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "tracking: MLflow run" in proc.stdout and "failed" not in proc.stdout
+    assert (run_dir / "tensorboard").is_dir()  # TensorBoard stays on
+    # MLflow
+    client = mlflow_client(uri)
+    mlflow_id = check_mlflow_run(client, run_dir)
+    files = {a.path for a in client.list_artifacts(mlflow_id)}
+    assert {"learning_curve.png", "report", "clips"} <= files
+    assert "report/report.md" in {a.path for a in client.list_artifacts(mlflow_id, "report")}
+    clips = [a.path for a in client.list_artifacts(mlflow_id, "clips")]
+    assert len(clips) == 3 and all(c.endswith(".mp4") for c in clips)
+    # W&B
     run_id = json.loads((run_dir / "tracking.json").read_text())["wandb"]["run_id"]
     assert f"tracking: W&B run {run_id} offline" in proc.stdout
     (first,) = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
@@ -339,9 +325,18 @@ def test_wandb_offline_run_gets_config_rows_files_and_resume_continues_the_run(
                            "num_train_steps=1800", "logger.report=false"],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # MLflow: the same tracked run, continued
+    assert check_mlflow_run(client, run_dir) == mlflow_id
+    steps = [m.step for m in client.get_metric_history(mlflow_id, "eval/episode_reward")]
+    assert steps == [600, 1200, 1800]
+    tracked = client.get_run(mlflow_id)
+    assert tracked.data.params["num_train_steps"] == "1200"  # MLflow parameters do not change
+    assert tracked.data.tags["themis.resumed_with.num_train_steps"] == "1800"  # ... tags say so
+    assert len(client.search_runs([tracked.info.experiment_id])) == 1
+    # W&B: the same run id; wandb sync appends the second offline folder to the first
     assert json.loads((run_dir / "tracking.json").read_text())["wandb"]["run_id"] == run_id
     offline = sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
-    assert len(offline) == 2  # the same W&B run id: wandb sync appends it to the first
+    assert len(offline) == 2
     resumed = wandb_records(offline[-1])
     assert [s for s, _ in history(resumed, "eval/episode_reward")] == [1800]
 
