@@ -327,6 +327,32 @@ def test_the_stream_target_counts_queries_due_by_agent_step():
     assert decay(700, 1000) == 10 and decay(700, 990) == decay.after_rounds(2) - 10
 
 
+def test_the_stream_target_counts_the_first_rounds_own_queries():
+    """``first_round_queries`` (DRLHP's ``n_initial_prefs``): the first round asks that many and
+    the later rounds keep their sizes, in all three shapes of the schedule. (The target counted
+    the first round as ``reward_batch`` or as the plan's first round: after 500 first-round
+    labels the Pong recipe's async learner owed nothing until step ~380k, where the sync loop
+    asks 24, 23, 22, ... every 20k steps from step 70k.)"""
+    from themis.feedback.selector import DecayingSchedule
+
+    plan = DecayingSchedule(500_000, 20_480, 2_000_000)
+    decay = QueryTarget(1500, 150, first=50_176, every=20_480, mode="decay", decay=plan,
+                        decay_steps=500_000, first_queries=500)
+    expected = np.cumsum(plan.plan(50_176, 1500, 500))
+    assert expected[0] == 500 and expected[1] == 524
+    assert [decay.due(50_176 + 20_480 * k) for k in range(5)] == expected[:5].tolist()
+    assert decay.owed(135_168, 500) == expected[4] - 500 > 0  # rounds 2-5 due by step 135k
+    assert decay.due(2_000_000) == 1500
+    constant = QueryTarget(40, 10, first=100, every=50, first_queries=25)
+    assert [constant.due(t) for t in (99, 100, 150, 200, 1000)] == [0, 25, 35, 40, 40]
+    free = QueryTarget(1000, 10, first=0, every=100, mode="decay", decay_steps=200,
+                       first_queries=100)
+    plain = QueryTarget(1000, 10, first=0, every=100, mode="decay", decay_steps=200)
+    assert free.due(0) == 100  # the first round, then the horizon-free rate from reward_batch
+    assert [free.due(100 * k) - 90 for k in range(1, 6)] == [plain.due(100 * k)
+                                                             for k in range(1, 6)]
+
+
 def test_the_whole_budget_is_asked_when_the_agent_is_ten_times_faster_than_the_learner(
         tmp_path):
     """The learner is free only every 10 × num_interact agent steps: in each free moment it

@@ -185,7 +185,8 @@ class LearnerProcessState:
                                   cfg.num_seed_steps, cfg.num_interact, cfg.query_schedule,
                                   decay=self.learner.schedule if self.loop and isinstance(
                                       self.learner.schedule, DecayingSchedule) else None,
-                                  decay_steps=cfg.query_decay_steps)
+                                  decay_steps=cfg.query_decay_steps,
+                                  first_queries=cfg.first_round_queries)
         self.learner.schedule = self.target
         if not online.get("train_reward", True):  # collect and save labels, train nothing
             self.learner.reward_update = 0

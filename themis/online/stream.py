@@ -11,8 +11,9 @@ size and with its own training, so a late learner catches up (later, never lost)
 
 Three shapes (``query_schedule``):
 
-- ``constant``: ``reward_batch`` queries at ``first``, then ``reward_batch`` more every
-  ``num_interact`` steps (PEBBLE's rounds, as the sync loop spends them);
+- ``constant``: ``reward_batch`` queries at ``first`` (``first_round_queries`` when set), then
+  ``reward_batch`` more every ``num_interact`` steps (PEBBLE's rounds, as the sync loop spends
+  them);
 - ``decay``: DRLHP's labelling rate ``T₀ / (T + T₀)`` (Christiano et al. 2017, App. A). With a
   known horizon (Themis's own loop, ``num_train_steps``) the budget is spread over the run's
   rounds exactly as the sync loop's :class:`themis.feedback.selector.DecayingSchedule` plans it;
@@ -44,22 +45,28 @@ class QueryTarget:
         decay: the sync loop's plan of ``query_schedule=decay`` when the run's horizon is
             known (``None``: no horizon, the horizon-free decaying rate).
         decay_steps: ``T₀`` (``query_decay_steps``) of the horizon-free decay.
+        first_queries: the first round's queries when positive (``first_round_queries``,
+            DRLHP's ``n_initial_prefs``); the later rounds keep their sizes (``constant``:
+            ``batch``; ``decay``: the plan that spreads the rest of the budget, as the sync
+            loop's, or the horizon-free rate relative to ``batch``).
 
     Raises:
         ValueError: a mode other than the three, or ``every``/``batch`` not positive.
     """
 
     def __init__(self, budget: int, batch: int, first: int, every: int, mode: str = "constant",
-                 decay: DecayingSchedule | None = None, decay_steps: int = 2_000_000) -> None:
+                 decay: DecayingSchedule | None = None, decay_steps: int = 2_000_000,
+                 first_queries: int = 0) -> None:
         if mode not in ("constant", "decay", "continuous"):
             raise ValueError(f"query schedule {mode!r} is not constant, decay or continuous")
         if every <= 0 or batch <= 0:
             raise ValueError(f"every and batch must be positive, got {every}, {batch}")
         self.budget, self.batch, self.first, self.every = budget, batch, first, every
-        self.mode = mode
+        self.mode, self.first_queries = mode, max(0, int(first_queries))
         self.planned: np.ndarray | None = None  # cumulative queries of the planned rounds
         if mode == "decay" and decay is not None:
-            self.planned = np.cumsum(decay.plan(first, budget)).astype(np.int64)
+            self.planned = np.cumsum(decay.plan(first, budget, self.first_queries)
+                                     ).astype(np.int64)
         self.rate = DecayingSchedule(decay_steps, every, first)  # its rate() only
         self._cum = np.zeros(0)  # horizon-free decay: cumulative relative weights per round
 
@@ -73,15 +80,17 @@ class QueryTarget:
             return 0
         if self.mode == "continuous":
             return self.budget
-        if self.mode == "constant":
-            return min(self.budget, self.batch * k)
         if self.planned is not None:
             return int(self.planned[min(k, len(self.planned)) - 1]) if len(self.planned) else 0
+        opening = self.first_queries or self.batch  # the first round's queries
+        if self.mode == "constant":
+            return min(self.budget, opening + self.batch * (k - 1))
         if len(self._cum) < k:  # the weights w(T_j) / w(T_0) of rounds 0 .. k-1, grown once
             steps = self.first + self.every * np.arange(max(k, 2 * len(self._cum)))
             weights = self.rate.rate(steps) / self.rate.rate(self.first)
             self._cum = np.cumsum(weights)
-        return min(self.budget, round(self.batch * float(self._cum[k - 1])))
+        later = self.batch * float(self._cum[k - 1] - self._cum[0])  # rounds 1 .. k-1
+        return min(self.budget, opening + round(later))
 
     def due(self, step: int) -> int:
         """Queries that should have been asked by agent step ``step`` (at most ``budget``)."""
