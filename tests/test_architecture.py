@@ -570,6 +570,7 @@ def test_both_learners_answer_every_call_of_the_protocol_with_its_signature(lear
     members = [m for m in vars(RunLearner) if not m.startswith("_")]
     members += list(RunLearner.__annotations__)
     assert {"observe", "feedback_round", "round_due", "first_model_pending"} <= set(members)
+    assert isinstance(getattr(cls, "checkpoint_after_round", None), bool), name
     for member in members:
         proto = getattr(RunLearner, member, None)
         if callable(proto):

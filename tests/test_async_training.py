@@ -162,6 +162,37 @@ def test_with_reward_max_lag_the_agent_waits_for_the_learners_label_passes(compo
     assert lags[0] > 400  # unbounded, the learner falls far behind
 
 
+def test_an_async_run_loads_published_versions_without_a_checkpoint_each(compose, tmp_path,
+                                                                        monkeypatch):
+    """Under DRLHP's passes the learner publishes r̂ four times per ``num_interact`` steps; the
+    loop took a full checkpoint at each version it loaded, as after a sync round (840 MB every
+    ~5k steps on Pong). Now the loop checkpoints at the end of pretraining, periodically
+    (``checkpoint_frequency``, here beyond the run) and at the run's end."""
+    import themis.run.workspace as workspace
+
+    saved: list[int] = []
+    write = workspace.save_checkpoint
+    monkeypatch.setattr(workspace, "save_checkpoint",
+                        lambda state, folder: saved.append(state["step"]) or write(state, folder))
+    ws = make_workspace(compose([*DOT_ASYNC, "num_train_steps=1600", "eval_frequency=1600",
+                                 "checkpoint_frequency=100000", "reward_passes_per_step=0.5"]),
+                        tmp_path / "run")
+    assert ws.learner is not None and not ws.learner.checkpoint_after_round
+    loaded: list[int] = []
+    round_ = ws.learner.feedback_round
+
+    def counted(pool, first=False, ask=True, final=False):
+        changed = round_(pool, first, ask=ask, final=final)
+        loaded.extend([pool.step] if changed else [])
+        return changed
+
+    ws.learner.feedback_round = counted
+    ws.run()
+    finish(ws)
+    assert len(loaded) >= 4, loaded  # versions loaded after the first model
+    assert len(saved) <= 3, (saved, loaded)  # pretraining's end, the run's end (and its final)
+
+
 def test_an_async_run_killed_after_a_checkpoint_resumes_with_its_learner(tmp_path):
     """SIGKILL after the loop's first full checkpoint past pretraining: the resumed run starts
     the learner from its own checkpoint (no round asked twice, labels kept), the loop from its,

@@ -122,6 +122,9 @@ class PreferenceLearner:
     through :meth:`record`.
     """
 
+    checkpoint_after_round = True
+    """The loop checkpoints after each round (:class:`themis.run.protocols.RunLearner`)."""
+
     def __init__(self, model: RewardEnsemble, trainer: RewardTrainer,
                  dataset: PreferenceDataset, teacher: SyntheticTeacher,
                  selector: QuerySelector, folder: Path, max_feedback: int, reward_batch: int,

@@ -175,7 +175,8 @@ def run(ws: Workspace, until: int) -> None:
                 if ws.feedback_due():
                     if ws.feedback_round():
                         relabel(ws)
-                    ws.maybe_checkpoint(force=True)
+                    ws.maybe_checkpoint(force=learner is not None
+                                        and learner.checkpoint_after_round)
                 elif learner is not None and ws.step % PASSES_EVERY == 0 and \
                         learner.keep_training(PASSES_EVERY):  # reward_schedule=passes
                     relabel(ws)

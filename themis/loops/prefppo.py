@@ -265,7 +265,7 @@ def run(ws: Workspace, until: int) -> None:
             checkpoint_now = True
         elif ws.pretraining_done and ws.feedback_due():
             ws.feedback_round()
-            checkpoint_now = True
+            checkpoint_now = learner is not None and learner.checkpoint_after_round
         if learner is not None and phase == "reward":
             learner.keep_training(n_envs * horizon)  # reward_schedule=passes (DRLHP)
 

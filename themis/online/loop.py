@@ -159,6 +159,10 @@ class AsyncLearner:
             :meth:`start`, when the run starts).
     """
 
+    checkpoint_after_round = False
+    """A round here only loads a version: no checkpoint for it
+    (:class:`themis.run.protocols.RunLearner`)."""
+
     def __init__(self, ws: Workspace) -> None:
         cfg, facts = ws.cfg, ws.facts
         self.ws = ws

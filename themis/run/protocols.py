@@ -45,6 +45,12 @@ class RunLearner(Protocol):
     """The reward ensemble r̂ the agent's rewards come from."""
     schedule: Any
     """``query_schedule=decay``: queries per round by step (the banner reads it), else ``None``."""
+    checkpoint_after_round: bool
+    """Whether the loop takes a full checkpoint after each of its feedback rounds: sync, yes
+    (the round's labels and r̂ live in the run's checkpoint; a crash after a round then asks
+    nobody twice); async, no (the loop's round only loads a published version, 4 times per
+    ``num_interact`` steps under DRLHP's passes; the learner process checkpoints its own
+    rounds, and the periodic checkpoints keep the two at one step)."""
 
     @property
     def dataset(self) -> Any:
