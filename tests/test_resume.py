@@ -252,6 +252,46 @@ def _crash_at(monkeypatch, k: int) -> list[int]:
     return calls
 
 
+class _SignalsWhilePickled:
+    """Sends ``signum`` to this process while ``torch.save`` pickles it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __reduce__(self):
+        os.kill(os.getpid(), self.signum)
+        return (int, (3,))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_a_checkpoint_is_written_stops_once_it_is_on_disk(tmp_path, signum,
+                                                                              capsys):
+    """SIGTERM (a cluster's pre-emption) or Ctrl-C while the checkpoint is written (Pong's is
+    840 MB): the launcher's handler runs once the checkpoint is in place. Inside ``torch.save``
+    the interrupted zip writer had turned it into a RuntimeError (a traceback instead of the
+    one-line stop) and left a partial ``state.pt.tmp.tmp``."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(got, frame):
+        raise Stop(got)
+
+    previous = signal.signal(signum, stop)
+    try:
+        with pytest.raises(Stop):
+            save_checkpoint({"step": 7, "x": _SignalsWhilePickled(signum),
+                             "big": np.zeros(100_000)}, tmp_path)
+        assert signal.getsignal(signum) is stop  # the launcher's handler is back
+    finally:
+        signal.signal(signum, previous)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.pt", "state.pt.sha256"]
+    state = torch.load(tmp_path / "state.pt", weights_only=False)
+    assert state["step"] == 7 and state["x"] == 3
+    assert capsys.readouterr().err.strip() == \
+        "themis: stopping once the checkpoint being written is on disk"
+
+
 def test_a_crash_at_any_step_of_save_checkpoint_leaves_an_intact_checkpoint(tmp_path,
                                                                              monkeypatch):
     """Every rename of a checkpoint save fails in turn: resume then finds the new checkpoint or

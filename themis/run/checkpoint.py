@@ -14,12 +14,17 @@ which is saved the moment labels arrive (see :mod:`themis.reward.dataset`).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import logging
 import os
 import random
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,44 @@ def _write_atomic(path: Path, data: bytes) -> None:
     replace_durably(tmp, path)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Ctrl-C or SIGTERM while a checkpoint is written takes effect once it is on disk: the
+    signal's handler (the launcher's one-line stop) runs after the block, not inside
+    ``torch.save``, where the interrupted zip writer turned it into a ``RuntimeError`` and a
+    traceback, and left a partial temporary file beside the checkpoints. One line on stderr
+    says why the stop waits. Outside the main thread (where Python runs signal handlers)
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def later(signum: int, frame: Any) -> None:
+        if not caught:
+            print("themis: stopping once the checkpoint being written is on disk",
+                  file=sys.stderr, flush=True)
+        caught.append(signum)
+
+    previous: dict[int, Any] = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, later)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:  # as if the signal came now: the handler it had, or the default action
+        handler = previous[caught[0]]
+        if callable(handler):
+            handler(caught[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(caught[0])
+
+
 def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
     """Write ``state`` as ``ckpt_dir/state.pt`` (+ ``.sha256``), keeping the previous one.
 
@@ -62,6 +105,11 @@ def save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
     Returns:
         the checkpoint path.
     """
+    with stops_deferred():  # Ctrl-C or SIGTERM: once the new checkpoint is in place
+        return _save_checkpoint(state, ckpt_dir)
+
+
+def _save_checkpoint(state: dict[str, Any], ckpt_dir: Path) -> Path:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     current, previous = ckpt_dir / STATE_FILE, ckpt_dir / PREVIOUS_FILE
     tmp = current.with_name(current.name + ".tmp")
