@@ -48,11 +48,12 @@ UNITS = {"sac": "agent steps/s", "pebble": "agent steps/s", "ppo_pixels": "agent
          "drlhp_reward_train": "label-passes/s", "drlhp_reward_score": "frames/s"}
 
 
-def loop_keys(piece: str, device: str, steps: int) -> dict[str, Any]:
+def loop_keys(piece: str, device: str, steps: int, quick: bool = False) -> dict[str, Any]:
     """The :func:`themis.train` keys of a loop piece: ``steps`` agent steps after its warm-up
     (the first 1000 steps of SAC and PEBBLE; PPO's first 2048, its first episodes). Episodes
     are cut short (100 steps; Pong's at 1000 frames) so that ``train.csv``, one row per
-    episode, times the steps densely; the cost of a step does not depend on it."""
+    episode, times the steps densely; the cost of a step does not depend on it. ``quick``
+    (the suite's check): PPO runs its first two rollouts only, in 100-step episodes."""
     common = {"device": device, "precision": "fp32", "torch_threads": 1, "seed": 0,
               "eval_frequency": 10 * steps + 10_000, "num_eval_episodes": 1,
               "save_snapshot": False}
@@ -67,8 +68,8 @@ def loop_keys(piece: str, device: str, steps: int) -> dict[str, Any]:
                 "max_feedback": 1000, "reward_batch": 50, "reward_update": 10}
     return {**common, "domain": "ALE", "env": "PongNoFrameskip-v4", "agent": "ppo",
             "learn_reward": False, "num_unsup_steps": 0, "num_seed_steps": 0,
-            "ppo": {"num_envs": 8}, "num_train_steps": 2048 + steps,
-            "env_kwargs": {"max_num_frames_per_episode": 1000}}
+            "ppo": {"num_envs": 8}, "num_train_steps": 2048 if quick else 2048 + steps,
+            "env_kwargs": {"max_num_frames_per_episode": 400 if quick else 1000}}
 
 
 def loop_rate(run_dir: Path, after: int) -> float:
@@ -82,22 +83,24 @@ def loop_rate(run_dir: Path, after: int) -> float:
     return float((last["step"] - first["step"]) / (last["duration"] - first["duration"]))
 
 
-def run_loop(piece: str, device: str, steps: int, folder: Path) -> tuple[float, float]:
+def run_loop(piece: str, device: str, steps: int, folder: Path,
+             quick: bool = False) -> tuple[float, float]:
     """``(steps per second, wall seconds)`` of one loop piece on ``device``."""
     import themis
 
-    keys = loop_keys(piece, device, steps)
+    keys = loop_keys(piece, device, steps, quick)
     start = time.perf_counter()
     run = themis.train(run_dir=folder / f"{piece}_{device}", **keys)
     wall = time.perf_counter() - start
     # PPO's 8 envs end their 250-step episodes together: its first row (about step 2000) starts
-    # the timing, after the first rollouts
+    # the timing, after the first rollouts (quick: 100-step episodes, rows at 800 and 1600)
     return loop_rate(run.run_dir, 0 if piece == "ppo_pixels" else 1000), wall
 
 
-def reward_rates(device: str, reps: int) -> tuple[float, float, float]:
+def reward_rates(device: str, reps: int, pairs: int = 32) -> tuple[float, float, float]:
     """DRLHP's reward network on ``device``: ``(label-passes per second of training, frames per
-    second of scoring, wall seconds)``."""
+    second of scoring, wall seconds)``, training on minibatches of ``pairs`` labelled pairs
+    (DRLHP's 32; the suite's check uses fewer)."""
     import torch
 
     from themis.reward import RewardEnsemble
@@ -106,7 +109,7 @@ def reward_rates(device: str, reps: int) -> tuple[float, float, float]:
     torch.manual_seed(0)
     model = RewardEnsemble(4 * 84 * 84, 6, 3, obs_shape=(4, 84, 84), net="drlhp", dropout=0.5,
                            batchnorm=True).to(dev)
-    frames = 32 * 2 * 25  # a minibatch of 32 pairs of 25-step segments, per member
+    frames = pairs * 2 * 25  # a minibatch of pairs of 25-step segments, per member
     obs = torch.randint(0, 255, (3, frames, 4 * 84 * 84), dtype=torch.uint8, device=dev)
     act = torch.eye(6, device=dev)[torch.randint(0, 6, (3, frames), device=dev)]
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
@@ -125,16 +128,17 @@ def reward_rates(device: str, reps: int) -> tuple[float, float, float]:
         model(obs, act).sum().backward()
         optimizer.step()
     sync()
-    train = reps * 32 / (time.perf_counter() - start)
+    train = reps * pairs / (time.perf_counter() - start)
     model.eval()
+    scored = min(frames, 2048)
     with torch.no_grad():
         for i in range(reps + 1):
             if i == 1:
                 sync()
                 start = time.perf_counter()
-            model(obs[0, :2048], act[0, :2048])
+            model(obs[0, :scored], act[0, :scored])
         sync()
-    score = reps * 2048 / (time.perf_counter() - start)
+    score = reps * scored / (time.perf_counter() - start)
     return train, score, time.perf_counter() - began
 
 
@@ -153,9 +157,7 @@ def measure(devices: list[str], pieces: list[str], quick: bool) -> pd.DataFrame:
     import torch
 
     torch.set_num_threads(1)
-    # quick: PPO's rate needs two train.csv rows past the first rollouts (8 envs' 250-step
-    # episodes end together, every 2000 steps)
-    steps = {"sac": 300, "pebble": 300, "ppo_pixels": 2048} if quick else \
+    steps = {"sac": 300, "pebble": 300, "ppo_pixels": 0} if quick else \
         {"sac": 3000, "pebble": 3000, "ppo_pixels": 8192}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,11 +166,12 @@ def measure(devices: list[str], pieces: list[str], quick: bool) -> pd.DataFrame:
                 if piece.startswith("drlhp_reward"):
                     if piece == "drlhp_reward_score":
                         continue  # measured with the training below
-                    train, score, wall = reward_rates(device, 1 if quick else 20)
+                    train, score, wall = reward_rates(device, 1, 4) if quick \
+                        else reward_rates(device, 20)
                     rows += [(("drlhp_reward_train"), device, train, wall),
                              ("drlhp_reward_score", device, score, wall)]
                 else:
-                    rate, wall = run_loop(piece, device, steps[piece], Path(tmp))
+                    rate, wall = run_loop(piece, device, steps[piece], Path(tmp), quick)
                     rows.append((piece, device, rate, wall))
                 print(f"| {rows[-1][0]} | {device} | {rows[-1][2]:.1f} "
                       f"{UNITS[rows[-1][0]]} |", flush=True)
