@@ -141,9 +141,9 @@ def test_with_reward_max_lag_the_agent_waits_for_the_learners_label_passes(compo
     bound the agent runs ahead; with ``reward_max_lag`` the steps the passes were trained for
     are never more than the bound behind."""
     lags = {}
-    for lag in (0, 40):
-        ws = make_workspace(compose([*DOT_ASYNC, "reward_net=drlhp", "num_train_steps=1200",
-                                     "reward_passes_per_step=0.5", "eval_frequency=1200",
+    for lag, steps in ((0, 800), (40, 480)):  # bounded, 160 steps of waiting show the bound
+        ws = make_workspace(compose([*DOT_ASYNC, "reward_net=drlhp", f"num_train_steps={steps}",
+                                     "reward_passes_per_step=0.5", f"eval_frequency={steps}",
                                      f"reward_max_lag={lag}"]), tmp_path / f"lag{lag}")
         seen: list[int] = []
         stepped = ws.learner.stepped
@@ -159,7 +159,7 @@ def test_with_reward_max_lag_the_agent_waits_for_the_learners_label_passes(compo
         finish(ws)
         lags[lag] = max(seen)
     assert lags[40] <= 40
-    assert lags[0] > 400  # unbounded, the learner falls far behind
+    assert lags[0] > 400  # unbounded, the learner falls far behind (700 measured)
 
 
 def test_an_async_run_loads_published_versions_without_a_checkpoint_each(compose, tmp_path,
