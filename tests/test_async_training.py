@@ -193,40 +193,6 @@ def test_an_async_run_loads_published_versions_without_a_checkpoint_each(compose
     assert len(saved) <= 3, (saved, loaded)  # pretraining's end, the run's end (and its final)
 
 
-def test_an_async_run_killed_after_a_checkpoint_resumes_with_its_learner(tmp_path):
-    """SIGKILL after the loop's first full checkpoint past pretraining: the resumed run starts
-    the learner from its own checkpoint (no round asked twice, labels kept), the loop from its,
-    and ends."""
-    run = tmp_path / "run"
-    overrides = [*DOT_ASYNC, "num_train_steps=2400", "checkpoint_frequency=400",
-                 "eval_frequency=800", "reward_passes_per_step=0.5", f"hydra.run.dir={run}"]
-    env = {**os.environ, "THEMIS_THREADS": "1"}
-    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    learner_state = run / "checkpoints" / "learner" / "state.pt.sha256"
-    while not (learner_state.exists() and (run / "checkpoints" / "state.pt.sha256").exists()
-               and (run / "eval.csv").exists()):
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.time() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] < 2400, "it ended before the kill"
-    # the rest of pretraining, shortened on the command line (3000 epochs only keep the first
-    # run inside pretraining until it is killed)
-    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}",
-                              "reward_pretrain_epochs=40"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "resumed from" in resumed.stdout
-    assert "resumed the preference learner" in resumed.stdout
-    rounds = pd.read_csv(run / "reward.csv")
-    assert rounds["round"].is_unique and rounds["step"].is_monotonic_increasing
-    assert rounds["total_feedback"].iloc[-1] == 40
-    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 2400
-
-
 def children(pid: int) -> set[int]:
     """Every descendant of ``pid`` (the forkserver and the learner it forked)."""
     found: set[int] = set()
@@ -307,26 +273,33 @@ def test_a_crash_of_the_async_learner_is_one_error_in_the_loop(compose, tmp_path
 
 
 @pytest.mark.slow
-def test_an_async_run_killed_during_drlhps_pretraining_resumes_inside_it(tmp_path):
+def test_an_async_run_killed_in_drlhps_pretraining_and_after_a_checkpoint_resumes_each_time(
+        tmp_path):
     """DRLHP's pretraining (200 epochs on the first labels: two hours for Pong on a CPU) is
     checkpointed between its chunks of epochs: a run killed in it resumes with the epochs run
-    so far, asks no first-round query twice, and ends (issue 83: a checkpoint at least every
-    30 minutes of wall time)."""
+    so far and asks no first-round query twice (issue 83: a checkpoint at least every 30
+    minutes of wall time). Killed again after the loop's first full checkpoint past
+    pretraining, the run resumes the learner from its own checkpoint (no round asked twice,
+    labels kept), the loop from its, and ends."""
+    import threading
+
     import torch
 
     run = tmp_path / "run"
-    overrides = [*DOT_ASYNC, "num_train_steps=1600", "checkpoint_frequency=400",
-                 "eval_frequency=800", "reward_pretrain_epochs=3000", "checkpoint_minutes=0.002",
+    overrides = [*DOT_ASYNC, "num_train_steps=2400", "checkpoint_frequency=400",
+                 "eval_frequency=800", "reward_passes_per_step=0.5",
+                 "reward_pretrain_epochs=3000", "checkpoint_minutes=0.002",
                  f"hydra.run.dir={run}"]
     env = {**os.environ, "THEMIS_THREADS": "1"}
     proc = subprocess.Popen([str(ROOT / "themis_train.sh"), *overrides], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     learner = run / "checkpoints" / "learner" / "state.pt"
+    loop_state = run / "checkpoints" / "state.pt.sha256"
     deadline = time.time() + 300
     while True:  # the learner checkpointed inside its first round: pretraining under way
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.time() < deadline and not (run / "reward.csv").exists()
-        if (run / "checkpoints" / "state.pt.sha256").exists() and learner.exists():
+        if loop_state.exists() and learner.exists():
             state = torch.load(learner, weights_only=False)
             if state["reward_passes"]["pretrained_epochs"] >= 20:
                 break
@@ -334,17 +307,38 @@ def test_an_async_run_killed_during_drlhps_pretraining_resumes_inside_it(tmp_pat
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not state["reward_passes"]["pretrained"] and state["first_done"]
+
     # the rest of pretraining, shortened on the command line (3000 epochs only keep the first
-    # run inside pretraining until it is killed)
-    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}",
-                              "reward_pretrain_epochs=40"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "pretraining finished after the resume" in resumed.stdout
+    # run inside pretraining until it is killed); killed again after a checkpoint past it
+    began = loop_state.stat().st_mtime
+    proc = subprocess.Popen([str(ROOT / "themis_train.sh"), f"resume={run}",
+                             "reward_pretrain_epochs=40"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    deadline = time.time() + 300
+    while not ((run / "reward.csv").exists() and (run / "eval.csv").exists()
+               and loop_state.stat().st_mtime > began
+               and torch.load(learner, weights_only=False)["reward_passes"]["pretrained"]):
+        assert proc.poll() is None and time.time() < deadline, "".join(out)[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reader.join(timeout=30)
+    assert "pretraining finished after the resume" in out[0]
     # the resumed pretraining has the loop's thread too, as the first one had (both cores)
     both = min(2, len(os.sched_getaffinity(0)))
-    assert f"before the stop; {both} threads;" in resumed.stdout
+    assert f"before the stop; {both} threads;" in out[0]
+    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] < 2400, "it ended before the kill"
+
+    resumed = subprocess.run([str(ROOT / "themis_train.sh"), f"resume={run}"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stdout
+    assert "resumed the preference learner" in resumed.stdout
     rounds = pd.read_csv(run / "reward.csv")
+    assert rounds["round"].is_unique and rounds["step"].is_monotonic_increasing
     assert rounds["total_feedback"].iloc[-1] == 40  # the 10 first-round queries asked once
     assert len(PreferenceDataset.load(run / "preferences")) == 40
-    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 1600
+    assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 2400
