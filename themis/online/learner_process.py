@@ -64,13 +64,13 @@ GATHER_EVERY = 2.0
 """Seconds between two looks for new web answers between rounds."""
 
 STATS_ROWS = 20_000
+"""Most recent stored steps whose r̂ gives a new version's normalisation statistics."""
 PASSES_CHUNK_STEPS = 2048
 """``reward_schedule=passes``: most agent steps whose label-passes one call trains, so that
 rounds and the agent's ``reward_max_lag`` see progress in steps of this size."""
 PASSES_PUBLISH_STEPS = 10_000
 """``reward_schedule=passes``: agent steps between publications of the continuously trained
 model (scoring the newest STATS_ROWS steps for its statistics takes seconds on pixels)."""
-"""Most recent stored steps whose r̂ gives a new version's normalisation statistics."""
 
 
 @dataclass
