@@ -339,6 +339,9 @@ def test_an_async_run_killed_in_drlhps_pretraining_and_after_a_checkpoint_resume
     assert "resumed the preference learner" in resumed.stdout
     rounds = pd.read_csv(run / "reward.csv")
     assert rounds["round"].is_unique and rounds["step"].is_monotonic_increasing
+    # the first round's row, written when its pretraining ended after the resume
+    first = rounds.iloc[0]
+    assert (first["round"], first["total_feedback"], first["epochs"]) == (1, 10, 40)
     assert rounds["total_feedback"].iloc[-1] == 40  # the 10 first-round queries asked once
     assert len(PreferenceDataset.load(run / "preferences")) == 40
     assert pd.read_csv(run / "eval.csv")["step"].iloc[-1] >= 2400

@@ -155,6 +155,10 @@ class PreferenceLearner:
         self.pretraining_pause: Callable[[], None] | None = None
         """Called between chunks of :data:`PRETRAIN_CHUNK_EPOCHS` pretraining epochs (the
         learner process checkpoints there: DRLHP's pretraining takes hours on a CPU)."""
+        self.unreported: dict[str, Any] | None = None
+        """The round whose reward training is under way: its ``reward.csv`` row without the
+        training's columns (plain values, kept in checkpoints), so that a run stopped inside
+        DRLHP's pretraining writes the first round's row when the resumed training ends."""
         self.stats = TeacherStats()
         self.on_round: Callable[[RoundReport], None] | None = None
         """Called with each round's report by :meth:`feedback_round` (the run's
@@ -338,22 +342,31 @@ class PreferenceLearner:
                                   else max(0, self.min_labels - len(self.dataset)))
         round_stats, quality = self.record_answers(got, step)
         self.rounds += 1
+        self.unreported = {
+            "step": int(step), "round": self.rounds, "sampler": sampler,
+            "skipped": int(round_stats.skipped), "equal": int(round_stats.equal),
+            "oracle_agreement": float(round_stats.as_dict()["oracle_agreement"]),
+            "quality": [float(q) for q in quality],
+            "postponed": int(n_queries > 0 and queries is None), "new_labels": len(got.labels)}
         fit = self.train_after_round()
         if fit is not None:
             self.model_changed()
             self.reward_accuracy = fit.accuracy
-        return self.report(step, sampler, round_stats, quality, fit,
-                           postponed=n_queries > 0 and queries is None, new_labels=len(got.labels))
+        return self.report(fit)
 
-    def report(self, step: int, sampler: str, round_stats: TeacherStats, quality: Quality,
-               fit: RewardTrainStats | None, postponed: bool, new_labels: int) -> RoundReport:
-        """The round's ``reward.csv`` row."""
+    def report(self, fit: RewardTrainStats | None) -> RoundReport:
+        """The ``reward.csv`` row of the round in :attr:`unreported` with its training ``fit``
+        (``None``: nothing trained); the round is then reported."""
+        assert self.unreported is not None
+        row, self.unreported = self.unreported, None
         nan = float("nan")
+        accuracy, oracle_accuracy, pearson, spearman = row["quality"]
         return RoundReport(
-            step, self.rounds, sampler, self.total_feedback, self.labeled_feedback,
-            round_stats.skipped, round_stats.equal, round_stats.as_dict()["oracle_agreement"],
-            *quality, fit.accuracy if fit else nan, fit.loss if fit else nan,
-            fit.epochs if fit else 0, int(postponed), new_labels, self.method_stats())
+            row["step"], row["round"], row["sampler"], self.total_feedback,
+            self.labeled_feedback, row["skipped"], row["equal"], row["oracle_agreement"],
+            accuracy, oracle_accuracy, pearson, spearman, fit.accuracy if fit else nan,
+            fit.loss if fit else nan, fit.epochs if fit else 0, row["postponed"],
+            row["new_labels"], self.method_stats())
 
     def queries_due(self, step: int, first: bool, ask: bool) -> tuple[int, int]:
         """How many queries this round asks (the query schedule, B-Pref's ``reward_batch``,
@@ -667,6 +680,7 @@ class PreferenceLearner:
             "teacher_rng": self.teacher.rng.bit_generator.state,
             "teacher_margin": self.teacher.margin,
             "dataset_size": len(self.dataset),
+            "unreported_round": self.unreported,
             **{key: piece.state_dict() for key, piece in self.method_pieces().items()},
             **{key: value for method in self.methods
                for key, value in method.state_dict().items()},
@@ -692,6 +706,7 @@ class PreferenceLearner:
         self.reward_accuracy = float(state["reward_accuracy"])
         self.postponed_rounds = int(state.get("postponed_rounds", 0))
         self.epochs_trained = float(state.get("epochs_trained", 0.0))  # older: none counted
+        self.unreported = state.get("unreported_round")  # older checkpoints: none kept
         vars(self.stats).update(state["teacher_stats"])
         if self.channel is not None:  # e.g. a VLM's gold score (older checkpoints: none)
             self.channel.load_state_dict(state.get("channel_state", {}))

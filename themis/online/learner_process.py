@@ -37,7 +37,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -401,23 +401,26 @@ class LearnerProcessState:
             if not asked_now:  # nothing to cut yet: wait for a segment's worth of new steps
                 self.retry_at = self.steps + self.cfg.segment
         if report is not None:
-            row = report._asdict()
-            row.update(row.pop("method_stats"))
-            # the stream schedule: queries asked so far against those due by this step
-            row.update(queries_asked=self.learner.total_feedback,
-                       queries_due=min(self.cfg.max_feedback, self.target.due(self.steps)))
-            self.logger.reward.write(row)
-            console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
-            if self.space.label_store is not None:
-                console.update(round_new_labels=report.new_labels,
-                               pending=self.learner.pending())
-            self.logger.console("reward", console)
+            self.write_report(report)
             if report.epochs > 0:
                 self.publish()
             self.checkpoint()
         self.shared.count((self.learner.total_feedback, self.learner.labeled_feedback,
                            len(self.learner.dataset), self.learner.reward_accuracy))
         return report
+
+    def write_report(self, report: RoundReport) -> None:
+        """A round's row in ``reward.csv`` (with the stream schedule's queries asked and due)
+        and on the console."""
+        row = report._asdict()
+        row.update(row.pop("method_stats"))
+        row.update(queries_asked=self.learner.total_feedback,
+                   queries_due=min(self.cfg.max_feedback, self.target.due(self.steps)))
+        self.logger.reward.write(row)
+        console = {k: v for k, v in row.items() if k not in ("sampler", "new_labels")}
+        if self.space.label_store is not None:
+            console.update(round_new_labels=report.new_labels, pending=self.learner.pending())
+        self.logger.console("reward", console)
 
     def keep_training(self) -> bool:
         """``reward_schedule=passes`` (DRLHP's continuous training in the background): the
@@ -460,8 +463,9 @@ class LearnerProcessState:
 
     def finish_pretraining(self) -> None:
         """A run resumed during DRLHP's pretraining (checkpointed between its chunks of
-        epochs): the epochs left, then the first model is published and checkpointed. The first
-        round's ``reward.csv`` row is not written (the round itself ran before the stop)."""
+        epochs): the epochs left, then the first round's ``reward.csv`` row (its queries from
+        before the stop, the whole pretraining's epochs), and the first model is published and
+        checkpointed."""
         self.pretraining_to_finish = False
         assert self.learner.passes is not None
         before = self.learner.passes.pretrained_epochs
@@ -476,6 +480,9 @@ class LearnerProcessState:
                          f"before the stop; {threads} threads; train accuracy "
                          f"{self.learner.reward_accuracy:.3f})",
                          "cyan")
+        if self.learner.unreported is not None:  # older checkpoints did not keep the round
+            self.write_report(self.learner.report(None if fit is None else replace(
+                fit, epochs=self.learner.passes.pretrained_epochs)))
         self.publish()
         self.checkpoint()
 
