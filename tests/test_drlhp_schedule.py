@@ -12,6 +12,7 @@ import torch
 
 from themis.agents.buffers import SegmentPairs
 from themis.builder import make_workspace
+from themis.core.safe_loading import safe_load
 from themis.reward import PreferenceDataset, RewardEnsemble, RewardTrainer
 from themis.reward.networks import DRLHPCNN, FastDropout, MovingDotFeatures, dropout_mask
 from themis.reward.recipe import AdaptiveL2, BootstrapCounts
@@ -300,14 +301,20 @@ def test_the_label_pass_schedule_trains_continuously_in_the_async_learner_proces
     trains the label-passes owed for the steps it receives and publishes new versions between
     the rounds (DRLHP's background training), under PPO's loop and under A2C's (5-step
     rollouts, DRLHP's own agent)."""
+    # reward_max_lag: the agent waits for the passes it is owed, so that they are trained
+    # however busy the machine is
     ws = make_workspace(compose([*TINY_RECIPE, "reward_training=async", "num_interact=512",
                                  "num_train_steps=1536", "reward_passes_per_step=1",
-                                 *agent]), tmp_path)
+                                 "reward_max_lag=128", *agent]), tmp_path)
     ws.run()
     finish(ws)
     rounds = pd.read_csv(tmp_path / "reward.csv")
     assert rounds["epochs"].iloc[0] == 4 and rounds["label_passes"].iloc[-1] > 0
     assert ws.learner.version > len(rounds)  # published between the rounds too (every 128)
-    # the adaptive L2 goes on adapting in the learner process, 8 minibatches per 64 steps
-    # received (issue 84: before, only the pretraining epochs moved it)
-    assert rounds["reward_l2"].iloc[1:].nunique() > 1
+    # the adaptive L2 goes on adapting in the learner process: a validation every 50
+    # minibatches of the passes (8 per 64 steps received), counted over the run (issue 84:
+    # the count restarted with each call of 1-8 minibatches, so only the pretraining epochs
+    # moved it). Whether a validation moves a coefficient depends on the losses (inside the
+    # band it stays), so the count is what is asserted: about 190 minibatches, 3 validations
+    l2 = safe_load(tmp_path / "checkpoints" / "learner" / "state.pt")["reward_l2"]
+    assert l2["pass_steps"] >= 150
