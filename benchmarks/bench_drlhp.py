@@ -432,21 +432,35 @@ CURVE_EVERY = 100_000
 """Agent steps between the rows of a Pong run's curve record (:func:`record_curves`)."""
 
 
+CURVE_ROUNDS = 5
+"""Feedback rounds whose held-out measurements a curve row averages (:func:`curve_rows`)."""
+
+
 def curve_rows(run: Path, every: int = CURVE_EVERY) -> list[dict[str, float]]:
     """A run's training curve from its own ``train.csv``, one row per ``every`` agent steps:
     the mean true return of the last 10 episodes ended by then (``return_last10``) and the
     mean policy entropy of those rows (nats; a uniform policy over Pong's 6 actions has
-    ln 6 = 1.792)."""
+    ln 6 = 1.792). A run that learns its reward adds, from its ``reward.csv``, r̂'s accuracy
+    on each round's new labels before it trained on them and the Pearson correlation of r̂'s
+    and the true segment returns on them (``heldout_accuracy``, ``heldout_pearson``), each the
+    mean of the last :data:`CURVE_ROUNDS` rounds by then that measured it (NaN before any)."""
     train = pd.read_csv(run / "train.csv")
     train = train[train["episode_reward"].notna()]
+    rounds = pd.read_csv(run / "reward.csv") if (run / "reward.csv").is_file() else None
     rows = []
     for step in range(every, int(train["step"].max()) + 1, every):
         done = train[train["step"] <= step].tail(10)
         if len(done):
             entropy = float(done["entropy"].mean()) if "entropy" in done else float("nan")
-            rows.append({"step": step,
-                         "return_last10": round(float(done["episode_reward"].mean()), 3),
-                         "entropy": round(entropy, 4)})
+            row = {"step": step, "return_last10": round(float(done["episode_reward"].mean()), 3),
+                   "entropy": round(entropy, 4)}
+            if rounds is not None:
+                by_then = rounds[rounds["step"] <= step]
+                for column in ("heldout_accuracy", "heldout_pearson"):
+                    measured = by_then[column].dropna().tail(CURVE_ROUNDS)
+                    row[column] = round(float(measured.mean()), 4) if len(measured) \
+                        else float("nan")
+            rows.append(row)
     return rows
 
 

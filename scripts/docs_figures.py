@@ -1,13 +1,15 @@
 """Draw the documentation's pictures from the recorded results under ``results/``.
 
-``python scripts/docs_figures.py`` writes two PNGs into ``docs/img/``. ``ppe_walker_walk.png``: the
-learning curves of
-``results/ppe_walker_walk.csv`` (``benchmarks/bench_methods.py --protocol ppe --record ...``; PPE,
-Zhu et al., NeurIPS 2025, Table 1: DeepMind Control walker_walk, 100 oracle queries, 500k steps),
+``python scripts/docs_figures.py`` writes three PNGs into ``docs/img/``.
+``ppe_walker_walk.png``: the learning curves of ``results/ppe_walker_walk.csv``
+(``benchmarks/bench_methods.py --protocol ppe --record ...``; PPE, Zhu et al., NeurIPS 2025,
+Table 1: DeepMind Control walker_walk, 100 oracle queries, 500k steps),
 each method's mean true return over its seeds with the range of the seeds shaded, beside plain
 SAC on the true reward (the ceiling) and the paper's final means. ``main_job.png``: the main job's
 curves per seed (``results/main_job.csv``, ``benchmarks/bench_main_job.py``) against its target.
-It trains nothing.
+``pong.png``: the Pong runs' curves (``results/drlhp_pong_curves.csv``, ``benchmarks/bench_drlhp.py
+pong --record ...``): the true return of the last 10 episodes of each run, and r̂'s held-out
+accuracy and correlation in the runs that learn it. It trains nothing.
 """
 
 from __future__ import annotations
@@ -136,13 +138,53 @@ def main_job(csv: Path, out: Path) -> None:
     fig.savefig(out)
 
 
+PONG_NAMES = {"ppo_oracle": "PPO, DRLHP recipe, oracle", "a2c_oracle": "A2C, DRLHP recipe, oracle",
+              "ppo_true": "PPO, true reward", "a2c_true": "A2C, true reward"}
+"""The Pong runs' variants (``benchmarks/bench_drlhp.py``'s ``PONG_LABELS``)."""
+
+
+def pong(csv: Path, out: Path) -> None:
+    """The Pong curves: per variant and seed, the mean true return of the last 10 episodes
+    against agent steps; beside it, r̂'s held-out accuracy and Pearson correlation (mean of the
+    last 5 rounds) of the runs that learn their reward."""
+    table = pd.read_csv(csv)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    for (variant, seed), rows in table.groupby(["variant", "seed"]):
+        label = PONG_NAMES.get(str(variant), str(variant))
+        label += f", seed {seed}" if table["seed"].nunique() > 1 else ""
+        dashed = "--" if str(variant).endswith("_true") else "-"
+        line, = left.plot(rows["step"] / 1e6, rows["return_last10"], dashed, marker="o",
+                          markersize=3, label=label)
+        if "heldout_pearson" in rows and rows["heldout_pearson"].notna().any():
+            right.plot(rows["step"] / 1e6, rows["heldout_pearson"], marker="o", markersize=3,
+                       color=line.get_color(), label=f"{label}: Pearson r̂ / true return")
+            right.plot(rows["step"] / 1e6, rows["heldout_accuracy"], ":", marker="s",
+                       markersize=3, color=line.get_color(),
+                       label=f"{label}: accuracy on new labels")
+    left.axhline(0, color="grey", linewidth=0.8)
+    left.set(xlabel="agent steps (millions)", ylabel="true return, last 10 episodes",
+             title="PongNoFrameskip-v4", ylim=(-21.5, 21.5))
+    left.legend(fontsize=7, loc="upper left")
+    right.set(xlabel="agent steps (millions)", ylabel="held out, mean of 5 rounds",
+              title="the learned reward", ylim=(0, 1.05))
+    right.legend(fontsize=7, loc="lower right")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args(argv)
     ppe_walker_walk(ROOT / "results" / "ppe_walker_walk.csv", args.out / "ppe_walker_walk.png")
     main_job(ROOT / "results" / "main_job.csv", args.out / "main_job.png")
-    print(f"wrote {args.out / 'ppe_walker_walk.png'} and {args.out / 'main_job.png'}")
+    pong(ROOT / "results" / "drlhp_pong_curves.csv", args.out / "pong.png")
+    print(f"wrote {args.out / 'ppe_walker_walk.png'}, {args.out / 'main_job.png'} and "
+          f"{args.out / 'pong.png'}")
 
 
 if __name__ == "__main__":

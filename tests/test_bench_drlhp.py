@@ -135,5 +135,24 @@ def test_a_pong_curve_record_holds_every_run_so_far_with_its_own_provenance(tmp_
     assert rows["step"].tolist() == [100_000, 200_000]  # every 100k steps reached
     assert rows["return_last10"].tolist() == [-21.0, -10.0]  # the last 10 episodes by then
     assert set(rows["commit"]) == {"abc1234"} and set(rows["variant"]) == {"a2c_true"}
+    assert "heldout_pearson" not in rows  # no reward.csv: a run on the true reward
     bench.record_curves(path, tmp_path, ["a2c_true"], [0])  # again: replaced, not doubled
     assert len(pd.read_csv(path)) == 2
+
+
+def test_a_pong_curve_of_a_run_that_learns_its_reward_carries_r_hat_held_out(tmp_path):
+    """The mean of the last 5 rounds' held-out accuracy and Pearson correlation by each step
+    (a round without a measurement, NaN, is left out)."""
+    bench = _bench()
+    run = tmp_path / "run"
+    run.mkdir()
+    steps = np.arange(1, 41) * 6000
+    pd.DataFrame({"step": steps, "episode_reward": -21.0, "entropy": 1.7}).to_csv(
+        run / "train.csv", index=False)
+    pd.DataFrame({"step": [60_000, 80_000, 120_000, 140_000, 160_000, 180_000, 190_000],
+                  "heldout_accuracy": [np.nan, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5],
+                  "heldout_pearson": [0.9, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}).to_csv(
+        run / "reward.csv", index=False)
+    rows = bench.curve_rows(run)
+    assert [r["heldout_accuracy"] for r in rows] == [0.5, 0.9]  # 0.5 alone; the last 5
+    assert [r["heldout_pearson"] for r in rows] == [0.5, 0.4]  # (0.9 + 0.1) / 2; 0.2 ... 0.6
