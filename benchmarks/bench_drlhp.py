@@ -373,8 +373,11 @@ def pong_final(run: Path) -> dict[str, float]:
     """A Pong run's result: its last step, the final true score (mean true return of its last
     10 training episodes, ``train.csv``), the last evaluation, r̂'s last held-out accuracy and
     correlation (``reward.csv``), and CPU and wall seconds: the agent's process
-    (``timing.json``, from ``wait4``, summed over resumes) and the background learner's
-    (``learner_cpu.json``, its own process time over resumes)."""
+    (``timing.json``, from ``wait4``, summed over the launches that ended: a launch killed with
+    its session is missing), the background learner's (``learner_cpu.json``, its own process
+    time over resumes) and the run's own (``run_time.json``, written with each checkpoint,
+    resumed segments included: ``run_wall_s``, ``run_cpu_s``; NaN for a run whose checkpoints
+    predate it)."""
     train = pd.read_csv(run / "train.csv")
     episodes = train.dropna(subset=["episode_reward"]).drop_duplicates("episode", keep="last")
     evals = pd.read_csv(run / "eval.csv")
@@ -391,8 +394,11 @@ def pong_final(run: Path) -> dict[str, float]:
         if (run / "timing.json").is_file() else {"wall_s": float("nan"), "cpu_s": float("nan")}
     learner = json.loads((run / "learner_cpu.json").read_text()) \
         if (run / "learner_cpu.json").is_file() else {"cpu_s": 0.0}
+    own = json.loads((run / "run_time.json").read_text()) \
+        if (run / "run_time.json").is_file() else {"wall_s": float("nan"), "cpu_s": float("nan")}
     return {**out, "wall_s": timing["wall_s"], "agent_cpu_s": timing["cpu_s"],
-            "learner_cpu_s": float(learner["cpu_s"])}
+            "learner_cpu_s": float(learner["cpu_s"]), "run_wall_s": float(own["wall_s"]),
+            "run_cpu_s": float(own["cpu_s"])}
 
 
 def record_pong(path: Path, out: Path, variants: list[str], seeds: list[int],

@@ -154,7 +154,10 @@ def test_a_checkpoint_of_a_pixel_a2c_run_round_trips_and_resumes_the_same_twice(
     shutil.copytree(first / "preferences", tmp_path / "fresh" / "preferences")  # the labels
     fresh = make_workspace(compose([*TINY_A2C, "num_train_steps=400"]), tmp_path / "fresh")
     fresh.load_state_dict(state)
-    assert _equal(fresh.state_dict(), state)
+    again = fresh.state_dict()
+    # the run's own time goes on from the checkpoint's; everything else is the same
+    assert again.pop("run_time")["cpu_s"] >= state.pop("run_time")["cpu_s"] > 0
+    assert _equal(again, state)
 
     runs = []
     for name in ("a", "b"):
@@ -173,6 +176,8 @@ def test_a_checkpoint_of_a_pixel_a2c_run_round_trips_and_resumes_the_same_twice(
     assert pd.read_csv(a / "train.csv")["step"].max() > 400
     model_a, _ = load_checkpoint(a / "checkpoints", "cpu")
     model_b, _ = load_checkpoint(b / "checkpoints", "cpu")
+    for model in (model_a, model_b):  # the run's own time differs, as the wall-clock columns
+        assert model.pop("run_time")["wall_s"] > 0
     assert model_a["step"] >= 640 and _equal(model_a, model_b)
 
 

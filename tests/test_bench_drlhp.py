@@ -105,6 +105,7 @@ def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path
                   "heldout_pearson": [0.5, 0.8]}).to_csv(run / "reward.csv", index=False)
     (run / "timing.json").write_text(json.dumps({"wall_s": 100.0, "cpu_s": 90.0}))
     (run / "learner_cpu.json").write_text(json.dumps({"cpu_s": 80.0}))
+    (run / "run_time.json").write_text(json.dumps({"wall_s": 120.0, "cpu_s": 110.0}))
     (run / "provenance.json").write_text(json.dumps({
         "date": "2026-12-07", "commits": ["abc1234", "def5678"], "machine": "a machine",
         "command": "python benchmarks/bench_drlhp.py pong"}))
@@ -114,6 +115,7 @@ def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path
     assert row["final_score"] == pytest.approx(np.mean(returns[-10:]))  # the last 10 episodes
     assert row["last_eval"] == 2.5 and row["heldout_accuracy"] == 0.9
     assert row["agent_cpu_s"] == 90.0 and row["learner_cpu_s"] == 80.0
+    assert (row["run_wall_s"], row["run_cpu_s"]) == (120.0, 110.0)  # the run's own
     assert row["commit"] == "abc1234 def5678" and row["date"] == "2026-12-07"
     assert len(pd.read_csv(record)) == 1  # a2c_true has no finished run
 

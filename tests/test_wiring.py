@@ -10,6 +10,7 @@ teacher the margin the config asks for, and that a resume restores every compone
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -195,6 +196,12 @@ def test_resume_restores_every_component_exactly(compose, tmp_path, agent):
     state = resumed.state_dict()
     if ws.driver.NAME == "sac":  # the interrupted episode is not continued
         assert state.pop("episode") == saved.pop("episode") + 1
+    # the run's own time goes on from the checkpoint's (run_time.json holds it too)
+    written = json.loads((tmp_path / "run_time.json").read_text())
+    assert written["cpu_s"] > 0 and written["wall_s"] > 0
+    assert resumed.clock.before == pytest.approx(written, abs=1e-3)
+    assert state.pop("run_time")["wall_s"] >= written["wall_s"] - 1e-3
+    assert saved.pop("run_time")["wall_s"] >= written["wall_s"] - 1e-3
     _assert_same_state(saved, state)
     assert resumed.learner.teacher.margin == ws.learner.teacher.margin != 0.0
     surf, resumed_surf = (find(w.learner.methods, SURF) for w in (ws, resumed))

@@ -49,6 +49,7 @@ from themis.run.envs import make_envs, make_frame_store, renders_frames
 from themis.run.evaluation import evaluation_row
 from themis.run.logger import Logger
 from themis.run.protocols import Driver, RunLearner
+from themis.run.run_time import RunClock
 from themis.run.snapshot import SNAPSHOT_VERSION, start_from
 from themis.run.threads import run_threads
 from themis.tracking import start_tracking
@@ -143,6 +144,7 @@ class Workspace:
         self.last_checkpoint_time = time.monotonic()
         self.checkpointed_before_people = False  # see checkpoint_before_people
         self.start_time = time.time()
+        self.clock = RunClock()  # the run's own time (run_time.json)
 
         resumed, path = resume_state(self.run_dir, facts.env_id, self.label_store,
                                      cfg.num_train_steps) if cfg.resume else (None, None)
@@ -329,7 +331,9 @@ class Workspace:
                 or time.monotonic() - self.last_checkpoint_time >= 60 * self.cfg.checkpoint_minutes:
             if self.learner is not None:
                 self.learner.checkpoint()  # async: the learner process after these steps
-            save_checkpoint(self.state_dict(), self.run_dir / "checkpoints")
+            state = self.state_dict()
+            save_checkpoint(state, self.run_dir / "checkpoints")
+            self.clock.write(self.run_dir, state["run_time"])
             self.last_checkpoint_step = self.step
             self.last_checkpoint_time = time.monotonic()
 
@@ -363,6 +367,7 @@ class Workspace:
             "state_entropy_range": self.state_entropy.range_state(),
             "rng": self.rng.bit_generator.state, "global_rng": rng_states(),
             "action_space_rng": self.env.action_space.np_random.bit_generator.state,
+            "run_time": self.clock.seconds(),
         }
         if self.learner is not None:
             state.update(self.learner.state_dict())
@@ -386,6 +391,7 @@ class Workspace:
         set_rng_states(state["global_rng"])
         self.env.action_space.np_random.bit_generator.state = state["action_space_rng"]
         self.last_checkpoint_step = self.step
+        self.clock.resume(state)
         if self.learner is not None:
             self.learner.load_state_dict(state)
         self.driver.resumed(self)
