@@ -632,17 +632,15 @@ def agent_cost(agent: str, steps: int) -> float:
     import time
 
     import torch
-    from omegaconf import OmegaConf
 
     from themis.agents import A2C, PPO, A2CConfig, PPOConfig
     from themis.agents.ppo import Rollout
+    from themis.run.config import compose
     from themis.run.envs import make_vector_env
 
     torch.set_num_threads(1)
-    cfg = OmegaConf.create({"domain": "ALE", "env": "PongNoFrameskip-v4", "seed": 0,
-                            "agent": agent, "a2c": {"num_envs": 16}, "ppo": {"num_envs": 8},
-                            "obs_transform": None, "env_kwargs": {}, "human_teacher": False,
-                            "xplain_action": False, "xplain_state": False})
+    cfg = compose(["domain=ALE", "env=PongNoFrameskip-v4", "seed=0", f"agent={agent}",
+                   "a2c.num_envs=16", "ppo.num_envs=8"])  # the launcher's config, as the runs
     envs = make_vector_env(cfg)
     settings = A2CConfig(num_envs=16) if agent == "a2c" else PPOConfig(num_envs=8, clip_coef=0.1)
     obs, _ = envs.reset(seed=0)

@@ -58,16 +58,21 @@ def commit(checkout: Path = ROOT, paths: tuple[str, ...] = ()) -> str:
     return sha + ("-dirty" if changed else "")
 
 
-def machine() -> str:
-    """The CPU model (``model name`` of ``/proc/cpuinfo``; ``platform.processor()`` elsewhere)
-    and the core count: ``AMD EPYC 9R14, 2 cores``."""
-    model = platform.processor() or platform.machine()
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU model (``model name`` of ``/proc/cpuinfo``; ``platform.processor()`` elsewhere),
+    the core count and, on Linux, the widest vector instructions it has — one model name covers
+    hosts with and without AVX-512, which differ in speed and in what ``precision=auto`` picks:
+    ``AMD EPYC, 2 cores, AVX-512 BF16`` or ``AMD EPYC, 2 cores, AVX2``."""
+    model, flags = platform.processor() or platform.machine(), set[str]()
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} cores"
+        cpu = cpuinfo.read_text().split("\n\n", 1)[0]  # the first processor
+        fields = dict(line.split(":", 1) for line in cpu.splitlines() if ":" in line)
+        fields = {key.strip(): value.strip() for key, value in fields.items()}
+        model = fields.get("model name", model)
+        flags = set(fields.get("flags", "").split())
+    isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags
+           else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "")
+    return f"{model}, {os.cpu_count()} cores" + (f", {isa}" if isa else "")
 
 
 def command(script: str | Path, argv: list[str] | None = None) -> str:

@@ -92,6 +92,13 @@ def test_each_pong_variant_composes_with_its_agent(compose, variant):
         assert cfg.num_unsup_steps == 0 and cfg.first_round_queries == 500
 
 
+def test_the_agents_cost_is_measured_on_the_launchers_own_pong_config():
+    """``bench_drlhp.py pong`` measures each agent's CPU per 10k steps before the long run; its
+    config is the launcher's (a hand-made one lacked a key added later and crashed the run)."""
+    seconds = _bench().agent_cost("a2c", 80)  # one warm-up rollout of 16 × 5, then one timed
+    assert 0 < seconds < 10_000
+
+
 def test_a_pong_record_has_the_runs_own_provenance_and_the_learners_cpu(tmp_path):
     bench = _bench()
     run = tmp_path / "pong" / "a2c_oracle" / "seed0"

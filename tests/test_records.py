@@ -30,6 +30,20 @@ def test_a_row_recorded_again_replaces_its_old_one_and_the_others_stay(tmp_path)
         records.merge_rows(path, [], ["kind"])
 
 
+@pytest.mark.parametrize(("flags", "isa"), [("fpu sse2 avx2 fma", ", AVX2"),
+                                             ("avx2 avx512f avx512bw", ", AVX-512"),
+                                             ("avx2 avx512f avx512_bf16", ", AVX-512 BF16"),
+                                             ("avx512f avx512_bf16 amx_bf16", ", AMX"),
+                                             ("neon", "")])
+def test_the_machine_names_the_cpu_its_cores_and_its_widest_vector_instructions(tmp_path, flags,
+                                                                               isa):
+    """Hosts with one model name differ in AVX-512 (speed, and what ``precision=auto`` picks)."""
+    cpu = "processor\t: {}\nmodel name\t: AMD EPYC\nflags\t\t: {}\n"
+    info = tmp_path / "cpuinfo"
+    info.write_text(cpu.format(0, flags) + "\n" + cpu.format(1, "other"))
+    assert re.fullmatch(rf"AMD EPYC, \d+ cores{isa}", records.machine(info))
+
+
 def test_the_commit_says_dirty_when_tracked_files_changed(tmp_path):
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
