@@ -473,7 +473,9 @@ def curve_rows(run: Path, every: int = CURVE_EVERY) -> list[dict[str, float]]:
 def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) -> None:
     """Each Pong run's curve so far (:func:`curve_rows`), finished or not, in the CSV ``path``
     with the run's own date, commit, machine and command: the measurement the agent was chosen
-    from. Rows of the same (variant, seed, step) are replaced."""
+    from. Rows of the same (variant, seed, step) are replaced, and a (variant, seed) holds one
+    run: the rows of an earlier run of it (another start date), the steps the new run has not
+    reached yet included, are removed."""
     rows = []
     for variant in variants:
         for seed in seeds:
@@ -486,6 +488,13 @@ def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) 
                       "command": prov["command"]} for row in curve_rows(run)]
     if not rows:
         return
+    if path.is_file():
+        kept = pd.read_csv(path)
+        runs = {(r["variant"], r["seed"]): r["date"] for r in rows}
+        earlier = [runs.get((v, s), d) != d for v, s, d in
+                   zip(kept["variant"], kept["seed"], kept["date"], strict=True)]
+        if any(earlier):
+            kept[[not e for e in earlier]].to_csv(path, index=False)
     merge_rows(path, rows, ["variant", "seed", "step"])
     print(f"recorded the curves of {len({(r['variant'], r['seed']) for r in rows})} Pong "
           f"run(s) in {path}")

@@ -143,12 +143,20 @@ PONG_NAMES = {"ppo_oracle": "PPO, DRLHP recipe, oracle", "a2c_oracle": "A2C, DRL
 """The Pong runs' variants (``benchmarks/bench_drlhp.py``'s ``PONG_LABELS``)."""
 
 
-def pong(csv: Path, out: Path) -> None:
+def pong(csv: Path, out: Path, first: Path | None = None) -> None:
     """The Pong curves: per variant and seed, the mean true return of the last 10 episodes
     against agent steps; beside it, r̂'s held-out accuracy and Pearson correlation (mean of the
-    last 5 rounds) of the runs that learn their reward."""
+    last 5 rounds) of the runs that learn their reward. ``first``: the record of earlier runs
+    that ended unfinished (``results/drlhp_pong_curves_first_run.csv``), drawn thin and grey."""
     table = pd.read_csv(csv)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    if first is not None and first.is_file():
+        for (variant, _), rows in pd.read_csv(first).groupby(["variant", "seed"]):
+            name = PONG_NAMES.get(str(variant), str(variant))
+            left.plot(rows["step"] / 1e6, rows["return_last10"],
+                      "--" if str(variant).endswith("_true") else "-", color="grey",
+                      linewidth=0.8, alpha=0.6,
+                      label=f"{name}: first run, to {rows['step'].max() / 1e6:.1f}M")
     for (variant, seed), rows in table.groupby(["variant", "seed"]):
         label = PONG_NAMES.get(str(variant), str(variant))
         label += f", seed {seed}" if table["seed"].nunique() > 1 else ""
@@ -182,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ppe_walker_walk(ROOT / "results" / "ppe_walker_walk.csv", args.out / "ppe_walker_walk.png")
     main_job(ROOT / "results" / "main_job.csv", args.out / "main_job.png")
-    pong(ROOT / "results" / "drlhp_pong_curves.csv", args.out / "pong.png")
+    pong(ROOT / "results" / "drlhp_pong_curves.csv", args.out / "pong.png",
+         ROOT / "results" / "drlhp_pong_curves_first_run.csv")
     print(f"wrote {args.out / 'ppe_walker_walk.png'}, {args.out / 'main_job.png'} and "
           f"{args.out / 'pong.png'}")
 

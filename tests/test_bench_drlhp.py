@@ -147,6 +147,20 @@ def test_a_pong_curve_record_holds_every_run_so_far_with_its_own_provenance(tmp_
     assert "heldout_pearson" not in rows  # no reward.csv: a run on the true reward
     bench.record_curves(path, tmp_path, ["a2c_true"], [0])  # again: replaced, not doubled
     assert len(pd.read_csv(path)) == 2
+    # a new run of the same variant and seed (its start date) replaces the earlier run's rows,
+    # also at the steps it has not reached yet; other variants' rows stay
+    pd.concat([pd.read_csv(path), pd.read_csv(path).assign(variant="ppo_true")]).to_csv(
+        path, index=False)
+    pd.DataFrame({"step": steps[:20], "episode_reward": -5.0, "entropy": 1.7}).to_csv(
+        run / "train.csv", index=False)
+    (run / "provenance.json").write_text(json.dumps({
+        "date": "2026-12-08", "commits": ["bcd2345"], "machine": "AMD EPYC, 2 cores",
+        "command": "python benchmarks/bench_drlhp.py pong --variants a2c_true"}))
+    bench.record_curves(path, tmp_path, ["a2c_true"], [0])
+    rows = pd.read_csv(path)
+    new = rows[rows["variant"] == "a2c_true"]
+    assert new["step"].tolist() == [100_000] and set(new["date"]) == {"2026-12-08"}
+    assert len(rows[rows["variant"] == "ppo_true"]) == 2
 
 
 def test_a_pong_curve_of_a_run_that_learns_its_reward_carries_r_hat_held_out(tmp_path):

@@ -34,6 +34,7 @@ def test_a_seed_recorded_twice_under_the_tables_command_is_refused():
 def test_the_figures_are_drawn_from_the_records(tmp_path):
     figures.ppe_walker_walk(ROOT / "results" / "ppe_walker_walk.csv", tmp_path / "ppe.png")
     figures.main_job(ROOT / "results" / "main_job.csv", tmp_path / "main_job.png")
-    figures.pong(ROOT / "results" / "drlhp_pong_curves.csv", tmp_path / "pong.png")
+    figures.pong(ROOT / "results" / "drlhp_pong_curves.csv", tmp_path / "pong.png",
+                 ROOT / "results" / "drlhp_pong_curves_first_run.csv")
     for name in ("ppe.png", "main_job.png", "pong.png"):
         assert (tmp_path / name).stat().st_size > 10_000
