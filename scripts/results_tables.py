@@ -316,6 +316,95 @@ def drlhp_dot(results: Path) -> str:
             f"minutes a run ({len(onehot)} seeds, mean ± SE)")
 
 
+PONG_NAMES = {"ppo_oracle": "PPO, DRLHP's recipe, oracle teacher", "ppo_true": "PPO, true reward",
+              "a2c_oracle": "A2C, DRLHP's recipe, oracle teacher", "a2c_true": "A2C, true reward"}
+"""The Pong runs' variants (``benchmarks/bench_drlhp.py``'s ``PONG_LABELS``)."""
+
+
+def _number(value: float, digits: int = 1) -> str:
+    return "-" if not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def drlhp_pong_cost_table(results: Path) -> str:
+    """The Pong page's table of the pieces' cost: CPU seconds per 10k agent steps of each piece
+    (one thread; two threads' wall seconds in parentheses), one column per measurement (date,
+    commit, machine), oldest first."""
+    table = read(results, "drlhp_pong_cost.csv")
+    table["when"] = [f"{str(d)[:10]} · {c} · {m}" for d, c, m in
+                     zip(table["date"], table["commit"], table["machine"], strict=True)]
+    columns = list(dict.fromkeys(table["when"]))
+    pieces = list(dict.fromkeys(table["piece"]))
+    lines = ["| piece | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for piece in pieces:
+        cells = []
+        for when in columns:
+            rows = table[(table["piece"] == piece) & (table["when"] == when)]
+            one = rows[rows["threads"] == 1]["s_per_10k_steps"]
+            two = rows[rows["threads"] == 2]["s_per_10k_steps"]
+            cell = _number(float(one.iloc[0])) if len(one) else "-"
+            cells.append(cell + (f" ({float(two.iloc[0]):.1f})" if len(two) else ""))
+        lines.append(f"| {piece} | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", provenance(table, "drlhp_pong_cost.csv")])
+
+
+def drlhp_pong_curves_table(results: Path) -> str:
+    """The Pong page's table of each run's curve so far (``drlhp_pong_curves.csv``, and the
+    first runs that ended unfinished, ``drlhp_pong_curves_first_run.csv``): the last recorded
+    step, the mean true return of the last 10 episodes there and the best such value by then,
+    the policy entropy and r̂'s held-out accuracy and Pearson correlation (last 5 rounds)."""
+    frames = [read(results, "drlhp_pong_curves.csv").assign(run="")]
+    if (results / "drlhp_pong_curves_first_run.csv").is_file():
+        frames.append(read(results, "drlhp_pong_curves_first_run.csv").assign(
+            run=" (first run, ended)"))
+    table = pd.concat(frames, ignore_index=True)
+    lines = ["| run | seed | steps so far | return, last 10 episodes | best so far | "
+             "policy entropy (uniform 1.792) | r̂ held-out accuracy | r̂ held-out Pearson |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (run, variant, seed), rows in table.groupby(["run", "variant", "seed"], sort=False):
+        last = rows.sort_values("step").iloc[-1]
+        held = [float(last.get(c, np.nan)) for c in ("heldout_accuracy", "heldout_pearson")]
+        lines.append(f"| {PONG_NAMES.get(variant, variant)}{run} | {seed} | "
+                     f"{last['step'] / 1e6:.1f}M | {last['return_last10']:.1f} | "
+                     f"{rows['return_last10'].max():.1f} | {last['entropy']:.3f} | "
+                     f"{_number(held[0], 2)} | {_number(held[1], 2)} |")
+    return "\n".join([*lines, "", provenance(table, "drlhp_pong_curves*.csv")])
+
+
+def drlhp_pong_table(results: Path) -> str:
+    """The Pong page's result: per finished run, the final true score (mean of its last 10
+    episodes), its last evaluation, r̂'s last held-out accuracy and correlation, and its cost:
+    the run's own wall-clock and CPU hours over its resumes (``run_wall_s``, ``run_cpu_s``) and
+    the background learner's CPU hours."""
+    table = once(read(results, "drlhp_pong.csv"), ["variant", "seed", "steps"],
+                 "drlhp_pong.csv")
+    lines = ["| run | seed | steps | final score (last 10 episodes) | last evaluation | "
+             "r̂ held-out accuracy | r̂ held-out Pearson | wall (h) | CPU, agent process (h) | "
+             "CPU, reward learner (h) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in table.itertuples():
+        lines.append(
+            f"| {PONG_NAMES.get(row.variant, row.variant)} | {row.seed} | "
+            f"{row.steps / 1e6:.1f}M | {row.final_score:.1f} | {row.last_eval:.1f} | "
+            f"{_number(row.heldout_accuracy, 2)} | {_number(row.heldout_pearson, 2)} | "
+            f"{_number(row.run_wall_s / 3600)} | {_number(row.run_cpu_s / 3600)} | "
+            f"{_number(row.learner_cpu_s / 3600) if row.learner_cpu_s > 0 else '-'} |")
+    return "\n".join([*lines, "", provenance(table, "drlhp_pong.csv")])
+
+
+def drlhp_pong(results: Path) -> str:
+    """The README's Pong cell: the recipe's final score beside the true-reward agent's."""
+    table = read(results, "drlhp_pong.csv")
+    recipe = table[table["variant"] == "ppo_oracle"]
+    true = table[table["variant"] == "ppo_true"]
+    if recipe.empty:
+        raise NoRecord("drlhp_pong.csv: ppo_oracle")
+    row = recipe.iloc[-1]
+    beside = (f"; PPO on the true reward {true.iloc[-1]['final_score']:.1f}" if len(true)
+              else "")
+    return (f"{row['final_score']:.1f} (mean of the last 10 episodes after "
+            f"{row['steps'] / 1e6:.0f}M steps, 1 seed{beside}; {row['run_wall_s'] / 3600:.1f} h "
+            f"on 2 cores)")
+
+
 NAMES = {"sb3_cpu": "SB3 SAC", "sb3_cuda": "SB3 SAC (CUDA)", "themis": "Themis plain SAC"}
 
 
@@ -504,6 +593,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "throughput": throughput, "throughput_table": throughput_table,
     "crowd": crowd, "crowd_table": crowd_table,
     "wrapper": wrapper, "wrapper_table": wrapper_table, "wrapper_cost": wrapper_cost,
+    "drlhp_pong": drlhp_pong, "drlhp_pong_table": drlhp_pong_table,
+    "drlhp_pong_curves": drlhp_pong_curves_table, "drlhp_pong_cost": drlhp_pong_cost_table,
 }
 """Block name → its generator: the block's text from the records under ``results/``."""
 

@@ -144,3 +144,39 @@ def test_the_crowd_cell_reads_the_rows_simulate_crowd_records(tmp_path):
     table = tables.BLOCKS["crowd_table"](tmp_path)
     assert "| `filter` | 0 | labeler7 (random), labeler9 (adversary) | labeler7: 5, labeler9: 6 " \
            "| 415 | 0.834 | 0.800 | -120 |" in table
+
+
+def test_the_pong_blocks_read_the_records_bench_drlhp_writes(tmp_path):
+    """The result (pending until a run finished), each run's curve so far with the first runs
+    that ended, and the pieces' cost per measurement."""
+    text = "<!-- results: drlhp_pong_table -->\nNot yet re-recorded.\n<!-- /results -->\n"
+    assert tables.render(text, tmp_path, "drlhp.md")[2] == ["drlhp.md: drlhp_pong_table"]
+    pd.DataFrame([{"variant": "ppo_oracle", "seed": 0, "steps": 2_000_000, "step": 2_000_128,
+                   "final_score": 3.25, "last_eval": 5.0, "heldout_accuracy": 0.8,
+                   "heldout_pearson": 0.71, "wall_s": float("nan"), "agent_cpu_s": 1.0,
+                   "learner_cpu_s": 7200.0, "run_wall_s": 9 * 3600.0, "run_cpu_s": 8 * 3600.0,
+                   **PROVENANCE}]).to_csv(tmp_path / "drlhp_pong.csv", index=False)
+    page = tables.BLOCKS["drlhp_pong_table"](tmp_path)
+    assert "| PPO, DRLHP's recipe, oracle teacher | 0 | 2.0M | 3.2 | 5.0 | 0.80 | 0.71 | 9.0 " \
+           "| 8.0 | 2.0 |" in page
+    assert tables.BLOCKS["drlhp_pong"](tmp_path).startswith("3.2 (mean of the last 10 episodes")
+    curve = {"variant": "ppo_oracle", "seed": 0, "entropy": 1.5, "heldout_accuracy": 0.9,
+             "heldout_pearson": 0.6, **PROVENANCE}
+    pd.DataFrame([{**curve, "step": 100_000, "return_last10": -20.0},
+                  {**curve, "step": 200_000, "return_last10": -12.0},
+                  {**curve, "step": 300_000, "return_last10": -15.0}]).to_csv(
+        tmp_path / "drlhp_pong_curves.csv", index=False)
+    pd.DataFrame([{**curve, "step": 100_000, "return_last10": -19.0}]).to_csv(
+        tmp_path / "drlhp_pong_curves_first_run.csv", index=False)
+    page = tables.BLOCKS["drlhp_pong_curves"](tmp_path)
+    assert "| PPO, DRLHP's recipe, oracle teacher | 0 | 0.3M | -15.0 | -12.0 | 1.500 | 0.90 " \
+           "| 0.60 |" in page  # the last row, and the best so far
+    assert "| PPO, DRLHP's recipe, oracle teacher (first run, ended) | 0 | 0.1M | -19.0 |" in page
+    cost = [{"piece": "reward training", "threads": t, "s_per_10k_steps": s, **PROVENANCE}
+            for t, s in ((1, 100.04), (2, 60.0))]
+    cost.append({"piece": "ppo agent", "threads": 1, "s_per_10k_steps": 40.0,
+                 **PROVENANCE, "commit": "def5678"})
+    pd.DataFrame(cost).to_csv(tmp_path / "drlhp_pong_cost.csv", index=False)
+    page = tables.BLOCKS["drlhp_pong_cost"](tmp_path)
+    assert "| reward training | 100.0 (60.0) | - |" in page  # one column per measurement
+    assert "| ppo agent | - | 40.0 |" in page
