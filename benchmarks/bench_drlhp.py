@@ -674,22 +674,26 @@ def agent_cost(agent: str, steps: int) -> float:
     return (time.process_time() - start) / (done_steps - horizon * n) * 10_000
 
 
-def reward_cost(threads: int, reps: int = 3, compiled: bool = False) -> tuple[float, float]:
-    """CPU seconds of DRLHP's reward model (3 members, fp32) with ``threads`` threads: per
+def reward_cost(threads: int, reps: int = 3, compiled: bool = False,
+                precision: str = "fp32") -> tuple[float, float]:
+    """CPU seconds of DRLHP's reward model (3 members) with ``threads`` threads: per
     label-pass of training (a minibatch of 32 pairs of 25-step segments per member, forward,
     backward and Adam, divided by 32) and per agent step of scoring (r̂ of a rollout);
     ``compiled``: the encoders compiled as ``reward_compile=true`` does (the compilation itself
-    is not timed)."""
+    is not timed); ``precision``: the run's key (``auto`` is bfloat16 on CPUs with bf16
+    instructions, :mod:`themis.core.precision`)."""
     import time
 
     import torch
 
+    from themis.core.precision import resolve_precision
     from themis.reward import RewardEnsemble
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = RewardEnsemble(4 * 84 * 84, 6, 3, obs_shape=(4, 84, 84), net="drlhp",
                            dropout=0.5, batchnorm=True)
+    model.precision = resolve_precision(precision, torch.device("cpu"))
     frames = 32 * 2 * 25
     obs = torch.randint(0, 255, (3, frames, 4 * 84 * 84), dtype=torch.uint8)
     act = torch.eye(6)[torch.randint(0, 6, (3, frames))]
@@ -729,9 +733,16 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     seconds per 10k agent steps, date, commit, machine, command), added to its rows."""
     import datetime
 
+    import torch
+
+    from themis.core.precision import resolve_precision
+
     one_pass, score = reward_cost(1)
     two_pass, two_score = reward_cost(2)
     fast_pass, fast_score = reward_cost(1, compiled=True)
+    bf16 = resolve_precision("auto", torch.device("cpu")) is not None  # what a run computes in
+    if bf16:
+        bf16_pass, bf16_score = reward_cost(1, compiled=True, precision="auto")
     print(f"\nPong with DRLHP's recipe: measured pieces (CPU s per 10k agent steps, one thread; "
           f"{passes_per_step} label-passes per step)\n")
     print("| piece | 1 thread | 2 threads (wall) |")
@@ -742,6 +753,10 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     print(f"| r̂ of the rollouts | {score * 1e4:.1f} | {two_score * 1e4:.1f} |")
     print(f"| reward training, compiled (`reward_compile=true`) | {fast_pass * train:.1f} | - |")
     print(f"| r̂ of the rollouts, compiled | {fast_score * 1e4:.1f} | - |")
+    if bf16:
+        print(f"| reward training, compiled, bf16 (`precision=auto` here) | "
+              f"{bf16_pass * train:.1f} | - |")
+        print(f"| r̂ of the rollouts, compiled, bf16 | {bf16_score * 1e4:.1f} | - |")
     agents = {agent: agent_cost(agent, 4096) for agent in ("a2c", "ppo")}
     for agent, cost in agents.items():
         print(f"| {agent.upper()} ({16 if agent == 'a2c' else 8} envs: stepping, acting, "
@@ -752,6 +767,8 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
                   ("reward scoring", 1, score * 1e4), ("reward scoring", 2, two_score * 1e4),
                   ("reward training, compiled", 1, fast_pass * train),
                   ("reward scoring, compiled", 1, fast_score * 1e4),
+                  *((("reward training, compiled, bf16", 1, bf16_pass * train),
+                     ("reward scoring, compiled, bf16", 1, bf16_score * 1e4)) if bf16 else ()),
                   *((f"{agent} agent", 1, cost) for agent, cost in agents.items())]
         rows = pd.DataFrame([{"piece": piece, "threads": threads,
                               "s_per_10k_steps": round(value, 2),
@@ -766,8 +783,10 @@ def cost_table(steps: int, passes_per_step: float = 0.1, pretrain_passes: int = 
     pretrain = pretrain_passes * two_pass / 3600
     print(f"\npretraining ({pretrain_passes} label-passes, 2 threads): {pretrain:.2f} h")
     for agent, cost in agents.items():
-        for label, learn, scoring in (("", one_pass, score), (", compiled", fast_pass,
-                                                               fast_score)):
+        lanes = [("", one_pass, score), (", compiled", fast_pass, fast_score)]
+        if bf16:  # what the run computes in on this CPU (precision=auto)
+            lanes.append((", compiled, bf16", bf16_pass, bf16_score))
+        for label, learn, scoring in lanes:
             lane = (cost + scoring * 1e4, learn * train)  # agent + r̂, reward training
             hours = pretrain + steps / 10_000 * max(lane) / 3600
             print(f"{agent.upper()}, {steps / 1e6:g}M steps, async{label} (agent | reward "
