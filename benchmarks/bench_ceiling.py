@@ -17,7 +17,10 @@ and per seed, as a Markdown table, last.
 its speed, not what it learns; one row per device), ``--sb3-threads`` its PyTorch threads on the
 CPU. With ``--out DIR`` every run writes its returns to ``DIR/<kind><seed>.json`` after each
 evaluation, so a run cut short still leaves its curve, and the table is built from those files
-(``--table-only`` tables them without running).
+(``--table-only`` tables them without running). Run again with the same ``--out``, the
+command goes on where it stopped (a session's end stops its processes): a run that finished all
+its steps is not run again, a Themis run is resumed from its checkpoint, an SB3 run (no
+checkpoint) starts again.
 
 ``--record [CSV]`` (default ``results/ceiling.csv``) writes each run's row as soon as it finishes
 all its steps: kind (``sb3_cpu``, ``sb3_cuda``, ``themis``), env, steps, seed, the final return,
@@ -83,13 +86,15 @@ def sb3_run(env_id: str, steps: int, seed: int, device: str = "cpu", threads: in
 
 
 def themis_run(env_id: str, steps: int, seed: int, out: Path) -> dict[int, float]:
-    """Themis plain SAC through the launcher: ``eval.csv``'s returns."""
+    """Themis plain SAC through the launcher: ``eval.csv``'s returns. A run folder ``out``
+    with a checkpoint (a run stopped with its session) is resumed, not started again."""
     import pandas as pd
 
+    where = f"resume={out}" if (out / "checkpoints").is_dir() else f"hydra.run.dir={out}"
     cmd = [str(ROOT / "themis_train.sh"), f"env={env_id}", "learn_reward=false",
            "num_unsup_steps=0", "reset_update=0", "sac.hidden_dim=256", "sac.batch_size=256",
            "num_seed_steps=1000", f"num_train_steps={steps}", "eval_frequency=10000",
-           "num_eval_episodes=5", "torch_threads=1", f"seed={seed}", f"hydra.run.dir={out}"]
+           "num_eval_episodes=5", "torch_threads=1", f"seed={seed}", where]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench_ceiling: Themis run failed: {proc.stderr[-500:]}")
@@ -152,8 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(kind, seed) for seed in args.seeds for kind in kinds]
     writing = threading.Lock()  # runs finish in the pool's threads; one writes at a time
 
+    def progress(kind: str, seed: int) -> dict[int, float]:
+        record = out_dir / f"{kind}{seed}.json"
+        if kind == "themis":
+            return themis_progress(out_dir / f"{kind}{seed}")
+        return {int(k): v for k, v in json.loads(record.read_text()).items()} \
+            if record.is_file() else {}
+
     def run(job: tuple[str, int]) -> None:
         kind, seed = job
+        done = progress(kind, seed)
+        if args.out is not None and done and max(done) >= args.steps:
+            print(f"{kind} seed {seed}: finished in {out_dir} already (recorded when it "
+                  "finished); not run again", flush=True)
+            return
         start = time.time()
         out = subprocess.run([sys.executable, __file__, "--worker", kind, args.env,
                               str(args.steps), str(seed), str(out_dir / f"{kind}{seed}"),
@@ -168,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind} seed {seed}: {out.stdout.strip().splitlines()[-1]}", flush=True)
         if args.record is not None:
             curve = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
-            row = record_row(kind, args.env, args.steps, seed, curve, time.time() - start, ran)
+            wall = time.time() - start
+            clock = out_dir / f"{kind}{seed}" / "run_time.json"  # a resumed Themis run: all
+            if kind == "themis" and clock.is_file():  # its segments (themis/run/run_time.py)
+                wall = float(json.loads(clock.read_text())["wall_s"])
+            row = record_row(kind, args.env, args.steps, seed, curve, wall, ran)
             if row is not None:
                 with writing:
                     records.merge_rows(args.record, [row], RECORD_KEY)
@@ -176,13 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table_only:
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(run, jobs))
-    results = []
-    for kind, seed in jobs:
-        record = out_dir / f"{kind}{seed}.json"
-        curve = themis_progress(out_dir / f"{kind}{seed}") if kind == "themis" else (
-            {int(k): v for k, v in json.loads(record.read_text()).items()}
-            if record.is_file() else {})
-        results.append((kind, seed, curve))
+    results = [(kind, seed, progress(kind, seed)) for kind, seed in jobs]
     print(f"\n{args.env}, {args.steps} steps, 2×256, batch 256, seeds "
           f"{' '.join(map(str, args.seeds))}: true return (mean of 5 episodes, mean action)\n")
     steps = sorted({s for _, _, r in results for s in r})

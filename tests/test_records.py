@@ -68,7 +68,7 @@ def test_provenance_names_the_command_as_typed_and_the_run_s_wall_time():
     row = records.provenance(12.345, ran)
     assert list(row) == list(records.PROVENANCE)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row["date"])
-    assert row["wall_s"] == 12.3 and row["machine"].endswith(" cores")
+    assert row["wall_s"] == 12.3 and re.search(r", \d+ cores(, |$)", row["machine"])
 
 
 def test_a_curve_column_reads_back_as_it_was_written():
@@ -107,6 +107,32 @@ def test_bench_ceiling_records_each_finished_run_and_not_one_cut_short(tmp_path,
     assert rows["command"].iloc[0] == "python benchmarks/bench_ceiling.py " + " ".join(argv)
     assert rows["library"].str.startswith(("stable-baselines3 ", "-")).all()
     assert set(records.PROVENANCE) <= set(rows.columns)
+
+
+def test_bench_ceiling_goes_on_where_a_stopped_session_left_it(tmp_path, monkeypatch):
+    """A run that finished is not run again; a Themis run with a checkpoint is resumed."""
+    bench = load_file("benchmarks/bench_ceiling.py")
+    ran = []
+    fake_worker(monkeypatch, bench, lambda cmd: ran.append((cmd[3], cmd[6])) or
+                '{"10000": 5.0, "20000": 7.5}')
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / "sb3_cpu0.json").write_text('{"10000": 1.0, "20000": 2.0}')  # finished
+    (out / "sb3_cpu1.json").write_text('{"10000": 1.0}')  # stopped: starts again
+    (out / "themis0").mkdir()
+    pd.DataFrame({"step": [10000, 20000], "episode_reward": [3.0, 4.0]}).to_csv(
+        out / "themis0" / "eval.csv", index=False)
+    assert bench.main(["--steps", "20000", "--seeds", "0", "1", "--jobs", "1",
+                       "--out", str(out)]) == 0
+    assert sorted(ran) == [("sb3_cpu", "1"), ("themis", "1")]
+    commands = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    (out / "themis0" / "checkpoints").mkdir()
+    assert bench.themis_run("HalfCheetah-v5", 20000, 0, out / "themis0") == {10000: 3.0,
+                                                                              20000: 4.0}
+    assert f"resume={out / 'themis0'}" in commands[0]
+    assert not any(c.startswith("hydra.run.dir=") for c in commands[0])
 
 
 def test_bench_throughput_records_every_measurement_of_a_session(tmp_path, monkeypatch):
@@ -166,4 +192,4 @@ def test_a_run_folder_keeps_its_own_provenance_across_resumes(tmp_path):
     again = records.run_provenance(run)
     assert again["command"] == "python benchmarks/x.py --seeds 0"  # the one it started with
     assert again["date"] == first["date"] and again["commits"] == first["commits"]
-    assert again["wall_s"] == 150.0 and again["machine"].endswith(" cores")
+    assert again["wall_s"] == 150.0 and re.search(r", \d+ cores(, |$)", again["machine"])
