@@ -158,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     writing = threading.Lock()  # runs finish in the pool's threads; one writes at a time
 
     def progress(kind: str, seed: int) -> dict[int, float]:
-        record = out_dir / f"{kind}{seed}.json"
         if kind == "themis":
             return themis_progress(out_dir / f"{kind}{seed}")
+        record = out_dir / f"{kind}{seed}.json"
         return {int(k): v for k, v in json.loads(record.read_text()).items()} \
             if record.is_file() else {}
 

@@ -488,13 +488,13 @@ def record_curves(path: Path, out: Path, variants: list[str], seeds: list[int]) 
                       "command": prov["command"]} for row in curve_rows(run)]
     if not rows:
         return
-    if path.is_file():
+    if path.is_file():  # drop the rows of an earlier run of each (variant, seed) recorded now
         kept = pd.read_csv(path)
         runs = {(r["variant"], r["seed"]): r["date"] for r in rows}
-        earlier = [runs.get((v, s), d) != d for v, s, d in
-                   zip(kept["variant"], kept["seed"], kept["date"], strict=True)]
-        if any(earlier):
-            kept[[not e for e in earlier]].to_csv(path, index=False)
+        same = [runs.get((v, s), d) == d for v, s, d in
+                zip(kept["variant"], kept["seed"], kept["date"], strict=True)]
+        if not all(same):
+            kept[same].to_csv(path, index=False)
     merge_rows(path, rows, ["variant", "seed", "step"])
     print(f"recorded the curves of {len({(r['variant'], r['seed']) for r in rows})} Pong "
           f"run(s) in {path}")

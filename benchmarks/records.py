@@ -66,8 +66,8 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     model, flags = platform.processor() or platform.machine(), set[str]()
     with contextlib.suppress(OSError):
         cpu = cpuinfo.read_text().split("\n\n", 1)[0]  # the first processor
-        fields = dict(line.split(":", 1) for line in cpu.splitlines() if ":" in line)
-        fields = {key.strip(): value.strip() for key, value in fields.items()}
+        fields = {key.strip(): value.strip() for key, value in
+                  (line.split(":", 1) for line in cpu.splitlines() if ":" in line)}
         model = fields.get("model name", model)
         flags = set(fields.get("flags", "").split())
     isa = ("AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags
